@@ -1,0 +1,216 @@
+"""Configuration: Hydra composes ``conf/``; plain dataclasses type-check each section.
+
+``load_config(overrides)`` returns the composed :class:`omegaconf.DictConfig`;
+``section(cfg, "sampling", SamplingConfig)`` turns one group into a checked dataclass.
+Every failure becomes one :class:`PrismError` that names the key and the fix.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from predictor.errors import PrismError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
+GROUPS = ("model", "hardware", "parallel", "sampling", "regressor")
+
+
+@dataclass
+class ModelConfig:
+    """A decoder-only transformer (GPT and Llama families)."""
+
+    name: str
+    family: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_length: int
+    activation: str  # gelu | swiglu
+    norm: str  # layernorm | rmsnorm
+    position: str  # learned | rope
+    tied_embeddings: bool
+
+
+@dataclass
+class DeviceSpec:
+    kind: str  # gpu | cpu
+    name: str
+    match: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MemorySpec:
+    bandwidth: float  # bytes/s
+    capacity_gib: float
+    l2_bytes: int = 0
+
+
+@dataclass
+class LinkSpec:
+    bandwidth: float  # bytes/s per GPU, per direction
+    latency_us: float
+    nics_per_node: Optional[int] = None
+
+
+@dataclass
+class NetworkSpec:
+    name: str
+    intra_node: LinkSpec
+    inter_node: LinkSpec
+
+
+@dataclass
+class NodeSpec:
+    gpus_per_node: int
+
+
+@dataclass
+class VariabilitySpec:
+    spatial_cv: float
+    temporal_cv: float
+    comm_regime_cv: float
+    interruptions_per_gpu_day: float
+    checkpoint_interval_min: float
+    restart_cost_min: float
+
+
+@dataclass
+class HardwareConfig:
+    """A device plus the cluster network it is assumed to sit in."""
+
+    name: str
+    device: DeviceSpec
+    peak_flops: dict[str, Optional[float]]
+    memory: MemorySpec
+    node: NodeSpec
+    network: NetworkSpec
+    price_per_gpu_hour: Optional[float]
+    power_w: Optional[float]
+    variability: VariabilitySpec
+
+    def peak(self, dtype: str) -> float:
+        value = self.peak_flops.get(dtype)
+        if not value:
+            raise PrismError(f"hardware.peak_flops.{dtype}: {self.name} has no {dtype} peak; "
+                             f"pick a dtype it supports ({', '.join(k for k, v in self.peak_flops.items() if v)})")
+        return value
+
+
+@dataclass
+class ParallelConfig:
+    """The parallel layout, with torchtitan/Megatron axis names."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    sequence_parallel: bool = False
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    recompute: str = "none"  # none | selective | full
+    sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
+    schedule: str = "1f1b"  # 1f1b | interleaved | gpipe | zero_bubble
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+
+
+@dataclass
+class SamplingConfig:
+    """A sampling plan: which ops, how many shapes, how long (see conf/sampling/)."""
+
+    name: str
+    budget_s: float
+    collective_share: float
+    repeats: int
+    warmup: int
+    threads: int
+    dtypes: list[str]
+    ops: list[str]
+    shapes_per_op: int
+    message_sizes: int
+    collective_world_size: int
+    max_call_ms: float
+    targets: list[str]
+    micro_batch_sizes: list[int]
+    tp_degrees: list[int]
+    space: dict[str, list]  # column -> [low, high]
+    seed: int = 0
+    flush_every_s: float = 2.0
+
+
+@dataclass
+class RegressorConfig:
+    name: str
+    quantiles: list[float]
+    params: dict = field(default_factory=dict)
+
+
+def _check_override(text: str) -> None:
+    try:
+        OverridesParser.create().parse_overrides([text])
+    except HydraException:
+        raise PrismError(
+            f"malformed override {text!r}: write key=value, e.g. sampling.budget_s=60, "
+            f"hardware=local-cpu or sampling.ops=[gemm,attention]") from None
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def load_config(overrides: list[str] = ()) -> DictConfig:
+    """Compose ``conf/config.yaml`` with Hydra overrides (``key=value`` strings)."""
+    for text in overrides:
+        _check_override(text)
+        key, _, value = text.lstrip("+~").partition("=")
+        if key in GROUPS and value not in group_options(key):
+            raise PrismError(f"{key}={value}: no conf/{key}/{value}.yaml; "
+                             f"choose one of: {', '.join(group_options(key))}")
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            return compose("config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        first = str(exc).splitlines()[0]
+        if "not in struct" in str(exc) or "Key '" in first:
+            bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") in first), first)
+            raise PrismError(f"{bad.split('=')[0]}: no such setting ({first}). "
+                             f"`prism <verb> --show-config` lists the settings") from None
+        raise PrismError(f"configuration: {first}") from None
+
+
+def section(cfg: DictConfig, name: str, schema: type):
+    """Check ``cfg[name]`` against the dataclass ``schema`` and return an instance."""
+    node = cfg.get(name)
+    if node is None:
+        raise PrismError(f"{name}: missing from the configuration")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", "") or ""
+        msg = str(exc).splitlines()[0]
+        raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}") from None
+
+
+def load_model(name: str) -> ModelConfig:
+    """A model of ``conf/model/`` by name, outside any composed config."""
+    path = CONF_DIR / "model" / f"{name}.yaml"
+    if not path.exists():
+        raise PrismError(f"model {name!r}: no conf/model/{name}.yaml; "
+                         f"choose one of: {', '.join(group_options('model'))}")
+    return section(OmegaConf.create({"model": OmegaConf.load(path)}), "model", ModelConfig)

@@ -1,0 +1,150 @@
+"""The operator vocabulary: names, passes, shape columns, FLOPs and bytes moved.
+
+This module is the single definition of what an operator *is*. The sample store
+(its columns), the sampling plans (which shapes to draw), the importers (how outside
+data maps onto PRISM's ops) and the regressors' features all read it.
+
+FLOP counts follow the usual conventions: a multiply-add is 2 FLOPs; a linear layer's
+backward (input gradient + weight gradient) is twice its forward; FlashAttention's
+backward does 2.5x the forward's matmul FLOPs (Dao 2023, arXiv 2307.08691, section 3.1).
+Bytes are the minimum traffic to and from device memory (each operand read or written
+once), the denominator of the roofline's memory side.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"float32": 4, "tfloat32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+
+#: Every shape column the store knows, with its Arrow type name. One store-wide set
+#: keeps every Parquet file of every op on the same schema (unused columns are null).
+SHAPE_COLUMNS: dict[str, str] = {
+    "m": "int64", "n": "int64", "k": "int64",
+    "batch": "int64", "heads": "int64", "kv_heads": "int64",
+    "seq_q": "int64", "seq_kv": "int64", "head_dim": "int64", "causal": "bool",
+    "tokens": "int64", "hidden": "int64", "vocab": "int64",
+    "params": "int64", "optimizer": "string",
+    "message_bytes": "int64", "group_size": "int64",
+}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """What one operator is: its shape columns and the passes it is timed in."""
+
+    name: str
+    shape: tuple[str, ...]
+    passes: tuple[str, ...]
+    collective: bool = False
+
+
+_FWD_BWD = ("fwd", "bwd")
+_ONCE = ("step",)  # ops without a backward: the optimizer step, collectives
+
+OPS: dict[str, OpSpec] = {
+    spec.name: spec
+    for spec in [
+        # gemm (m, n, k): Y[m,n] = X[m,k] @ W[k,n]; its bwd is dX and dW together.
+        OpSpec("gemm", ("m", "n", "k"), _FWD_BWD),
+        OpSpec("attention",
+               ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal"), _FWD_BWD),
+        OpSpec("rmsnorm", ("tokens", "hidden"), _FWD_BWD),
+        OpSpec("layernorm", ("tokens", "hidden"), _FWD_BWD),
+        # rope rotates q or k: tokens x heads x head_dim.
+        OpSpec("rope", ("tokens", "heads", "head_dim"), _FWD_BWD),
+        # swiglu/gelu: hidden is the FFN width (swiglu reads 2*hidden, writes hidden).
+        OpSpec("swiglu", ("tokens", "hidden"), _FWD_BWD),
+        OpSpec("gelu", ("tokens", "hidden"), _FWD_BWD),
+        OpSpec("residual_add", ("tokens", "hidden"), ("fwd",)),
+        OpSpec("embedding", ("tokens", "hidden", "vocab"), _FWD_BWD),
+        OpSpec("cross_entropy", ("tokens", "vocab"), _FWD_BWD),
+        OpSpec("optimizer_step", ("params", "optimizer"), _ONCE),
+        OpSpec("all_reduce", ("message_bytes", "group_size"), _ONCE, collective=True),
+        OpSpec("all_gather", ("message_bytes", "group_size"), _ONCE, collective=True),
+        OpSpec("reduce_scatter", ("message_bytes", "group_size"), _ONCE, collective=True),
+        OpSpec("all_to_all", ("message_bytes", "group_size"), _ONCE, collective=True),
+        OpSpec("send_recv", ("message_bytes", "group_size"), _ONCE, collective=True),
+    ]
+}
+
+COMPUTE_OPS = tuple(name for name, spec in OPS.items() if not spec.collective)
+COLLECTIVE_OPS = tuple(name for name, spec in OPS.items() if spec.collective)
+
+#: nccl-tests bus-bandwidth factors: bus_bw = algo_bw * factor(n)
+#: (NVIDIA nccl-tests, doc/PERFORMANCE.md). message_bytes is each rank's buffer:
+#: the full vector for all_reduce, the gathered output for all_gather, the input for
+#: reduce_scatter and all_to_all, the payload for send_recv.
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
+
+OPTIMIZERS = ("adamw", "sgd")
+# Bytes per parameter an optimizer step reads and writes (fp32 master weights and
+# states): AdamW reads p, g, m, v and writes p, m, v; SGD with momentum p, g, buf / p, buf.
+_OPTIMIZER_BYTES_PER_PARAM = {"adamw": 7 * 4, "sgd": 5 * 4}
+_OPTIMIZER_FLOPS_PER_PARAM = {"adamw": 12, "sgd": 3}
+
+
+def unknown_op_message(op: str) -> str:
+    return f"unknown op {op!r}; known ops: {', '.join(OPS)}"
+
+
+def flops(op: str, pass_: str, shape: dict) -> float:
+    """Floating-point operations of one call of ``op`` in ``pass_`` at ``shape``."""
+    s = shape
+    bwd = pass_ == "bwd"
+    if op == "gemm":
+        f = 2.0 * s["m"] * s["n"] * s["k"]
+        return 2 * f if bwd else f
+    if op == "attention":
+        # QK^T and PV: 2 matmuls of 2*b*h*sq*skv*d each; causal skips half.
+        f = 4.0 * s["batch"] * s["heads"] * s["seq_q"] * s["seq_kv"] * s["head_dim"]
+        if s["causal"]:
+            f /= 2
+        return 2.5 * f if bwd else f
+    if op == "optimizer_step":
+        return float(_OPTIMIZER_FLOPS_PER_PARAM[s["optimizer"]] * s["params"])
+    if OPS[op].collective:
+        return 0.0
+    # Element-wise and normalisation ops: a handful of FLOPs per element.
+    per_element = {"rmsnorm": 4, "layernorm": 7, "rope": 3, "swiglu": 6, "gelu": 8,
+                   "residual_add": 1, "embedding": 0, "cross_entropy": 5}[op]
+    elements = _elements(op, s)
+    return float(per_element * elements * (2 if bwd else 1))
+
+
+def bytes_moved(op: str, pass_: str, shape: dict, dtype: str) -> float:
+    """Minimum bytes read plus written by one call (for collectives: the message)."""
+    s, e = shape, DTYPE_BYTES[dtype]
+    bwd = pass_ == "bwd"
+    if op == "gemm":
+        b = (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * e
+        return 2.0 * b if bwd else float(b)
+    if op == "attention":
+        q_o = 2 * s["batch"] * s["heads"] * s["seq_q"] * s["head_dim"]
+        k_v = 2 * s["batch"] * s["kv_heads"] * s["seq_kv"] * s["head_dim"]
+        return float((q_o + k_v) * e * (2 if bwd else 1))
+    if op == "optimizer_step":
+        return float(_OPTIMIZER_BYTES_PER_PARAM[s["optimizer"]] * s["params"])
+    if OPS[op].collective:
+        return float(s["message_bytes"])
+    if op == "embedding":
+        gathered = s["tokens"] * s["hidden"] * e
+        # bwd scatters into a dense table gradient that is zeroed and written whole.
+        return float(2 * gathered + (s["vocab"] * s["hidden"] * e if bwd else 0))
+    # in + out tensors (swiglu reads two halves, residual_add reads two inputs)
+    tensors = {"rmsnorm": 2, "layernorm": 2, "rope": 2, "swiglu": 3, "gelu": 2,
+               "residual_add": 3, "cross_entropy": 1}[op]
+    return float(tensors * _elements(op, s) * e * (2 if bwd else 1))
+
+
+def _elements(op: str, s: dict) -> int:
+    if op == "rope":
+        return s["tokens"] * s["heads"] * s["head_dim"]
+    if op == "cross_entropy":
+        return s["tokens"] * s["vocab"]
+    return s["tokens"] * s["hidden"]

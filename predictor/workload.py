@@ -1,0 +1,78 @@
+"""Which operators, at which shapes, one training step of a model runs.
+
+``layer_ops`` lists one transformer layer's compute ops with their tensor-parallel
+sharded shapes (Megatron-LM's column/row split: TP divides heads and the FFN width,
+Shoeybi et al. 2019, arXiv 1909.08053); ``model_ops`` adds the embedding, the output
+head, the loss and the optimizer step. Sampling plans use them to measure the shapes
+a target workload needs; the composer builds the whole step on them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from predictor.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class OpUse:
+    """One op call in a step: the op, its shape, and how many times a layer/step runs it."""
+
+    op: str
+    shape: dict
+    count: int = 1
+
+
+def parameter_count(model: ModelConfig) -> int:
+    """Trainable parameters (weights and norm gains; biases ignored, as in Llama)."""
+    h, hd = model.hidden_size, model.head_dim
+    attn = h * (model.num_heads + 2 * model.num_kv_heads) * hd + model.num_heads * hd * h
+    ffn_in = 2 if model.activation == "swiglu" else 1
+    ffn = (ffn_in + 1) * h * model.ffn_hidden_size
+    layer = attn + ffn + 2 * h
+    embeddings = model.vocab_size * h * (1 if model.tied_embeddings else 2)
+    positions = model.seq_length * h if model.position == "learned" else 0
+    return model.num_layers * layer + embeddings + positions + h
+
+
+def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1) -> list[OpUse]:
+    """The compute ops of one transformer layer for one micro-batch."""
+    h, hd = model.hidden_size, model.head_dim
+    heads, kv = model.num_heads // tp, max(model.num_kv_heads // tp, 1)
+    ffn = model.ffn_hidden_size // tp
+    t = micro_batch * seq
+    norm = model.norm
+    ops = [
+        OpUse(norm, {"tokens": t, "hidden": h}, 2),
+        OpUse("gemm", {"m": t, "n": (heads + 2 * kv) * hd, "k": h}),  # QKV
+        OpUse("attention", {"batch": micro_batch, "heads": heads, "kv_heads": kv,
+                            "seq_q": seq, "seq_kv": seq, "head_dim": hd, "causal": True}),
+        OpUse("gemm", {"m": t, "n": h, "k": heads * hd}),  # attention output
+        OpUse("residual_add", {"tokens": t, "hidden": h}, 2),
+    ]
+    if model.position == "rope":
+        ops.append(OpUse("rope", {"tokens": t, "heads": heads, "head_dim": hd}))
+        ops.append(OpUse("rope", {"tokens": t, "heads": kv, "head_dim": hd}))
+    if model.activation == "swiglu":
+        ops.append(OpUse("gemm", {"m": t, "n": 2 * ffn, "k": h}))
+    else:
+        ops.append(OpUse("gemm", {"m": t, "n": ffn, "k": h}))
+    ops.append(OpUse(model.activation, {"tokens": t, "hidden": ffn}))
+    ops.append(OpUse("gemm", {"m": t, "n": h, "k": ffn}))  # FFN down
+    return ops
+
+
+def model_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1,
+              optimizer: str = "adamw") -> list[OpUse]:
+    """All compute ops of one step of a single pipeline stage holding every layer."""
+    t = micro_batch * seq
+    vocab = model.vocab_size // tp  # vocabulary-parallel embedding and head
+    ops = [OpUse(o.op, o.shape, o.count * model.num_layers)
+           for o in layer_ops(model, micro_batch, seq, tp)]
+    ops += [
+        OpUse("embedding", {"tokens": t, "hidden": model.hidden_size, "vocab": vocab}),
+        OpUse(model.norm, {"tokens": t, "hidden": model.hidden_size}),
+        OpUse("gemm", {"m": t, "n": vocab, "k": model.hidden_size}),  # output head
+        OpUse("cross_entropy", {"tokens": t, "vocab": vocab}),
+        OpUse("optimizer_step", {"params": parameter_count(model) // tp, "optimizer": optimizer}),
+    ]
+    return ops

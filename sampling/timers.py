@@ -1,0 +1,59 @@
+"""Per-repeat timers: wall clock on CPU, CUDA events on GPU (DESIGN.md, "Measuring side")."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+
+class CpuTimer:
+    """Times a call with ``perf_counter_ns`` on ``threads`` intra-op threads."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        torch.set_num_threads(threads)
+
+    def time(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+        """Microseconds of each of ``repeats`` calls after ``warmup`` untimed ones."""
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            fn()
+            out.append((time.perf_counter_ns() - t0) / 1e3)
+        return out
+
+
+class CudaTimer:
+    """Times a call with CUDA events, flushing the L2 cache before each repeat.
+
+    Without the flush a repeat finds its operands in L2 from the previous one, which
+    a training step (whose working set dwarfs L2) never does. The flush writes a
+    buffer twice the L2 size (Triton's ``do_bench`` does the same).
+    """
+
+    def __init__(self, l2_bytes: int, device: torch.device):
+        self.device = device
+        self._flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device=device)
+
+    def time(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+        for _ in range(warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        torch.cuda.synchronize(self.device)
+        for start, end in zip(starts, ends):
+            self._flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize(self.device)
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def make_timer(device: torch.device, threads: int, l2_bytes: int):
+    if device.type == "cuda":
+        return CudaTimer(l2_bytes, device)
+    return CpuTimer(threads)
