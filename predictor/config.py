@@ -185,12 +185,11 @@ def load_config(overrides: list[str] = ()) -> DictConfig:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             return compose("config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).splitlines()[0]
-        if "not in struct" in str(exc) or "Key '" in first:
-            bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") in first), first)
-            raise PrismError(f"{bad.split('=')[0]}: no such setting ({first}). "
-                             f"`prism <verb> --show-config` lists the settings") from None
-        raise PrismError(f"configuration: {first}") from None
+        cause = exc.__cause__
+        if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+            raise PrismError(f"{cause.full_key}: no such setting; `prism <verb> --show-config` "
+                             f"lists the settings (to add a new key anyway: +{cause.full_key}=...)") from None
+        raise PrismError(f"configuration: {' '.join(str(exc).split())}") from None
 
 
 def section(cfg: DictConfig, name: str, schema: type):

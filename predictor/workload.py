@@ -23,15 +23,16 @@ class OpUse:
 
 
 def parameter_count(model: ModelConfig) -> int:
-    """Trainable parameters (weights and norm gains; biases ignored, as in Llama)."""
+    """Trainable parameters: weights, norm gains (and LayerNorm biases); no linear biases."""
     h, hd = model.hidden_size, model.head_dim
     attn = h * (model.num_heads + 2 * model.num_kv_heads) * hd + model.num_heads * hd * h
     ffn_in = 2 if model.activation == "swiglu" else 1
     ffn = (ffn_in + 1) * h * model.ffn_hidden_size
-    layer = attn + ffn + 2 * h
+    norm = h * (2 if model.norm == "layernorm" else 1)
+    layer = attn + ffn + 2 * norm
     embeddings = model.vocab_size * h * (1 if model.tied_embeddings else 2)
     positions = model.seq_length * h if model.position == "learned" else 0
-    return model.num_layers * layer + embeddings + positions + h
+    return model.num_layers * layer + embeddings + positions + norm
 
 
 def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1) -> list[OpUse]:

@@ -120,7 +120,10 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     for dtype in sc.dtypes:
         if dtype not in DTYPE_BYTES:
             raise PrismError(f"sampling.dtypes: unknown dtype {dtype!r}; use {', '.join(DTYPE_BYTES)}")
-        hw.peak(dtype)
+        if not hw.peak_flops.get(dtype):
+            supported = ", ".join(k for k, v in hw.peak_flops.items() if v)
+            raise PrismError(f"sampling.dtypes: hardware {hw.name} has no {dtype} peak in conf/hardware/"
+                             f"{hw.name}.yaml; use one of {supported}")
     for name, minimum in [("budget_s", 1), ("repeats", 1), ("shapes_per_op", 1),
                           ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2)]:
         if getattr(sc, name) < minimum:

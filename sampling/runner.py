@@ -192,7 +192,8 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
                 _run_collectives(todo_coll, sc, hw, device, writer, time.time() + share, device_name)
             except RuntimeError as exc:
                 failures.append({"task": "collectives", "error": str(exc)})
-        bar = tqdm(todo_compute, desc="compute ops", unit="shape", disable=not progress, file=sys.stderr)
+        bar = tqdm(todo_compute, desc="compute ops", unit="shape", disable=not progress, file=sys.stderr,
+               mininterval=0.5)
         last_flush = time.monotonic()
         for task in bar:
             if time.time() > deadline_wall:

@@ -1,0 +1,57 @@
+"""Every compute op of the vocabulary runs forward and backward at a small shape."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from predictor.config import load_model  # noqa: E402
+from predictor.vocabulary import COMPUTE_OPS, OPS  # noqa: E402
+from predictor.workload import model_ops, parameter_count  # noqa: E402
+from sampling import kernels  # noqa: E402
+from sampling.model import Transformer  # noqa: E402
+from sampling.timers import CpuTimer  # noqa: E402
+
+SMALL = {
+    "gemm": {"m": 32, "n": 48, "k": 16},
+    "attention": {"batch": 2, "heads": 4, "kv_heads": 2, "seq_q": 32, "seq_kv": 32, "head_dim": 16,
+                  "causal": True},
+    "rope": {"tokens": 32, "heads": 4, "head_dim": 16},
+    "embedding": {"tokens": 32, "hidden": 16, "vocab": 100},
+    "cross_entropy": {"tokens": 32, "vocab": 100},
+    "optimizer_step": {"params": 5000, "optimizer": "adamw"},
+}
+
+
+@pytest.mark.parametrize("op, pass_", [(op, p) for op in COMPUTE_OPS for p in OPS[op].passes])
+def test_every_op_and_pass_times(op, pass_):
+    shape = SMALL.get(op, {"tokens": 32, "hidden": 16})
+    fn = kernels.build(op, pass_, shape, "float32", torch.device("cpu"))
+    times = CpuTimer(threads=1).time(fn, repeats=3, warmup=1)
+    assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_backward_replays_the_graph_of_one_call():
+    fn = kernels.build("gemm", "bwd", SMALL["gemm"], "float32", torch.device("cpu"))
+    dx, dw = fn()
+    assert dx.shape == (32, 16) and dw.shape == (16, 48)
+    assert torch.equal(fn()[0], dx)  # same graph, same gradient each repeat
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-gpt"])
+def test_reference_model_matches_the_workload_and_learns(name):
+    model = load_model(name)
+    torch.manual_seed(0)
+    net = Transformer(model)
+    assert sum(p.numel() for p in net.parameters()) == parameter_count(model)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    ids = torch.randint(0, model.vocab_size, (2, model.seq_length + 1))
+    losses = []
+    for _ in range(5):
+        logits = net(ids[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    # The workload's op list names what the model runs.
+    assert {u.op for u in model_ops(model, 1, model.seq_length)} >= {"gemm", "attention", model.norm}

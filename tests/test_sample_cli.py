@@ -1,0 +1,105 @@
+"""`prism sample` end to end: real timings on this CPU, interruption, resume, bad input."""
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from predictor import store  # noqa: E402
+from predictor.cli import main  # noqa: E402
+
+SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10",
+              "sampling.shapes_per_op=3", "sampling.message_sizes=2", "sampling.targets=[tiny]",
+              "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]", "sampling.flush_every_s=0"]
+
+
+def _prism(args, env, **kw):
+    return subprocess.run([sys.executable, "-m", "predictor.cli", *args], env=env,
+                          capture_output=True, text=True, **kw)
+
+
+def test_sample_writes_every_repeat_with_the_contract_columns(tmp_path, cpu_env):
+    out = _prism(["sample", *SMALL_PLAN, "sampling.ops=[gemm,rmsnorm,all_reduce,send_recv]",
+                  f"output_dir={tmp_path}", "--json"], cpu_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["status"] == "complete" and report["remaining_tasks"] == 0
+    df = store.read_samples(tmp_path)
+    assert {"op", "pass", "latency_us", "repeat", "hardware"} <= set(df.columns)
+    assert set(df.op) == {"gemm", "rmsnorm", "all_reduce", "send_recv"}
+    assert (df.latency_us > 0).all() and (df.hardware == "local-cpu").all()
+    per_task = df.groupby(["op", "pass", "m", "n", "k", "tokens", "hidden", "message_bytes"],
+                          dropna=False).size()
+    assert (per_task == 10).all()
+    coll = df[df.op == "all_reduce"]
+    assert (coll.world_size == 2).all() and (coll.backend == "gloo").all()
+    assert coll.message_bytes.nunique() == 2
+    meta = store.read_run_metadata(report["run_file"])
+    assert meta["repeats"] == 10 and meta["versions"]["torch"] and meta["calibration"]["matmul_flops"] > 0
+
+
+def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
+    args = ["sample", *SMALL_PLAN, "sampling.shapes_per_op=12",
+            "sampling.ops=[gemm,attention,layernorm]", f"output_dir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-m", "predictor.cli", *args], env=cpu_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".*.parts/part-*.parquet")) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout
+    assert "interrupted" in stdout
+    [first] = store.run_files(tmp_path)
+    kept = store.read_samples(first)
+    digest = hashlib.md5(first.read_bytes()).hexdigest()
+    assert len(kept) >= 10
+
+    out = _prism([*args, "--json"], cpu_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["status"] == "complete" and report["resumed_tasks"] >= 1
+    assert hashlib.md5(first.read_bytes()).hexdigest() == digest  # the old run is untouched
+    df = store.read_samples(tmp_path)
+    cols = ["op", "pass", "m", "n", "k", "batch", "heads", "seq_q", "head_dim", "causal",
+            "tokens", "hidden"]
+    per_task = df.groupby(cols, dropna=False).size()
+    assert (per_task == 10).all(), "a task was measured twice or lost repeats"
+    assert len(per_task) == 12 * 2 * 3  # 12 shapes x fwd/bwd x 3 ops
+
+    again = _prism([*args, "--json"], cpu_env, timeout=120)
+    assert json.loads(again.stdout)["status"] == "nothing-to-do"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("sampling.ops=[gemm,flash_conv]", "sampling.ops: unknown op 'flash_conv'"),
+    ("sampling.repeats", "malformed override 'sampling.repeats'"),
+    ("sampling.repeats=ten", "sampling.repeats"),
+])
+def test_bad_input_exits_nonzero_with_one_message(tmp_path, capsys, override, message):
+    (tmp_path / "keep.txt").write_text("stored data")
+    assert main(["sample", override, f"output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("prism sample: error:") and message in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_a_truncated_file_in_the_store_stops_sampling_and_is_left_intact(tmp_path, capsys):
+    w = store.RunWriter(tmp_path, "earlier", {})
+    from datetime import datetime, timezone
+    w.add([dict(op="gemm", **{"pass": "fwd"}, dtype="float32", m=8, n=8, k=8, latency_us=1.0,
+                repeat=0, hardware="local-cpu", timestamp=datetime.now(timezone.utc))])
+    good = w.close()
+    bad = tmp_path / "cut.parquet"
+    bad.write_bytes(good.read_bytes()[:300])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert main(["sample", *SMALL_PLAN, f"output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "cut.parquet: not a readable Parquet file" in err and "truncated or corrupt" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

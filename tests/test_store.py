@@ -1,0 +1,80 @@
+import hashlib
+from datetime import datetime, timezone
+
+import pytest
+
+from predictor import store
+from predictor.errors import PrismError
+
+
+def _rows(n, op="gemm", start=0):
+    now = datetime.now(timezone.utc)
+    return [dict(op=op, **{"pass": "fwd"}, dtype="float32", m=64, n=64, k=64 + start,
+                 latency_us=10.0 + r, repeat=r, hardware="local-cpu", run_id="r", timestamp=now,
+                 origin="sampled") for r in range(n)]
+
+
+def _md5(path):
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_parts_join_into_one_file_with_metadata(tmp_path):
+    w = store.RunWriter(tmp_path, "run-a", {"plan_id": "p1"})
+    w.add(_rows(10))
+    w.flush()
+    w.add(_rows(10, start=1))
+    path = w.close()
+    assert path == tmp_path / "run-a.parquet"
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    df = store.read_samples(tmp_path)
+    assert len(df) == 20 and list(df.columns) == list(store.COLUMNS)
+    assert store.read_run_metadata(path) == {"plan_id": "p1"}
+
+
+def test_a_killed_run_is_recovered_from_its_parts(tmp_path):
+    w = store.RunWriter(tmp_path, "run-k", {"plan_id": "p1"})
+    w.add(_rows(10))
+    w.flush()
+    w.add(_rows(5, start=1))  # never flushed: lost with the process
+    del w
+    assert store.run_files(tmp_path) == []
+    [path] = store.recover_unfinished(tmp_path)
+    assert len(store.read_samples(path)) == 10
+
+
+def test_finished_runs_are_never_overwritten(tmp_path):
+    for _ in range(2):
+        w = store.RunWriter(tmp_path, "same-id", {})
+        w.add(_rows(3))
+        if _ == 0:
+            first = w.close()
+            digest = _md5(first)
+    with pytest.raises(PrismError, match="never reused"):
+        w.close()
+    assert _md5(first) == digest
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_unreadable_files_give_one_clear_error_and_stay_intact(tmp_path, damage):
+    w = store.RunWriter(tmp_path, "good", {})
+    w.add(_rows(10))
+    good = w.close()
+    bad = tmp_path / "bad.parquet"
+    data = good.read_bytes()
+    bad.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not parquet at all")
+    before = _md5(bad), _md5(good)
+    with pytest.raises(PrismError, match="bad.parquet: not a readable Parquet file .* truncated or corrupt"):
+        store.read_samples(tmp_path)
+    assert (_md5(bad), _md5(good)) == before
+
+
+def test_files_missing_required_columns_or_with_unknown_ops_are_rejected(tmp_path):
+    import pandas as pd
+    pd.DataFrame({"op": ["gemm"], "latency_us": [1.0]}).to_parquet(tmp_path / "x.parquet")
+    with pytest.raises(PrismError, match="missing column.*pass"):
+        store.read_samples(tmp_path)
+    w = store.RunWriter(tmp_path / "s", "r", {})
+    w.add(_rows(1, op="convolution"))
+    w.close()
+    with pytest.raises(PrismError, match="unknown op 'convolution'"):
+        store.read_samples(tmp_path / "s")
