@@ -54,8 +54,7 @@ def _sample(args) -> int:
     lines = [f"run file     {report.run_file or '(none: no row measured)'}",
              f"status       {report.status}",
              f"rows         {report.rows}  ({report.elapsed_s:.1f} s)",
-             f"resumed      {report.resumed_tasks} task(s) already stored by earlier runs of plan "
-             f"{report.plan_id}",
+             f"resumed      {report.resumed_tasks} task(s) of plan {report.plan_id} were already stored",
              f"still to do  {report.remaining_tasks} task(s)"]
     if report.shapes_per_op:
         lines.append("shapes       " + ", ".join(f"{op} {n}" for op, n in report.shapes_per_op.items()))
@@ -65,6 +64,9 @@ def _sample(args) -> int:
         lines.append(f"failed       {f['task']}: {f['error']}")
     if report.status == "interrupted":
         lines.append("interrupted: every flushed row is kept; run the same command again to resume")
+    elif report.status == "budget":
+        lines.append(f"budget spent with {report.remaining_tasks} task(s) left: run again with a larger "
+                     f"sampling.budget_s to measure them (stored shapes are skipped)")
     elif report.status == "nothing-to-do":
         lines.append("nothing to do: this plan is already measured (or its budget spent); "
                      "raise sampling.budget_s or change the plan to measure more")

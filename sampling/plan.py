@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import qmc
@@ -244,8 +244,10 @@ def _collective_tasks(sc: SamplingConfig) -> list[Task]:
     return tasks
 
 
-def plan_id(sc: SamplingConfig, hw: HardwareConfig) -> str:
-    text = json.dumps({"sampling": asdict(sc), "hardware": hw.name}, sort_keys=True)
+def _plan_id(hw: HardwareConfig, sc: SamplingConfig, tasks: list[Task]) -> str:
+    """The plan's identity: what it measures and how, not the budget that shaped it."""
+    text = json.dumps({"hardware": hw.name, "repeats": sc.repeats, "warmup": sc.warmup,
+                       "threads": sc.threads, "tasks": [t.key for t in tasks]})
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -262,4 +264,4 @@ def make_plan(sc: SamplingConfig, hw: HardwareConfig) -> Plan:
         cap_s /= 2
     collectives = _collective_tasks(sc)
     est += sum(task_seconds(t, sc.repeats, sc.warmup, hw) for t in collectives)
-    return Plan(compute, collectives, plan_id(sc, hw), cap_s * 1e3, est)
+    return Plan(compute, collectives, _plan_id(hw, sc, compute + collectives), cap_s * 1e3, est)

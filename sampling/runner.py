@@ -1,8 +1,8 @@
 """``prism sample``: run a sampling plan and store every timed repeat.
 
-The run resumes: tasks already stored by earlier runs of the same plan (same sampling
-config and hardware) in ``output_dir`` are skipped, and the budget left is the plan's
-budget minus the time those runs spent. A new run always gets a new file.
+The run resumes: tasks (op, pass, dtype, shape) that ``output_dir`` already holds for
+this hardware with all their repeats are skipped, and the budget left is the budget
+minus the time earlier runs of the same plan spent. A new run always gets a new file.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class SamplingReport:
     """What a ``prism sample`` invocation did."""
 
     run_file: str | None
-    status: str  # complete | budget | interrupted | nothing-to-do
+    status: str  # complete | budget (tasks left when it ran out) | interrupted | nothing-to-do
     plan_id: str
     rows: int
     elapsed_s: float
@@ -95,14 +95,14 @@ def _stored_keys(df: pd.DataFrame, repeats: int) -> set:
     return keys
 
 
-def _done_tasks(output_dir: Path, plan: Plan, repeats: int) -> tuple[set, float]:
-    """Task keys already stored by this plan's earlier runs, and the time they spent."""
+def _done_tasks(output_dir: Path, plan: Plan, hardware: str, repeats: int) -> tuple[set, float]:
+    """Task keys stored for ``hardware``, and the time earlier runs of this plan spent."""
     done, spent = set(), 0.0
     for f in store.run_files(output_dir):
-        meta = store.read_run_metadata(f)
-        if meta.get("plan_id") == plan.plan_id:
-            spent += float(meta.get("elapsed_s", 0.0))
-            done |= _stored_keys(store.read_samples(f), repeats)
+        if store.read_run_metadata(f).get("plan_id") == plan.plan_id:
+            spent += float(store.read_run_metadata(f).get("elapsed_s", 0.0))
+        df = store.read_samples(f)
+        done |= _stored_keys(df[df.hardware == hardware], repeats)
     return done, spent
 
 
@@ -152,7 +152,7 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     recovered = [str(p) for p in store.recover_unfinished(output_dir)]
-    done, spent = _done_tasks(output_dir, plan, sc.repeats)
+    done, spent = _done_tasks(output_dir, plan, hw.name, sc.repeats)
     todo_compute = [t for t in plan.compute if t.key not in done]
     todo_coll = [t for t in plan.collectives if t.key not in done]
     resumed = len(plan.compute) + len(plan.collectives) - len(todo_compute) - len(todo_coll)
@@ -176,7 +176,7 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
                      "numpy": np.__version__, "pandas": pd.__version__},
         "calibration": _calibrate(device, sc.dtypes[0]),
         "host": socket.gethostname(), "started": datetime.now(timezone.utc).isoformat(),
-        "status": "running", "elapsed_s": 0.0,
+        "ended": "running", "elapsed_s": 0.0,  # how the run ended: end-of-plan | deadline | interrupted
     }
     writer = store.RunWriter(output_dir, run_id, metadata)
     base = dict(hardware=hw.name, device_name=device_name, world_size=1, ranks_per_node=1, nodes=1,
@@ -184,7 +184,7 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
                 backend=device.type, origin="sampled")
     start = time.monotonic()
     deadline_wall = time.time() + budget
-    status, failures = "complete", []
+    ended, failures = "end-of-plan", []
     try:
         if todo_coll:
             share = budget * sc.collective_share if todo_compute else budget
@@ -197,7 +197,7 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
         last_flush = time.monotonic()
         for task in bar:
             if time.time() > deadline_wall:
-                status = "budget"
+                ended = "deadline"
                 break
             bar.set_postfix_str(f"{task.op} {task.pass_}", refresh=False)
             try:
@@ -207,19 +207,19 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
                 failures.append({"task": task.key, "error": str(exc).splitlines()[0]})
                 continue
             finally:
-                fn = None
+                fn = None  # free this shape's operands before the next one allocates
             writer.add(_rows(task, latencies, base))
             if time.monotonic() - last_flush > sc.flush_every_s:
                 writer.flush()
                 last_flush = time.monotonic()
         bar.close()
     except KeyboardInterrupt:
-        status = "interrupted"
+        ended = "interrupted"
     finally:
         elapsed = time.monotonic() - start
-        writer.update_metadata(status=status, elapsed_s=elapsed, failures=failures)
+        writer.update_metadata(ended=ended, elapsed_s=elapsed, failures=failures)
         run_file = writer.close()
-    report = SamplingReport(str(run_file) if run_file else None, status, plan.plan_id, 0, elapsed,
+    report = SamplingReport(str(run_file) if run_file else None, ended, plan.plan_id, 0, elapsed,
                             failures=failures, resumed_tasks=resumed, recovered=recovered)
     stored = set()
     if run_file is not None:
@@ -229,4 +229,6 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
                                 for op, g in df.groupby("op")}
         stored = _stored_keys(df, sc.repeats)
     report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll)
+    if ended != "interrupted":
+        report.status = "budget" if report.remaining_tasks else "complete"
     return report

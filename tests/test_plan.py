@@ -34,7 +34,8 @@ def test_a_smaller_budget_shrinks_shapes_not_their_number():
     small = make_plan(*_configs("sampling.budget_s=20"))
     assert small.summary() == big.summary()
     assert small.max_call_ms < big.max_call_ms and small.estimated_s < big.estimated_s
-    assert small.plan_id != big.plan_id
+    assert small.plan_id != big.plan_id  # other shapes, another plan
+    assert make_plan(*_configs("sampling.budget_s=900")).plan_id == big.plan_id  # same shapes
 
 
 @pytest.mark.parametrize("override, message", [

@@ -77,6 +77,13 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     assert json.loads(again.stdout)["status"] == "nothing-to-do"
 
 
+def test_a_spent_budget_is_reported_with_what_is_left(tmp_path, cpu_env):
+    out = _prism(["sample", *SMALL_PLAN, "sampling.budget_s=1", "sampling.ops=[all_reduce,gemm]",
+                  f"output_dir={tmp_path}"], cpu_env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "status       budget" in out.stdout and "larger sampling.budget_s" in out.stdout
+
+
 @pytest.mark.parametrize("override, message", [
     ("sampling.ops=[gemm,flash_conv]", "sampling.ops: unknown op 'flash_conv'"),
     ("sampling.repeats", "malformed override 'sampling.repeats'"),
