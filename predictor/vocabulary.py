@@ -46,6 +46,12 @@ OPS: dict[str, OpSpec] = {
     for spec in [
         # gemm (m, n, k): Y[m,n] = X[m,k] @ W[k,n]; its bwd is dX and dW together.
         OpSpec("gemm", ("m", "n", "k"), _FWD_BWD),
+        # bmm (batch, m, n, k): the unfused attention's QK^T (baddbmm) and PV matmuls.
+        OpSpec("bmm", ("batch", "m", "n", "k"), _FWD_BWD),
+        # softmax and masked_fill over attention scores [batch, heads, seq_q, seq_kv]
+        # (unfused attention); causal softmax is the fused scale-mask-softmax kernel.
+        OpSpec("softmax", ("batch", "heads", "seq_q", "seq_kv", "causal"), _FWD_BWD),
+        OpSpec("masked_fill", ("batch", "heads", "seq_q", "seq_kv"), _FWD_BWD),
         OpSpec("attention",
                ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal"), _FWD_BWD),
         OpSpec("rmsnorm", ("tokens", "hidden"), _FWD_BWD),
@@ -55,7 +61,7 @@ OPS: dict[str, OpSpec] = {
         # swiglu/gelu: hidden is the FFN width (swiglu reads 2*hidden, writes hidden).
         OpSpec("swiglu", ("tokens", "hidden"), _FWD_BWD),
         OpSpec("gelu", ("tokens", "hidden"), _FWD_BWD),
-        OpSpec("residual_add", ("tokens", "hidden"), ("fwd",)),
+        OpSpec("residual_add", ("tokens", "hidden"), _FWD_BWD),  # bwd: the gradient fan-out
         OpSpec("embedding", ("tokens", "hidden", "vocab"), _FWD_BWD),
         OpSpec("cross_entropy", ("tokens", "vocab"), _FWD_BWD),
         OpSpec("optimizer_step", ("params", "optimizer"), _ONCE),
@@ -97,8 +103,8 @@ def flops(op: str, pass_: str, shape: dict) -> float:
     """Floating-point operations of one call of ``op`` in ``pass_`` at ``shape``."""
     s = shape
     bwd = pass_ == "bwd"
-    if op == "gemm":
-        f = 2.0 * s["m"] * s["n"] * s["k"]
+    if op in ("gemm", "bmm"):
+        f = 2.0 * s.get("batch", 1) * s["m"] * s["n"] * s["k"]
         return 2 * f if bwd else f
     if op == "attention":
         # QK^T and PV: 2 matmuls of 2*b*h*sq*skv*d each; causal skips half.
@@ -112,7 +118,8 @@ def flops(op: str, pass_: str, shape: dict) -> float:
         return 0.0
     # Element-wise and normalisation ops: a handful of FLOPs per element.
     per_element = {"rmsnorm": 4, "layernorm": 7, "rope": 3, "swiglu": 6, "gelu": 8,
-                   "residual_add": 1, "embedding": 0, "cross_entropy": 5}[op]
+                   "residual_add": 1, "embedding": 0, "cross_entropy": 5, "softmax": 5,
+                   "masked_fill": 1}[op]
     elements = _elements(op, s)
     return float(per_element * elements * (2 if bwd else 1))
 
@@ -121,8 +128,8 @@ def bytes_moved(op: str, pass_: str, shape: dict, dtype: str) -> float:
     """Minimum bytes read plus written by one call (for collectives: the message)."""
     s, e = shape, DTYPE_BYTES[dtype]
     bwd = pass_ == "bwd"
-    if op == "gemm":
-        b = (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * e
+    if op in ("gemm", "bmm"):
+        b = s.get("batch", 1) * (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * e
         return 2.0 * b if bwd else float(b)
     if op == "attention":
         q_o = 2 * s["batch"] * s["heads"] * s["seq_q"] * s["head_dim"]
@@ -138,7 +145,7 @@ def bytes_moved(op: str, pass_: str, shape: dict, dtype: str) -> float:
         return float(2 * gathered + (s["vocab"] * s["hidden"] * e if bwd else 0))
     # in + out tensors (swiglu reads two halves, residual_add reads two inputs)
     tensors = {"rmsnorm": 2, "layernorm": 2, "rope": 2, "swiglu": 3, "gelu": 2,
-               "residual_add": 3, "cross_entropy": 1}[op]
+               "residual_add": 3, "cross_entropy": 1, "softmax": 2, "masked_fill": 2}[op]
     return float(tensors * _elements(op, s) * e * (2 if bwd else 1))
 
 
@@ -147,4 +154,6 @@ def _elements(op: str, s: dict) -> int:
         return s["tokens"] * s["heads"] * s["head_dim"]
     if op == "cross_entropy":
         return s["tokens"] * s["vocab"]
+    if op in ("softmax", "masked_fill"):
+        return s["batch"] * s["heads"] * s["seq_q"] * s["seq_kv"]
     return s["tokens"] * s["hidden"]

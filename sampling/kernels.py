@@ -33,6 +33,18 @@ def _forward(op: str, s: dict, dtype, device):
     if op == "gemm":
         x, w = _leaf(s["m"], s["k"], **t), _leaf(s["k"], s["n"], **t)
         return (x, w), lambda: x @ w
+    if op == "bmm":
+        x, w = _leaf(s["batch"], s["m"], s["k"], **t), _leaf(s["batch"], s["k"], s["n"], **t)
+        return (x, w), lambda: torch.bmm(x, w)
+    if op in ("softmax", "masked_fill"):
+        scores = _leaf(s["batch"], s["heads"], s["seq_q"], s["seq_kv"], **t)
+        upper = torch.ones(s["seq_q"], s["seq_kv"], dtype=torch.bool, device=device).triu(1)
+        if op == "masked_fill":
+            return (scores,), lambda: scores.masked_fill(upper, -10000.0)
+        if s["causal"]:  # scale, mask and softmax in one expression, as the fused kernel does
+            bias = torch.zeros(upper.shape, dtype=dtype, device=device).masked_fill(upper, float("-inf"))
+            return (scores,), lambda: torch.softmax(scores + bias, dim=-1)
+        return (scores,), lambda: torch.softmax(scores, dim=-1)
     if op == "attention":
         b, h, kv, d = s["batch"], s["heads"], s["kv_heads"], s["head_dim"]
         q = _leaf(b, h, s["seq_q"], d, **t)

@@ -34,6 +34,9 @@ _CALL_OVERHEAD_S = 30e-6
 # How each op's shape is drawn: the columns taken from the Sobol point (the rest derive).
 _DRAWN = {
     "gemm": ("m", "n", "k"),
+    "bmm": ("batch", "m", "n", "k"),
+    "softmax": ("batch", "heads", "seq_q"),
+    "masked_fill": ("batch", "heads", "seq_q"),
     "attention": ("batch", "heads", "seq_q", "head_dim"),
     "rope": ("tokens", "heads", "head_dim"),
     "embedding": ("tokens", "hidden", "vocab"),
@@ -181,6 +184,10 @@ def _shape_from_point(op: str, point: dict, i: int) -> dict:
         while s["heads"] % ratio:
             ratio //= 2
         s.update(kv_heads=s["heads"] // ratio, seq_kv=s["seq_q"], causal=i % 3 != 2)
+    if op in ("softmax", "masked_fill"):
+        s["seq_kv"] = s["seq_q"]
+        if op == "softmax":
+            s["causal"] = i % 2 == 0
     if op == "optimizer_step":
         s["optimizer"] = OPTIMIZERS[1] if i % 4 == 3 else OPTIMIZERS[0]
     return s
