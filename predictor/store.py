@@ -132,6 +132,24 @@ class RunWriter:
         return finish_run(self.parts_dir)
 
 
+def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Path:
+    """Write a whole run at once (importers): ``<output_dir>/<run_id>.parquet``, never overwriting.
+
+    ``rows`` holds any subset of :data:`COLUMNS` (missing ones become null).
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / f"{run_id}.parquet"
+    if path.exists():
+        raise PrismError(f"{path} already exists; a run id is never reused")
+    n = len(rows)
+    table = pa.Table.from_arrays(
+        [pa.array(rows[f.name], type=f.type, from_pandas=True) if f.name in rows else pa.nulls(n, f.type)
+         for f in SCHEMA], schema=SCHEMA)
+    _atomic_write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()}), path)
+    return path
+
+
 def finish_run(parts_dir: Path) -> Path | None:
     """Join a run's parts into ``<run_id>.parquet`` and remove the parts folder.
 
