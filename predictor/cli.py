@@ -84,6 +84,75 @@ def _samples(args) -> int:
     return 0
 
 
+def _import_ett(args) -> int:
+    from predictor.importers.ett import import_ett
+    settings = {}
+    for text in args.overrides:  # not Hydra keys: this verb composes no configuration
+        key, sep, value = text.partition("=")
+        if not sep or not value or key not in ("out", "output"):
+            raise PrismError(f"{text!r}: import-ett takes out=DIR (required) and output=json|table")
+        settings[key] = value
+    if "out" not in settings:
+        raise PrismError("out=DIR is required: the sample store to write the run into, e.g. out=samples/ett")
+    report = import_ett(args.path, settings["out"])
+    if args.json or settings.get("output") == "json":
+        print(json.dumps(asdict(report), indent=2, default=str))
+    else:
+        print(report.table())
+    return 0
+
+
+def _hardware_and_samples(cfg):
+    from predictor.config import HardwareConfig, section
+    from predictor.store import read_samples
+    if not cfg.samples:
+        raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)")
+    return section(cfg, "hardware", HardwareConfig), read_samples(cfg.samples)
+
+
+def _train(args) -> int:
+    import time
+    from pathlib import Path
+
+    from predictor.config import RegressorConfig, section
+    from predictor.operator_models import train
+    cfg = _load(args)
+    hw, samples = _hardware_and_samples(cfg)
+    rc = section(cfg, "regressor", RegressorConfig)
+    t0 = time.perf_counter()
+    models = train(samples, hw, rc, n_jobs=2)
+    elapsed = time.perf_counter() - t0
+    directory = models.save(Path(cfg.models_dir) / hw.name)
+    rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
+             "calibration_shapes": m.info["calibration_shapes"],
+             "kib": round((directory / f"{op}__{p}.ubj").stat().st_size / 1024)}
+            for (op, p), m in sorted(models.models.items())]
+    table = pd_table(rows) + f"\n{len(rows)} models for {hw.name} in {directory} ({elapsed:.1f} s)"
+    _print(cfg, {"hardware": hw.name, "models_dir": str(directory), "seconds": elapsed, "models": rows}, table)
+    return 0
+
+
+def _evaluate(args) -> int:
+    from pathlib import Path
+
+    from predictor.evaluate import evaluate
+    from predictor.operator_models import ModelSet
+    cfg = _load(args)
+    hw, samples = _hardware_and_samples(cfg)
+    models = ModelSet.load(Path(cfg.models_dir) / hw.name, hw)
+    result = evaluate(models, samples, by=cfg.by)
+    if result.empty:
+        raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name}")
+    _print(cfg, result.to_dict(orient="records"),
+           result.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    return 0
+
+
+def pd_table(rows: list[dict]) -> str:
+    import pandas as pd
+    return pd.DataFrame(rows).to_string(index=False)
+
+
 VERBS = {
     "sample": dict(
         run=_sample, help="measure operator latencies on this machine into the sample store",
@@ -94,12 +163,45 @@ VERBS = {
         examples=["prism sample hardware=local-cpu sampling=quick sampling.budget_s=60 output_dir=samples/cpu",
                   "prism sample sampling.ops=[gemm,attention] sampling.shapes_per_op=40",
                   "prism sample hardware=h100-sxm sampling.dtypes=[bfloat16,float16]   # on a GPU host"]),
+    "train": dict(
+        run=_train, help="train the latency-distribution models of one hardware from samples",
+        description="Fit one multi-quantile XGBoost model per (op, pass) present in the samples "
+                    "for the hardware, on log(latency / roofline floor), with conformally "
+                    "calibrated intervals; write <models_dir>/<hardware>/<op>__<pass>.ubj and "
+                    "manifest.json.",
+        examples=["prism train samples=samples/ett hardware=a100-sxm4-80gb",
+                  "prism train samples=samples/cpu hardware=local-cpu",
+                  "prism train samples=samples/cpu regressor.params.n_estimators=300 models_dir=/tmp/models"]),
+    "evaluate": dict(
+        run=_evaluate, help="score trained models on a sample store (MAPE, pinball, coverage)",
+        description="Per op and pass (collectives: per topology, nodes x ranks per node): the "
+                    "median's MAPE against each shape's measured median, the pinball loss on "
+                    "log latency, and the coverage of the 80% and 90% intervals. by=origin "
+                    "groups by where rows came from instead (e.g. ETT's functions).",
+        examples=["prism evaluate samples=samples/ett hardware=a100-sxm4-80gb --json",
+                  "prism evaluate samples=samples/ett hardware=a100-sxm4-80gb by=origin"]),
     "samples": dict(
         run=_samples, help="summarise a sample store (shapes, rows, repeats per op)",
         description="Read a folder of sampling runs (or one .parquet file) and list, per "
                     "hardware, op, pass and dtype, the distinct shapes, rows, repeats and the "
                     "range of per-shape median latencies.",
         examples=["prism samples samples/cpu", "prism samples samples/cpu --json"], positional="path"),
+    "import-ett": dict(
+        run=_import_ett, help="import estimate-train-time (arXiv 2509.22832) samples into the sample store",
+        description="Convert one cluster folder of the estimate-train-time layout "
+                    "(operator/<GPU>_<function>_fp16.csv, nccl/<GPU>_<function>_fp16[_<nodes>_<gpus>].csv) "
+                    "into one run, out/ett-<cluster>.parquet, with each ETT function mapped onto PRISM's "
+                    "ops (linear1-4 and linear_final -> gemm, flash_atten -> attention, allreduce -> "
+                    "all_reduce, ...) and tagged origin=ett:<cluster>/<function>. Prints rows per op and "
+                    "per function, the files and rows left out and why, and rows that look physically "
+                    "implausible. An existing run is never overwritten. out=DIR is this verb's only "
+                    "setting (plus output=json); it reads no Hydra configuration.",
+        examples=["prism import-ett ../shared/data/ett/Perlmutter out=samples/ett",
+                  "prism import-ett ../shared/data/ett/Vista out=samples/ett --json",
+                  "prism samples samples/ett      # what was imported"],
+        positional="path", positional_help="an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter",
+        overrides=True, overrides_help="out=DIR (required): the sample store to write ett-<cluster>.parquet into; "
+                       "output=json is the same as --json"),
 }
 
 
@@ -115,9 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="examples:\n  " + "\n  ".join(verb["examples"]),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if "positional" in verb:
-            p.add_argument(verb["positional"], help="sample store: a folder of runs or one .parquet file")
-        else:
-            p.add_argument("overrides", nargs="*", metavar="key=value", help=_OVERRIDES_HELP)
+            p.add_argument(verb["positional"], help=verb.get(
+                "positional_help", "sample store: a folder of runs or one .parquet file"))
+        if "positional" not in verb or verb.get("overrides"):  # a positional verb may take key=value too
+            p.add_argument("overrides", nargs="*", metavar="key=value",
+                           help=verb.get("overrides_help", _OVERRIDES_HELP))
+        if "positional" not in verb:
             p.add_argument("--show-config", action="store_true",
                            help="print the composed configuration and exit")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")

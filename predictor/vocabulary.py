@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 DTYPE_BYTES = {"float32": 4, "tfloat32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
 
 #: Every shape column the store knows, with its Arrow type name. One store-wide set
@@ -99,57 +101,75 @@ def unknown_op_message(op: str) -> str:
     return f"unknown op {op!r}; known ops: {', '.join(OPS)}"
 
 
-def flops(op: str, pass_: str, shape: dict) -> float:
-    """Floating-point operations of one call of ``op`` in ``pass_`` at ``shape``."""
+def flops(op: str, pass_: str, shape):
+    """Floating-point operations of one call of ``op`` in ``pass_`` at ``shape``.
+
+    ``shape`` maps shape columns to scalars or to arrays (a DataFrame works), so whole
+    batches of shapes are computed at once.
+    """
     s = shape
-    bwd = pass_ == "bwd"
+    bwd = 2.0 if pass_ == "bwd" else 1.0
     if op in ("gemm", "bmm"):
-        f = 2.0 * s.get("batch", 1) * s["m"] * s["n"] * s["k"]
-        return 2 * f if bwd else f
+        batch = s["batch"] if op == "bmm" else 1
+        return bwd * 2.0 * batch * s["m"] * s["n"] * s["k"]
     if op == "attention":
         # QK^T and PV: 2 matmuls of 2*b*h*sq*skv*d each; causal skips half.
         f = 4.0 * s["batch"] * s["heads"] * s["seq_q"] * s["seq_kv"] * s["head_dim"]
-        if s["causal"]:
-            f /= 2
-        return 2.5 * f if bwd else f
+        f = f * np.where(np.asarray(s["causal"], dtype=bool), 0.5, 1.0)
+        return f * (2.5 if pass_ == "bwd" else 1.0)
     if op == "optimizer_step":
-        return float(_OPTIMIZER_FLOPS_PER_PARAM[s["optimizer"]] * s["params"])
+        return _per_optimizer(_OPTIMIZER_FLOPS_PER_PARAM, s["optimizer"]) * s["params"]
     if OPS[op].collective:
-        return 0.0
+        return 0.0 * s["message_bytes"]
     # Element-wise and normalisation ops: a handful of FLOPs per element.
     per_element = {"rmsnorm": 4, "layernorm": 7, "rope": 3, "swiglu": 6, "gelu": 8,
                    "residual_add": 1, "embedding": 0, "cross_entropy": 5, "softmax": 5,
                    "masked_fill": 1}[op]
-    elements = _elements(op, s)
-    return float(per_element * elements * (2 if bwd else 1))
+    return bwd * per_element * _elements(op, s)
 
 
-def bytes_moved(op: str, pass_: str, shape: dict, dtype: str) -> float:
-    """Minimum bytes read plus written by one call (for collectives: the message)."""
-    s, e = shape, DTYPE_BYTES[dtype]
-    bwd = pass_ == "bwd"
+def bytes_moved(op: str, pass_: str, shape, dtype):
+    """Minimum bytes read plus written by one call (for collectives: the message).
+
+    ``dtype`` is a dtype name or an array of them, one per shape.
+    """
+    s, e = shape, dtype_bytes(dtype)
+    bwd = 2.0 if pass_ == "bwd" else 1.0
     if op in ("gemm", "bmm"):
-        b = s.get("batch", 1) * (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * e
-        return 2.0 * b if bwd else float(b)
+        batch = s["batch"] if op == "bmm" else 1
+        return bwd * batch * (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * e
     if op == "attention":
         q_o = 2 * s["batch"] * s["heads"] * s["seq_q"] * s["head_dim"]
         k_v = 2 * s["batch"] * s["kv_heads"] * s["seq_kv"] * s["head_dim"]
-        return float((q_o + k_v) * e * (2 if bwd else 1))
+        return bwd * (q_o + k_v) * e
     if op == "optimizer_step":
-        return float(_OPTIMIZER_BYTES_PER_PARAM[s["optimizer"]] * s["params"])
+        return _per_optimizer(_OPTIMIZER_BYTES_PER_PARAM, s["optimizer"]) * s["params"]
     if OPS[op].collective:
-        return float(s["message_bytes"])
+        return 1.0 * s["message_bytes"]
     if op == "embedding":
         gathered = s["tokens"] * s["hidden"] * e
         # bwd scatters into a dense table gradient that is zeroed and written whole.
-        return float(2 * gathered + (s["vocab"] * s["hidden"] * e if bwd else 0))
+        return 2.0 * gathered + (s["vocab"] * s["hidden"] * e if pass_ == "bwd" else 0)
     # in + out tensors (swiglu reads two halves, residual_add reads two inputs)
     tensors = {"rmsnorm": 2, "layernorm": 2, "rope": 2, "swiglu": 3, "gelu": 2,
                "residual_add": 3, "cross_entropy": 1, "softmax": 2, "masked_fill": 2}[op]
-    return float(tensors * _elements(op, s) * e * (2 if bwd else 1))
+    return bwd * tensors * _elements(op, s) * e
 
 
-def _elements(op: str, s: dict) -> int:
+def dtype_bytes(dtype):
+    """Bytes per element of a dtype name, or of each name in an array."""
+    if isinstance(dtype, str):
+        return DTYPE_BYTES[dtype]
+    return np.array([DTYPE_BYTES[d] for d in np.asarray(dtype)], dtype=float)
+
+
+def _per_optimizer(table: dict, optimizer):
+    if isinstance(optimizer, str):
+        return table[optimizer]
+    return np.array([table[o] for o in np.asarray(optimizer)], dtype=float)
+
+
+def _elements(op: str, s):
     if op == "rope":
         return s["tokens"] * s["heads"] * s["head_dim"]
     if op == "cross_entropy":

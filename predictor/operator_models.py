@@ -1,0 +1,194 @@
+"""Per-(hardware, op, pass) latency distributions: train, save, load, query.
+
+A :class:`ModelSet` holds one hardware's models. Each predicts quantiles of
+``log(latency / floor)`` (see :mod:`predictor.features`) and answers in microseconds.
+Artifacts: ``models/<hardware>/<op>__<pass>.ubj`` (XGBoost's own format) and
+``manifest.json`` (features, quantiles, offsets, training-data hash, sample counts,
+held-out metrics, library versions, the hardware floor they were trained against).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+import sklearn
+import xgboost as xgb
+
+from predictor.config import HardwareConfig, RegressorConfig
+from predictor.errors import PrismError
+from predictor.features import TOPOLOGY, feature_names, features
+from predictor.regressor import QuantileXGBRegressor
+from predictor.vocabulary import OPS
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+def shape_groups(op: str, rows: pd.DataFrame) -> np.ndarray:
+    """One id per distinct (shape, topology, dtype): a shape's repeats form one group."""
+    cols = list(OPS[op].shape) + (list(TOPOLOGY) if OPS[op].collective else []) + ["dtype"]
+    cols = [c for c in cols if c in rows]
+    return rows.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
+
+
+def floor_fingerprint(hw: HardwareConfig) -> str:
+    """Hash of the hardware figures the floor uses: models trained on other figures are stale."""
+    text = json.dumps({"peak": hw.peak_flops, "bw": hw.memory.bandwidth,
+                       "intra": [hw.network.intra_node.bandwidth, hw.network.intra_node.latency_us],
+                       "inter": [hw.network.inter_node.bandwidth, hw.network.inter_node.latency_us]},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def data_hash(rows: pd.DataFrame) -> str:
+    return hashlib.sha256(pd.util.hash_pandas_object(rows.reset_index(drop=True)).to_numpy().tobytes()
+                          ).hexdigest()[:16]
+
+
+@dataclass
+class OperatorModel:
+    """The latency distribution of one op in one pass on one hardware."""
+
+    op: str
+    pass_: str
+    regressor: QuantileXGBRegressor
+    info: dict
+
+    def predict(self, shapes: pd.DataFrame, hw: HardwareConfig) -> np.ndarray:
+        """Latency quantiles in microseconds, shape (len(shapes), n_quantiles)."""
+        X, floor = features(self.op, self.pass_, shapes, hw)
+        return floor[:, None] * np.exp(self.regressor.predict(X))
+
+
+def fit_operator_model(op: str, pass_: str, rows: pd.DataFrame, hw: HardwareConfig,
+                       rc: RegressorConfig) -> OperatorModel:
+    rows = rows[rows["latency_us"] > 0]
+    X, floor = features(op, pass_, rows, hw)
+    y = np.log(rows["latency_us"].to_numpy() / floor)
+    groups = shape_groups(op, rows)
+    params = dict(rc.params)
+    reg = QuantileXGBRegressor(quantiles=tuple(rc.quantiles), **params).fit(X, y, groups)
+    info = {"rows": int(len(rows)), "shapes": int(len(np.unique(groups))),
+            "calibration_shapes": int(reg.n_calibration_), "offsets": reg.offsets_.tolist(),
+            "data_hash": data_hash(rows[list(OPS[op].shape) + ["latency_us"]]),
+            "origins": sorted(map(str, rows["origin"].dropna().unique())) if "origin" in rows else []}
+    return OperatorModel(op, pass_, reg, info)
+
+
+class ModelSet:
+    """All operator models of one hardware; query them by op, pass and shapes.
+
+    Examples
+    --------
+    >>> models = ModelSet.load("models/a100-sxm4-80gb", hw)           # doctest: +SKIP
+    >>> models.query("gemm", "fwd", pd.DataFrame({"m": [8192], "n": [8192], "k": [8192],
+    ...                                          "dtype": ["float16"]}))   # doctest: +SKIP
+         q0.05    q0.1  ...   q0.95
+    0   3702.1  3741.8  ...  4010.6
+    """
+
+    def __init__(self, hw: HardwareConfig, quantiles, models: dict, manifest: dict | None = None):
+        self.hw = hw
+        self.quantiles = tuple(quantiles)
+        self.models = models
+        self.manifest = manifest or {}
+
+    def has(self, op: str, pass_: str) -> bool:
+        return (op, pass_) in self.models
+
+    def query(self, op: str, pass_: str, shapes: pd.DataFrame) -> pd.DataFrame:
+        """Latency quantiles (us) for each row of ``shapes``, one column per quantile."""
+        if (op, pass_) not in self.models:
+            have = ", ".join(f"{o}/{p}" for o, p in sorted(self.models))
+            raise PrismError(f"no model for {op}/{pass_} on {self.hw.name}; this model set has: {have}. "
+                             f"Sample the op and run prism train")
+        q = self.models[(op, pass_)].predict(shapes, self.hw)
+        return pd.DataFrame(q, columns=[f"q{a:g}" for a in self.quantiles], index=shapes.index)
+
+    # -- artifacts --------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        """Write every model as ``<op>__<pass>.ubj`` and the manifest (each file atomically)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        entries = {}
+        for (op, pass_), m in sorted(self.models.items()):
+            name = f"{op}__{pass_}.ubj"
+            tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.ubj"
+            m.regressor.booster_.save_model(tmp)
+            os.replace(tmp, directory / name)
+            entries[f"{op}/{pass_}"] = {
+                "file": name, "op": op, "pass": pass_, "features": feature_names(op),
+                "sha256": hashlib.sha256((directory / name).read_bytes()).hexdigest(), **m.info}
+        manifest = {
+            "format": FORMAT_VERSION, "hardware": self.hw.name, "quantiles": list(self.quantiles),
+            "target": "log(latency_us / floor_us)", "floor_fingerprint": floor_fingerprint(self.hw),
+            "created": datetime.now(timezone.utc).isoformat(),
+            "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
+                         "numpy": np.__version__, "python": platform.python_version()},
+            **{k: v for k, v in self.manifest.items() if k in ("training", "samples")},
+            "models": entries,
+        }
+        tmp = directory / f".{MANIFEST}.{uuid.uuid4().hex[:8]}"
+        tmp.write_text(json.dumps(manifest, indent=1))
+        os.replace(tmp, directory / MANIFEST)
+        self.manifest = manifest
+        return directory
+
+    @classmethod
+    def load(cls, directory, hw: HardwareConfig) -> "ModelSet":
+        """Load a hardware's models, checking them against the manifest and the profile."""
+        directory = Path(directory)
+        path = directory / MANIFEST
+        if not path.exists():
+            raise PrismError(f"{directory}: no trained models ({MANIFEST} missing); train them with "
+                             f"prism train samples=DIR hardware={hw.name}")
+        try:
+            manifest = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise PrismError(f"{path}: not valid JSON ({exc}); retrain with prism train") from None
+        if manifest.get("format") != FORMAT_VERSION or manifest.get("hardware") != hw.name:
+            raise PrismError(f"{path}: made for hardware {manifest.get('hardware')!r} (format "
+                             f"{manifest.get('format')}), not {hw.name!r}; retrain with prism train")
+        if manifest["floor_fingerprint"] != floor_fingerprint(hw):
+            raise PrismError(f"{path}: conf/hardware/{hw.name}.yaml changed (peak, bandwidth or network) "
+                             f"since these models were trained; retrain with prism train")
+        models = {}
+        for key, entry in manifest["models"].items():
+            file = directory / entry["file"]
+            if not file.exists():
+                raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train")
+            if hashlib.sha256(file.read_bytes()).hexdigest() != entry["sha256"]:
+                raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
+                                 f"truncated); retrain with prism train")
+            if entry["features"] != feature_names(entry["op"]):
+                raise PrismError(f"{file}: trained on features {entry['features']}, this PRISM "
+                                 f"computes {feature_names(entry['op'])}; retrain with prism train")
+            reg = QuantileXGBRegressor(quantiles=tuple(manifest["quantiles"]))
+            reg.booster_ = xgb.Booster(model_file=str(file))
+            reg.offsets_ = np.asarray(entry["offsets"])
+            models[(entry["op"], entry["pass"])] = OperatorModel(entry["op"], entry["pass"], reg, entry)
+        return cls(hw, manifest["quantiles"], models, manifest)
+
+
+def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs: int = 2,
+          progress: bool = False) -> ModelSet:
+    """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
+    rows = samples[samples["hardware"] == hw.name]
+    if rows.empty:
+        held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
+        raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})")
+    groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
+    jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
+    fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)
+    models = {(m.op, m.pass_): m for m in fitted}
+    manifest = {"samples": {"rows": int(len(rows)), "hash": data_hash(rows[["op", "pass", "latency_us"]])}}
+    return ModelSet(hw, rc.quantiles, models, manifest)
