@@ -125,7 +125,8 @@ def _train(args) -> int:
     directory = models.save(Path(cfg.models_dir) / hw.name)
     rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
              "calibration_shapes": m.info["calibration_shapes"],
-             "kib": round((directory / f"{op}__{p}.ubj").stat().st_size / 1024)}
+             "kib": round(sum((directory / f["file"]).stat().st_size
+                              for f in models.manifest["models"][f"{op}/{p}"]["files"].values()) / 1024)}
             for (op, p), m in sorted(models.models.items())]
     table = pd_table(rows) + f"\n{len(rows)} models for {hw.name} in {directory} ({elapsed:.1f} s)"
     _print(cfg, {"hardware": hw.name, "models_dir": str(directory), "seconds": elapsed, "models": rows}, table)

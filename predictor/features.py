@@ -25,7 +25,9 @@ def feature_names(op: str) -> list[str]:
     shape = [f"log2_{c}" if c not in ("causal", "optimizer") else c for c in OPS[op].shape]
     if OPS[op].collective:
         return shape + list(TOPOLOGY) + ["log2_floor_us"]
-    return shape + ["dtype_bytes", "log2_flops", "log2_bytes", "log2_intensity", "log2_floor_us"]
+    # An optimizer step is launch-bound for small tensors and bandwidth-bound for large ones.
+    per_tensor = ["log2_params_per_tensor"] if op == "optimizer_step" else []
+    return shape + per_tensor + ["dtype_bytes", "log2_flops", "log2_bytes", "log2_intensity", "log2_floor_us"]
 
 
 def _column(frame: pd.DataFrame, name: str, op: str) -> np.ndarray:
@@ -79,6 +81,8 @@ def features(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> tu
     if OPS[op].collective:
         cols += [_column(frame, c, op).astype(float) for c in TOPOLOGY]
     else:
+        if op == "optimizer_step":
+            cols.append(np.log2(s["params"] / np.maximum(s["tensors"], 1.0)))
         dtypes = frame["dtype"].to_numpy() if "dtype" in frame else np.full(len(frame), "float32")
         f = np.maximum(flops(op, pass_, s), 1.0)
         b = np.maximum(bytes_moved(op, pass_, s, dtypes), 1.0)

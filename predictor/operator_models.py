@@ -2,7 +2,8 @@
 
 A :class:`ModelSet` holds one hardware's models. Each predicts quantiles of
 ``log(latency / floor)`` (see :mod:`predictor.features`) and answers in microseconds.
-Artifacts: ``models/<hardware>/<op>__<pass>.ubj`` (XGBoost's own format) and
+Artifacts: ``models/<hardware>/<op>__<pass>.ubj`` (the center booster, XGBoost's own
+format), ``<op>__<pass>.quantiles.ubj`` (the residual quantiles) and
 ``manifest.json`` (features, quantiles, offsets, training-data hash, sample counts,
 held-out metrics, library versions, the hardware floor they were trained against).
 """
@@ -121,13 +122,15 @@ class ModelSet:
         directory.mkdir(parents=True, exist_ok=True)
         entries = {}
         for (op, pass_), m in sorted(self.models.items()):
-            name = f"{op}__{pass_}.ubj"
-            tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.ubj"
-            m.regressor.booster_.save_model(tmp)
-            os.replace(tmp, directory / name)
-            entries[f"{op}/{pass_}"] = {
-                "file": name, "op": op, "pass": pass_, "features": feature_names(op),
-                "sha256": hashlib.sha256((directory / name).read_bytes()).hexdigest(), **m.info}
+            files = {}
+            for part, booster in (("center", m.regressor.center_), ("quantiles", m.regressor.booster_)):
+                name = f"{op}__{pass_}.ubj" if part == "center" else f"{op}__{pass_}.quantiles.ubj"
+                tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.ubj"
+                booster.save_model(tmp)
+                os.replace(tmp, directory / name)
+                files[part] = {"file": name, "sha256": hashlib.sha256((directory / name).read_bytes()).hexdigest()}
+            entries[f"{op}/{pass_}"] = {"files": files, "op": op, "pass": pass_,
+                                        "features": feature_names(op), **m.info}
         manifest = {
             "format": FORMAT_VERSION, "hardware": self.hw.name, "quantiles": list(self.quantiles),
             "target": "log(latency_us / floor_us)", "floor_fingerprint": floor_fingerprint(self.hw),
@@ -163,17 +166,20 @@ class ModelSet:
                              f"since these models were trained; retrain with prism train")
         models = {}
         for key, entry in manifest["models"].items():
-            file = directory / entry["file"]
-            if not file.exists():
-                raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train")
-            if hashlib.sha256(file.read_bytes()).hexdigest() != entry["sha256"]:
-                raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
-                                 f"truncated); retrain with prism train")
+            boosters = {}
+            for part, f in entry["files"].items():
+                file = directory / f["file"]
+                if not file.exists():
+                    raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train")
+                if hashlib.sha256(file.read_bytes()).hexdigest() != f["sha256"]:
+                    raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
+                                     f"truncated); retrain with prism train")
+                boosters[part] = xgb.Booster(model_file=str(file))
             if entry["features"] != feature_names(entry["op"]):
-                raise PrismError(f"{file}: trained on features {entry['features']}, this PRISM "
+                raise PrismError(f"{key}: trained on features {entry['features']}, this PRISM "
                                  f"computes {feature_names(entry['op'])}; retrain with prism train")
             reg = QuantileXGBRegressor(quantiles=tuple(manifest["quantiles"]))
-            reg.booster_ = xgb.Booster(model_file=str(file))
+            reg.center_, reg.booster_ = boosters["center"], boosters["quantiles"]
             reg.offsets_ = np.asarray(entry["offsets"])
             models[(entry["op"], entry["pass"])] = OperatorModel(entry["op"], entry["pass"], reg, entry)
         return cls(hw, manifest["quantiles"], models, manifest)

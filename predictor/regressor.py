@@ -1,12 +1,15 @@
 """Multi-quantile gradient-boosted trees with conformal calibration.
 
-One XGBoost model predicts several quantiles at once (``reg:quantileerror`` with a
-vector ``quantile_alpha``); each predicted row is sorted so quantiles never cross.
-Interval widths are then calibrated on held-out groups with conformalized quantile
-regression (Romano, Patterson & Candès 2019, arXiv 1905.03222): for each symmetric
-pair (q, 1-q) with nominal coverage c, the conformity score of a held-out point is
-``max(lo - y, y - hi)`` and both ends move out (or in) by its ``c(1 + 1/n)`` quantile.
-The booster is then refit on all rows and keeps those offsets.
+Two boosters: a *center*, the median, fitted with squared error and then refined by
+absolute-error rounds (the pinball loss's sign-only gradient converges far more slowly,
+and the median carries the accuracy); and a *spread* predicting several quantiles of
+the residual at once (``reg:quantileerror`` with a vector ``quantile_alpha``), shifted
+so that its median sits on the center. Each predicted row is sorted so quantiles never
+cross. Interval widths are then calibrated on held-out groups with conformalized
+quantile regression (Romano, Patterson & Candès 2019, arXiv 1905.03222): for each
+symmetric pair (q, 1-q) with nominal coverage c, the conformity score of a held-out
+point is ``max(lo - y, y - hi)`` and both ends move out (or in) by its ``c(1 + 1/n)``
+quantile. The boosters keep the fit on the other groups (split conformal).
 """
 from __future__ import annotations
 
@@ -27,12 +30,18 @@ class QuantileXGBRegressor:
     n_estimators, max_depth, learning_rate, min_child_weight, subsample : XGBoost's.
     multi_strategy : ``one_output_per_tree`` (a tree per quantile and round) or
         ``multi_output_tree`` (one tree with a leaf vector: ~k times smaller artifacts).
+    median_rounds : absolute-error rounds after the center's squared-error ones (robust
+        to heavy-tailed noise such as a shared network's).
+    spread_estimators, spread_max_depth : rounds and depth of the residual-quantile
+        booster (the spread is smoother than the center, and conformal calibration
+        corrects its width).
     calibration_fraction : share of groups held out to calibrate interval widths.
     random_state, n_jobs : seed and threads.
 
     Attributes
     ----------
-    booster_ : xgboost.Booster fitted on all rows.
+    center_ : xgboost.Booster, the conditional median of ``y``.
+    booster_ : xgboost.Booster, quantiles of ``y - center_(X)``.
     offsets_ : ndarray (n_quantiles,), conformal shift added to each quantile.
     n_calibration_ : groups used for calibration (0 when too few to calibrate).
 
@@ -45,10 +54,10 @@ class QuantileXGBRegressor:
     ((500, 7), True)
     """
 
-    def __init__(self, quantiles=DEFAULT_QUANTILES, n_estimators=300, max_depth=6,
-                 learning_rate=0.05, min_child_weight=1.0, subsample=1.0,
-                 multi_strategy="one_output_per_tree", calibration_fraction=0.2, refit=False,
-                 random_state=0, n_jobs=1):
+    def __init__(self, quantiles=DEFAULT_QUANTILES, n_estimators=150, max_depth=5,
+                 learning_rate=0.1, min_child_weight=1.0, subsample=1.0,
+                 multi_strategy="multi_output_tree", median_rounds=100, spread_estimators=50,
+                 spread_max_depth=4, calibration_fraction=0.2, random_state=0, n_jobs=1):
         self.quantiles = quantiles
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -56,20 +65,34 @@ class QuantileXGBRegressor:
         self.min_child_weight = min_child_weight
         self.subsample = subsample
         self.multi_strategy = multi_strategy
+        self.median_rounds = median_rounds
+        self.spread_estimators = spread_estimators
+        self.spread_max_depth = spread_max_depth
         self.calibration_fraction = calibration_fraction
-        self.refit = refit
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    def _params(self) -> dict:
-        return {"objective": "reg:quantileerror", "quantile_alpha": np.asarray(self.quantiles),
-                "tree_method": "hist", "max_depth": self.max_depth, "eta": self.learning_rate,
-                "min_child_weight": self.min_child_weight, "subsample": self.subsample,
-                "multi_strategy": self.multi_strategy,
-                "seed": self.random_state, "nthread": self.n_jobs}
+    def _train(self, X, y, quantiles: bool) -> xgb.Booster:
+        params = {"tree_method": "hist", "max_depth": self.max_depth, "eta": self.learning_rate,
+                  "min_child_weight": self.min_child_weight, "subsample": self.subsample,
+                  "seed": self.random_state, "nthread": self.n_jobs, "objective": "reg:squarederror"}
+        data = xgb.DMatrix(X, label=y)
+        if quantiles:
+            params.update(objective="reg:quantileerror", quantile_alpha=np.asarray(self.quantiles),
+                          multi_strategy=self.multi_strategy, max_depth=self.spread_max_depth)
+            return xgb.train(params, data, num_boost_round=self.spread_estimators)
+        booster = xgb.train(params, data, num_boost_round=self.n_estimators)
+        if self.median_rounds:  # refine toward the median: robust to heavy-tailed noise
+            booster = xgb.train({**params, "objective": "reg:absoluteerror"}, data,
+                                num_boost_round=self.median_rounds, xgb_model=booster)
+        return booster
 
-    def _train(self, X, y) -> xgb.Booster:
-        return xgb.train(self._params(), xgb.DMatrix(X, label=y), num_boost_round=self.n_estimators)
+    def _fit_boosters(self, X, y) -> None:
+        self.center_ = self._train(X, y, quantiles=False)
+        self.booster_ = self._train(X, y - self._center(X), quantiles=True)
+
+    def _center(self, X) -> np.ndarray:
+        return self.center_.predict(xgb.DMatrix(X))
 
     def fit(self, X, y, groups=None):
         """Fit on rows ``X``/``y``; rows sharing a group (a shape's repeats) stay together."""
@@ -83,17 +106,19 @@ class QuantileXGBRegressor:
             split = GroupShuffleSplit(n_splits=1, test_size=self.calibration_fraction,
                                       random_state=self.random_state)
             fit_idx, cal_idx = next(split.split(X, y, groups))
-            self.booster_ = self._train(X[fit_idx], y[fit_idx])
+            self._fit_boosters(X[fit_idx], y[fit_idx])
             self.offsets_ = conformal_offsets(self._raw(X[cal_idx]), y[cal_idx], levels)
             self.n_calibration_ = len(np.unique(groups[cal_idx]))
-            if not self.refit:
-                return self
-        self.booster_ = self._train(X, y)
+        else:
+            self._fit_boosters(X, y)
         return self
 
     def _raw(self, X) -> np.ndarray:
-        pred = self.booster_.predict(xgb.DMatrix(np.asarray(X, dtype=float)))
-        return np.sort(pred.reshape(len(X), -1), axis=1)
+        X = np.asarray(X, dtype=float)
+        spread = np.sort(self.booster_.predict(xgb.DMatrix(X)).reshape(len(X), -1), axis=1)
+        # the center is the median; the spread booster only shapes the quantiles around it
+        mid = len(self.quantiles) // 2
+        return self._center(X)[:, None] + spread - spread[:, mid:mid + 1]
 
     def predict(self, X) -> np.ndarray:
         """Calibrated quantiles, shape (n_rows, n_quantiles), non-decreasing along axis 1."""

@@ -25,7 +25,7 @@ SHAPE_COLUMNS: dict[str, str] = {
     "batch": "int64", "heads": "int64", "kv_heads": "int64",
     "seq_q": "int64", "seq_kv": "int64", "head_dim": "int64", "causal": "bool",
     "tokens": "int64", "hidden": "int64", "vocab": "int64",
-    "params": "int64", "optimizer": "string",
+    "params": "int64", "tensors": "int64", "optimizer": "string",
     "message_bytes": "int64", "group_size": "int64",
 }
 
@@ -66,7 +66,8 @@ OPS: dict[str, OpSpec] = {
         OpSpec("residual_add", ("tokens", "hidden"), _FWD_BWD),  # bwd: the gradient fan-out
         OpSpec("embedding", ("tokens", "hidden", "vocab"), _FWD_BWD),
         OpSpec("cross_entropy", ("tokens", "vocab"), _FWD_BWD),
-        OpSpec("optimizer_step", ("params", "optimizer"), _ONCE),
+        # optimizer_step: params split over `tensors` tensors (per-tensor launch costs matter).
+        OpSpec("optimizer_step", ("params", "tensors", "optimizer"), _ONCE),
         OpSpec("all_reduce", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("all_gather", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("reduce_scatter", ("message_bytes", "group_size"), _ONCE, collective=True),

@@ -35,6 +35,14 @@ def parameter_count(model: ModelConfig) -> int:
     return model.num_layers * layer + embeddings + positions + norm
 
 
+def parameter_tensors(model: ModelConfig) -> int:
+    """Parameter tensors (weights, norm gains and biases): an optimizer step's launch count."""
+    norm = 2 if model.norm == "layernorm" else 1
+    layer = 4 + 2 * norm  # qkv, out, up, down + two norms
+    embeddings = 1 + (model.position == "learned") + (not model.tied_embeddings)
+    return model.num_layers * layer + embeddings + norm
+
+
 def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1) -> list[OpUse]:
     """The compute ops of one transformer layer for one micro-batch."""
     h, hd = model.hidden_size, model.head_dim
@@ -74,6 +82,7 @@ def model_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1,
         OpUse(model.norm, {"tokens": t, "hidden": model.hidden_size}),
         OpUse("gemm", {"m": t, "n": vocab, "k": model.hidden_size}),  # output head
         OpUse("cross_entropy", {"tokens": t, "vocab": vocab}),
-        OpUse("optimizer_step", {"params": parameter_count(model) // tp, "optimizer": optimizer}),
+        OpUse("optimizer_step", {"params": parameter_count(model) // tp,
+                                 "tensors": parameter_tensors(model), "optimizer": optimizer}),
     ]
     return ops

@@ -87,13 +87,13 @@ def _forward(op: str, s: dict, dtype, device):
 
 
 def _optimizer_step(s: dict, device) -> Callable[[], None]:
-    # fp32 master weights in tensors of at most 4 M elements, as a model's layers are.
-    chunk, left, params = 1 << 22, s["params"], []
-    while left > 0:
-        p = torch.nn.Parameter(torch.randn(min(chunk, left), device=device))
+    # fp32 master weights, the parameter count split evenly over `tensors` tensors
+    sizes = [len(c) for c in torch.arange(s["params"]).tensor_split(s["tensors"])]
+    params = []
+    for size in sizes:
+        p = torch.nn.Parameter(torch.randn(size, device=device))
         p.grad = torch.randn_like(p)
         params.append(p)
-        left -= chunk
     fused = device.type == "cuda" or None
     if s["optimizer"] == "adamw":
         opt = torch.optim.AdamW(params, lr=1e-4, fused=fused)

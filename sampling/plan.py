@@ -41,7 +41,7 @@ _DRAWN = {
     "rope": ("tokens", "heads", "head_dim"),
     "embedding": ("tokens", "hidden", "vocab"),
     "cross_entropy": ("tokens", "vocab"),
-    "optimizer_step": ("params",),
+    "optimizer_step": ("params", "tensors"),
 }
 _ALIGNED = {"m", "n", "k", "tokens", "hidden", "vocab", "seq_q"}  # multiples of 8
 
@@ -189,6 +189,7 @@ def _shape_from_point(op: str, point: dict, i: int) -> dict:
         if op == "softmax":
             s["causal"] = i % 2 == 0
     if op == "optimizer_step":
+        s["tensors"] = max(1, min(s["tensors"], s["params"] // 256))
         s["optimizer"] = OPTIMIZERS[1] if i % 4 == 3 else OPTIMIZERS[0]
     return s
 

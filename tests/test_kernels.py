@@ -20,7 +20,7 @@ SMALL = {
     "rope": {"tokens": 32, "heads": 4, "head_dim": 16},
     "embedding": {"tokens": 32, "hidden": 16, "vocab": 100},
     "cross_entropy": {"tokens": 32, "vocab": 100},
-    "optimizer_step": {"params": 5000, "optimizer": "adamw"},
+    "optimizer_step": {"params": 5000, "tensors": 3, "optimizer": "adamw"},
 }
 
 

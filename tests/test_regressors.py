@@ -1,0 +1,166 @@
+"""Quantile regressors on real data: ETT's A100 samples (../shared/data) and this CPU's."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.config import HardwareConfig, RegressorConfig, load_config, section
+from predictor.errors import PrismError
+from predictor.evaluate import evaluate
+from predictor.importers.ett import import_ett
+from predictor.operator_models import ModelSet, fit_operator_model, shape_groups, train
+from predictor.regressor import QuantileXGBRegressor, conformal_offsets
+from predictor.store import read_samples
+
+A100 = "a100-sxm4-80gb"
+
+
+def _hw(name=A100):
+    return section(load_config([f"hardware={name}"]), "hardware", HardwareConfig)
+
+
+def _rc(**params):
+    rc = section(load_config([]), "regressor", RegressorConfig)
+    rc.params.update(params)
+    return rc
+
+
+@pytest.fixture(scope="module")
+def ett_a100(tmp_path_factory):
+    from tests.conftest import SHARED_DATA
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"needs the shared reference data at {SHARED_DATA}")
+    out = tmp_path_factory.mktemp("ett")
+    import_ett(SHARED_DATA / "ett" / "Perlmutter", out)
+    return out, read_samples(out)
+
+
+def _held_out(rows, op, pass_, fraction=0.25, seed=0):
+    g = rows[(rows.op == op) & (rows["pass"] == pass_)]
+    groups = shape_groups(op, g)
+    test = np.random.default_rng(seed).uniform(size=groups.max() + 1)[groups] < fraction
+    return g[~test], g[test]
+
+
+def test_conformal_offsets_widen_too_narrow_intervals():
+    y = np.linspace(-1, 1, 1001)
+    pred = np.tile([-0.1, 0.0, 0.1], (len(y), 1))  # an 80% band of width 0.2 around 0
+    offsets = conformal_offsets(pred, y, np.array([0.1, 0.5, 0.9]))
+    assert offsets[1] == 0 and offsets[0] == -offsets[2]
+    assert np.mean((y >= -0.1 + offsets[0]) & (y <= 0.1 + offsets[2])) == pytest.approx(0.8, abs=0.01)
+
+
+def test_gemm_distribution_is_accurate_calibrated_and_never_crosses(ett_a100):
+    _, rows = ett_a100
+    train_rows, test_rows = _held_out(rows, "gemm", "fwd")
+    hw = _hw()
+    model = fit_operator_model("gemm", "fwd", train_rows, hw, _rc(n_estimators=60))
+    q = model.predict(test_rows, hw)
+    assert (np.diff(q, axis=1) >= 0).all()
+    y = test_rows.latency_us.to_numpy()
+    assert np.mean(np.abs(q[:, 3] - y) / y) < 0.06
+    assert 0.7 <= np.mean((y >= q[:, 1]) & (y <= q[:, 5])) <= 0.92
+    assert model.info["calibration_shapes"] > 0
+
+
+def test_floor_relative_target_extrapolates_to_larger_hidden_sizes(ett_a100):
+    _, rows = ett_a100
+    g = rows[(rows.op == "gemm") & (rows["pass"] == "fwd") & (rows.origin.str.endswith("linear1"))]
+    small, large = g[g.k <= 5120], g[g.k > 5120]  # linear1: k is the hidden size
+    hw = _hw()
+    q = fit_operator_model("gemm", "fwd", small, hw, _rc(n_estimators=60)).predict(large, hw)
+    y = large.latency_us.to_numpy()
+    assert np.mean(np.abs(q[:, 3] - y) / y) < 0.12
+
+
+def test_models_round_trip_through_ubj_and_manifest(ett_a100, tmp_path):
+    _, rows = ett_a100
+    hw = _hw()
+    some = rows[rows.op.isin(["layernorm", "send_recv"])]
+    models = train(some, hw, _rc(n_estimators=20), n_jobs=1)
+    models.save(tmp_path / A100)
+    manifest = json.loads((tmp_path / A100 / "manifest.json").read_text())
+    assert set(manifest["models"]) == {"layernorm/fwd", "layernorm/bwd", "send_recv/step"}
+    assert manifest["quantiles"] == [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95]
+    assert {"xgboost", "scikit-learn"} <= set(manifest["versions"])
+    assert sorted(p.name for p in (tmp_path / A100).iterdir()) == [
+        "layernorm__bwd.quantiles.ubj", "layernorm__bwd.ubj", "layernorm__fwd.quantiles.ubj",
+        "layernorm__fwd.ubj", "manifest.json", "send_recv__step.quantiles.ubj", "send_recv__step.ubj"]
+    loaded = ModelSet.load(tmp_path / A100, hw)
+    probe = some[some.op == "layernorm"].head(50)
+    pd.testing.assert_frame_equal(models.query("layernorm", "fwd", probe), loaded.query("layernorm", "fwd", probe))
+    with pytest.raises(PrismError, match="no model for gemm/fwd"):
+        loaded.query("gemm", "fwd", probe)
+
+
+def test_loading_refuses_stale_or_damaged_artifacts(ett_a100, tmp_path):
+    _, rows = ett_a100
+    hw = _hw()
+    train(rows[rows.op == "layernorm"], hw, _rc(n_estimators=10), n_jobs=1).save(tmp_path / A100)
+    with pytest.raises(PrismError, match="manifest.json missing"):
+        ModelSet.load(tmp_path / "elsewhere", hw)
+    with pytest.raises(PrismError, match="made for hardware 'a100-sxm4-80gb'"):
+        ModelSet.load(tmp_path / A100, _hw("h100-sxm"))
+    faster = _hw()
+    faster.memory.bandwidth *= 1.1
+    with pytest.raises(PrismError, match="changed .* since these models were trained"):
+        ModelSet.load(tmp_path / A100, faster)
+    ubj = tmp_path / A100 / "layernorm__fwd.ubj"
+    ubj.write_bytes(ubj.read_bytes()[:100])
+    with pytest.raises(PrismError, match="does not match its checksum"):
+        ModelSet.load(tmp_path / A100, hw)
+
+
+def test_regressor_follows_the_estimator_api():
+    reg = QuantileXGBRegressor(n_estimators=5)
+    assert not hasattr(reg, "booster_") and not hasattr(reg, "center_")
+    rng = np.random.default_rng(0)
+    assert reg.fit(rng.uniform(size=(40, 2)), rng.uniform(size=40)) is reg
+    assert reg.n_calibration_ == 0  # 8 held-out points are too few to calibrate on
+
+
+def _prism(*args):
+    return subprocess.run([sys.executable, "-m", "predictor.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_train_and_evaluate_commands_on_ett(ett_a100, tmp_path):
+    store_dir, _ = ett_a100
+    out = _prism("train", f"samples={store_dir}", f"hardware={A100}", f"models_dir={tmp_path}",
+                 "regressor.params.n_estimators=10")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / A100 / "gemm__fwd.ubj").exists() and "models for a100-sxm4-80gb" in out.stdout
+    out = _prism("evaluate", f"samples={store_dir}", f"hardware={A100}", f"models_dir={tmp_path}", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert {"op", "pass", "n", "mape_median", "coverage_80", "coverage_90", "pinball"} <= set(result[0])
+    collectives = {(r["op"], r["group"]) for r in result if r["op"] == "all_reduce"}
+    assert ("all_reduce", "2x4") in collectives  # per collective and topology
+    gemm = next(r for r in result if r["op"] == "gemm" and r["pass"] == "fwd")
+    assert gemm["n"] > 1000 and gemm["mape_median"] < 0.1
+
+
+def test_cpu_samples_train_and_evaluate_through_the_same_commands(tmp_path):
+    pytest.importorskip("torch")
+    samples = tmp_path / "samples"
+    out = _prism("sample", "sampling.ops=[gemm,rmsnorm,all_reduce]", "sampling.shapes_per_op=15",
+                 "sampling.message_sizes=4", "sampling.threads=1", f"output_dir={samples}")
+    assert out.returncode == 0, out.stderr
+    out = _prism("train", f"samples={samples}", "hardware=local-cpu", f"models_dir={tmp_path}",
+                 "regressor.params.n_estimators=20")
+    assert out.returncode == 0, out.stderr
+    out = _prism("evaluate", f"samples={samples}", "hardware=local-cpu", f"models_dir={tmp_path}", "--json")
+    assert out.returncode == 0, out.stderr
+    result = {(r["op"], r["pass"]): r for r in json.loads(out.stdout)}
+    assert set(result) == {("gemm", "fwd"), ("gemm", "bwd"), ("rmsnorm", "fwd"), ("rmsnorm", "bwd"),
+                           ("all_reduce", "step")}
+    assert all(r["rows"] == 10 * r["n"] for r in result.values())  # every repeat is scored
+
+
+def test_train_without_rows_for_the_hardware_names_what_is_there(ett_a100):
+    _, rows = ett_a100
+    with pytest.raises(PrismError, match="hardware=gh200: the samples hold no rows for it .*a100-sxm4-80gb"):
+        train(rows.head(10), _hw("gh200"), _rc())
