@@ -130,7 +130,6 @@ def main():
               f"{sane.ours.mean():.4f} vs authors {sane.best_error.mean():.4f} "
               f"(ratio {sane.ours.mean() / sane.best_error.mean():.2f})")
 
-        levels = list(rc.quantiles)
         lo80, hi80, lo90, hi90 = (oof[f"q{a:g}"].to_numpy() for a in (0.1, 0.9, 0.05, 0.95))
         y = oof["latency_us"].to_numpy()
         cov = oof.assign(c80=(y >= lo80) & (y <= hi80), c90=(y >= lo90) & (y <= hi90))

@@ -112,17 +112,16 @@ def _hardware_and_samples(cfg):
 
 def _train(args) -> int:
     import time
-    from pathlib import Path
 
     from predictor.config import RegressorConfig, section
-    from predictor.operator_models import train
+    from predictor.operator_models import models_dir, train
     cfg = _load(args)
     hw, samples = _hardware_and_samples(cfg)
     rc = section(cfg, "regressor", RegressorConfig)
     t0 = time.perf_counter()
     models = train(samples, hw, rc, n_jobs=2)
     elapsed = time.perf_counter() - t0
-    directory = models.save(Path(cfg.models_dir) / hw.name)
+    directory = models.save(models_dir(cfg.models_dir) / hw.name)
     rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
              "calibration_shapes": m.info["calibration_shapes"],
              "kib": round(sum((directory / f["file"]).stat().st_size
@@ -134,13 +133,11 @@ def _train(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from pathlib import Path
-
     from predictor.evaluate import evaluate
-    from predictor.operator_models import ModelSet
+    from predictor.operator_models import ModelSet, models_dir
     cfg = _load(args)
     hw, samples = _hardware_and_samples(cfg)
-    models = ModelSet.load(Path(cfg.models_dir) / hw.name, hw)
+    models = ModelSet.load(models_dir(cfg.models_dir) / hw.name, hw)
     result = evaluate(models, samples, by=cfg.by)
     if result.empty:
         raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name}")

@@ -24,7 +24,7 @@ import pandas as pd
 import sklearn
 import xgboost as xgb
 
-from predictor.config import HardwareConfig, RegressorConfig
+from predictor.config import REPO_ROOT, HardwareConfig, RegressorConfig
 from predictor.errors import PrismError
 from predictor.features import TOPOLOGY, feature_names, features
 from predictor.regressor import QuantileXGBRegressor
@@ -32,6 +32,11 @@ from predictor.vocabulary import OPS
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
+
+
+def models_dir(configured=None) -> Path:
+    """Where a hardware's artifacts live: ``configured``, or the repository's ``models/``."""
+    return Path(configured) if configured else REPO_ROOT / "models"
 
 
 def shape_groups(op: str, rows: pd.DataFrame) -> np.ndarray:

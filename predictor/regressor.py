@@ -18,7 +18,7 @@ import xgboost as xgb
 from sklearn.model_selection import GroupShuffleSplit
 
 DEFAULT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
-_MIN_CALIBRATION_GROUPS = 10
+_MIN_CALIBRATION_GROUPS = 5
 
 
 class QuantileXGBRegressor:
@@ -43,7 +43,7 @@ class QuantileXGBRegressor:
     center_ : xgboost.Booster, the conditional median of ``y``.
     booster_ : xgboost.Booster, quantiles of ``y - center_(X)``.
     offsets_ : ndarray (n_quantiles,), conformal shift added to each quantile.
-    n_calibration_ : groups used for calibration (0 when too few to calibrate).
+    n_calibration_ : groups used for calibration (0 when fewer than 5 would be held out).
 
     Examples
     --------
