@@ -43,20 +43,27 @@ def parameter_tensors(model: ModelConfig) -> int:
     return model.num_layers * layer + embeddings + norm
 
 
-def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1) -> list[OpUse]:
-    """The compute ops of one transformer layer for one micro-batch."""
+def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1, cp: int = 1,
+              sequence_parallel: bool = False) -> list[OpUse]:
+    """The compute ops of one transformer layer for one micro-batch.
+
+    With context parallelism each rank holds ``seq / cp`` tokens and attends to the
+    whole sequence's keys and values (gathered or passed round a ring). Sequence
+    parallelism splits the norms and residual adds along the sequence over tp.
+    """
     h, hd = model.hidden_size, model.head_dim
     heads, kv = model.num_heads // tp, max(model.num_kv_heads // tp, 1)
     ffn = model.ffn_hidden_size // tp
-    t = micro_batch * seq
+    t = micro_batch * seq // cp
+    t_sp = t // tp if sequence_parallel else t
     norm = model.norm
     ops = [
-        OpUse(norm, {"tokens": t, "hidden": h}, 2),
+        OpUse(norm, {"tokens": t_sp, "hidden": h}, 2),
         OpUse("gemm", {"m": t, "n": (heads + 2 * kv) * hd, "k": h}),  # QKV
         OpUse("attention", {"batch": micro_batch, "heads": heads, "kv_heads": kv,
-                            "seq_q": seq, "seq_kv": seq, "head_dim": hd, "causal": True}),
+                            "seq_q": seq // cp, "seq_kv": seq, "head_dim": hd, "causal": True}),
         OpUse("gemm", {"m": t, "n": h, "k": heads * hd}),  # attention output
-        OpUse("residual_add", {"tokens": t, "hidden": h}, 2),
+        OpUse("residual_add", {"tokens": t_sp, "hidden": h}, 2),
     ]
     if model.position == "rope":
         ops.append(OpUse("rope", {"tokens": t, "heads": heads, "head_dim": hd}))

@@ -1,0 +1,93 @@
+"""The decomposition of a training step: FLOPs, collectives and placement."""
+import pytest
+
+from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
+from predictor.decompose import decompose, group_topology
+from predictor.errors import PrismError
+from predictor.vocabulary import flops
+
+
+def _workload(*overrides, model="gpt3-13b", hardware="a100-sxm4-80gb"):
+    cfg = load_config([f"model={model}", f"hardware={hardware}", *overrides])
+    m, p = section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig)
+    return decompose(m, p, section(cfg, "hardware", HardwareConfig))
+
+
+def _step_flops(w, matmul_only=True):
+    """Total FLOPs of one step over all GPUs."""
+    per_replica = 0.0
+    for stage in w.stages:
+        for call in stage.forward + stage.backward:
+            if call.role == "compute" and (not matmul_only or call.op in ("gemm", "attention", "bmm")):
+                per_replica += call.count * flops(call.op, call.pass_, call.shape_dict)
+    p = w.parallel
+    return per_replica * w.micro_batches * p.dp * p.tp * p.cp
+
+
+def _palm_flops(w):
+    """6N per token for the weights' matmuls plus causal attention, PaLM appendix B
+    (12·L·H·Q·T counts full attention; causal does half)."""
+    m, tokens = w.model, w.tokens_per_step
+    layer = (m.hidden_size * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
+             + m.num_heads * m.head_dim * m.hidden_size
+             + (3 if m.activation == "swiglu" else 2) * m.hidden_size * m.ffn_hidden_size)
+    head = m.vocab_size * m.hidden_size
+    return 6 * (m.num_layers * layer + head) * tokens + 6 * m.num_layers * m.hidden_size * w.seq * tokens
+
+
+@pytest.mark.parametrize("layout", [
+    ("parallel.tp=1", "parallel.pp=1", "parallel.dp=1", "parallel.global_batch_size=4"),
+    ("parallel.tp=8", "parallel.pp=4", "parallel.dp=2", "parallel.global_batch_size=64"),
+    ("parallel.tp=4", "parallel.pp=2", "parallel.dp=2", "parallel.cp=2", "parallel.global_batch_size=16",
+     "parallel.sequence_parallel=true"),
+])
+def test_matmul_flops_match_six_n_per_token(layout):
+    w = _workload(*layout)
+    # the vocabulary is padded to a multiple of 128·tp, so allow a little more
+    assert _step_flops(w) == pytest.approx(_palm_flops(w), rel=0.02)
+
+
+def test_full_recompute_adds_one_forward():
+    base = _workload("parallel.tp=2", "parallel.global_batch_size=2")
+    full = _workload("parallel.tp=2", "parallel.global_batch_size=2", "parallel.recompute=full")
+    layers_fwd = sum(c.count * flops(c.op, c.pass_, c.shape_dict) for c in base.stages[0].forward
+                     if c.role == "compute" and c.op in ("gemm", "attention") and c.count > 1)
+    assert _step_flops(full) - _step_flops(base) == pytest.approx(layers_fwd * 2 * 2, rel=1e-6)
+
+
+def test_tensor_parallel_collectives_per_layer():
+    plain = _workload("parallel.tp=8", "parallel.global_batch_size=8")
+    sp = _workload("parallel.tp=8", "parallel.global_batch_size=8", "parallel.sequence_parallel=true")
+    layers = plain.model.num_layers
+    ar = [c for c in plain.stages[0].forward if c.role == "tp"]
+    assert [(c.op, c.count) for c in ar] == [("all_reduce", 2 * layers)]
+    assert ar[0].shape_dict == {"group_size": 8, "message_bytes": 2048 * 5120 * 2}
+    assert ar[0].ranks_per_node == 8 and ar[0].nodes == 1
+    assert sorted(c.op for c in sp.stages[0].forward if c.role == "tp") == ["all_gather", "reduce_scatter"]
+
+
+def test_data_parallel_reduction_and_placement():
+    w = _workload("parallel.tp=8", "parallel.pp=2", "parallel.dp=4", "parallel.global_batch_size=32")
+    [grads, opt] = w.stages[0].step
+    assert grads.op == "all_reduce" and grads.role == "dp" and grads.nodes == 4  # tp fills each node
+    assert opt.op == "optimizer_step"
+    sharded = _workload("parallel.tp=8", "parallel.pp=2", "parallel.dp=4", "parallel.global_batch_size=32",
+                        "parallel.sharding=distributed_optimizer")
+    ops = [c.op for c in sharded.stages[0].step]
+    assert ops == ["reduce_scatter", "all_gather", "optimizer_step"]
+    assert sharded.stages[0].step[2].shape_dict["params"] * 4 == pytest.approx(opt.shape_dict["params"], rel=1e-6)
+    assert w.stages[0].p2p.nodes == 2 and w.stages[-1].p2p is None
+
+
+def test_group_topology_follows_megatron_rank_order():
+    assert group_topology(8, 1, 8) == (8, 1)     # tp inside a node
+    assert group_topology(4, 2, 8) == (4, 1)     # cp=4 after tp=2: one node
+    assert group_topology(16, 8, 8) == (1, 16)   # dp after a full node of tp
+    assert group_topology(4, 4, 8) == (2, 2)
+
+
+def test_invalid_layouts_name_the_field():
+    with pytest.raises(PrismError, match="tp"):
+        _workload("parallel.tp=3")
+    with pytest.raises(PrismError, match="pp"):
+        _workload("parallel.pp=200")
