@@ -55,8 +55,12 @@ def floor_us(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> np
     s = _shape(op, frame)
     if OPS[op].collective:
         intra = _column(frame, "nodes", op).astype(float) <= 1
+        per_node = _column(frame, "ranks_per_node", op).astype(float)
         net = hw.network
-        bandwidth = np.where(intra, net.intra_node.bandwidth, net.inter_node.bandwidth)
+        # Across nodes, a group's r ranks per node drive r NICs in parallel (NCCL runs a ring
+        # per NIC); the bus bandwidth is theirs together, at most the intra-node link's.
+        across = np.minimum(net.inter_node.bandwidth * per_node, net.intra_node.bandwidth)
+        bandwidth = np.where(intra, net.intra_node.bandwidth, across)
         alpha_us = np.where(intra, net.intra_node.latency_us, net.inter_node.latency_us)
         return alpha_us + s["message_bytes"] * BUS_FACTOR[op](s["group_size"]) / bandwidth * 1e6
     dtypes = frame["dtype"].to_numpy() if "dtype" in frame else np.full(len(frame), "float32")

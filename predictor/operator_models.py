@@ -28,7 +28,7 @@ from predictor.config import REPO_ROOT, HardwareConfig, RegressorConfig
 from predictor.errors import PrismError
 from predictor.features import TOPOLOGY, feature_names, features
 from predictor.regressor import QuantileXGBRegressor
-from predictor.vocabulary import OPS
+from predictor.vocabulary import COLLECTIVE_OPS, OPS
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -142,7 +142,7 @@ class ModelSet:
             "created": datetime.now(timezone.utc).isoformat(),
             "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
                          "numpy": np.__version__, "python": platform.python_version()},
-            **{k: v for k, v in self.manifest.items() if k in ("training", "samples")},
+            **{k: v for k, v in self.manifest.items() if k in ("samples", "collective_network")},
             "models": entries,
         }
         tmp = directory / f".{MANIFEST}.{uuid.uuid4().hex[:8]}"
@@ -201,5 +201,19 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)
     models = {(m.op, m.pass_): m for m in fitted}
-    manifest = {"samples": {"rows": int(len(rows)), "hash": data_hash(rows[["op", "pass", "latency_us"]])}}
+    manifest = {"samples": {"rows": int(len(rows)), "hash": data_hash(rows[["op", "pass", "latency_us"]])},
+                "collective_network": collective_network(rows, hw)}
     return ModelSet(hw, rc.quantiles, models, manifest)
+
+
+def collective_network(rows: pd.DataFrame, hw: HardwareConfig) -> str | None:
+    """The network the collective samples describe: this profile's own when we measured
+    them (origin ``sampled``), else where they came from (e.g. ``ett:Perlmutter``): one
+    cluster's network is not another's, so the composer uses them only on their own."""
+    coll = rows[rows["op"].isin(COLLECTIVE_OPS)]
+    if coll.empty:
+        return None
+    origins = set(coll["origin"].fillna("sampled")) if "origin" in coll else {"sampled"}
+    if origins == {"sampled"}:
+        return hw.network.name
+    return ",".join(sorted({o.split("/")[0] for o in origins}))

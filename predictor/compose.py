@@ -1,0 +1,195 @@
+"""The probabilistic composer: operator distributions -> step-time distribution.
+
+DESIGN.md, "Composer". For S Monte Carlo draws at once (numpy, no loop over draws):
+
+1. Each distinct operator call of the decomposition (:mod:`predictor.decompose`) gets
+   its latency quantiles: compute ops from the hardware's trained models
+   (:class:`predictor.operator_models.ModelSet`); collectives from those models only
+   when they were measured on this profile's network, else from the network prior
+   (the floor of :mod:`predictor.features` over NCCL's efficiency) with a wider band; ops
+   without a model from the roofline prior. One draw per call and step comes by
+   inverse CDF from the quantiles; ``count`` identical calls in a step add up as
+   ``count * median + sqrt(count) * (draw - median)`` (independent residuals).
+2. Variability keeps its components apart: a per-step compute factor per GPU and a
+   persistent per-GPU factor (the slowest of a stage's GPUs sets its pace: the maximum
+   of N lognormals drawn directly as ``F^-1(u^(1/N))``), and one communication regime per
+   step shared by every collective.
+3. The pipeline schedule (:mod:`predictor.schedule`) is walked over the draws; the data-
+   parallel gradient reduction overlaps the last micro-batch's backward, its last bucket
+   exposed; the optimizer step follows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.special import ndtri
+
+from predictor.config import HardwareConfig
+from predictor.decompose import Call, Workload
+from predictor.features import floor_us
+from predictor.operator_models import ModelSet
+from predictor.regressor import DEFAULT_QUANTILES
+from predictor.schedule import simulate_pipeline
+from predictor.vocabulary import OPS
+
+#: Share of link bandwidth NCCL reaches on large messages (nccl-tests bus bandwidth on
+#: DGX A100: ~230 of 300 GB/s NVLink, ~23 of 25 GB/s per HDR NIC): a prior, not a fit.
+NCCL_EFFICIENCY = 0.8
+#: Relative spread (lognormal sigma) of the priors: no samples, so a wide band.
+PRIOR_SIGMA = {"network": 0.15, "roofline": 0.3}
+#: Efficiency of compute ops without a model, relative to the roofline floor.
+ROOFLINE_EFFICIENCY = 0.5
+REPORT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
+
+
+@dataclass
+class StepDistribution:
+    """Step-time draws (seconds) and what they rest on."""
+
+    draws: np.ndarray
+    compute_s: float  # median critical-path compute of the slowest stage
+    exposed_comm_s: float  # median communication not hidden behind compute
+    bubble_s: float  # median pipeline idle time of the slowest stage
+    basis: dict = field(default_factory=dict)  # op/pass -> models | network prior | roofline prior
+
+    def quantile(self, q) -> np.ndarray:
+        return np.quantile(self.draws, q)
+
+    def prob_below(self, t: float) -> float:
+        return float(np.mean(self.draws <= t))
+
+
+def _inverse_cdf(q: np.ndarray, levels: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Draws from quantiles ``q`` (n, k) at ``levels`` for uniforms ``u`` (n, S): piecewise
+    linear in log latency, tails extended with the outermost pair's slope in z-space."""
+    logq = np.log(q)
+    z_levels = ndtri(levels)
+    z = ndtri(np.clip(u, 1e-4, 1 - 1e-4))
+    out = np.empty_like(u)
+    for i in range(len(q)):
+        lo_slope = (logq[i, 1] - logq[i, 0]) / (z_levels[1] - z_levels[0])
+        hi_slope = (logq[i, -1] - logq[i, -2]) / (z_levels[-1] - z_levels[-2])
+        inner = np.interp(z[i], z_levels, logq[i])
+        below, above = z[i] < z_levels[0], z[i] > z_levels[-1]
+        inner[below] = logq[i, 0] + lo_slope * (z[i][below] - z_levels[0])
+        inner[above] = logq[i, -1] + hi_slope * (z[i][above] - z_levels[-1])
+        out[i] = np.exp(inner)
+    return out
+
+
+def _prior_quantiles(center_us: np.ndarray, sigma: float, levels: np.ndarray) -> np.ndarray:
+    return center_us[:, None] * np.exp(sigma * ndtri(levels))[None, :]
+
+
+def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfig, dtype: str,
+                   levels=DEFAULT_QUANTILES) -> tuple[np.ndarray, list[str]]:
+    """Latency quantiles (us) of each call, shape (len(calls), k), and the basis of each."""
+    levels = np.asarray(levels)
+    out = np.zeros((len(calls), len(levels)))
+    basis = [""] * len(calls)
+    own_network = models is not None and models.manifest.get("collective_network") == hw.network.name
+    by_op: dict[tuple, list[int]] = {}
+    for i, c in enumerate(calls):
+        by_op.setdefault((c.op, c.pass_), []).append(i)
+    for (op, pass_), idx in by_op.items():
+        frame = pd.DataFrame([dict(calls[i].shape_dict, dtype=dtype, nodes=calls[i].nodes,
+                                   ranks_per_node=calls[i].ranks_per_node) for i in idx])
+        collective = OPS[op].collective
+        if models is not None and models.has(op, pass_) and (not collective or own_network):
+            q = models.query(op, pass_, frame)
+            out[idx] = q[[f"q{a:g}" for a in levels]].to_numpy() if list(models.quantiles) != list(levels) \
+                else q.to_numpy()
+            source = f"models/{hw.name}"
+        elif collective:
+            center = floor_us(op, pass_, frame, hw) / NCCL_EFFICIENCY
+            out[idx] = _prior_quantiles(center, PRIOR_SIGMA["network"], levels)
+            source = f"network prior ({hw.network.name})"
+        else:
+            center = floor_us(op, pass_, frame, hw) / ROOFLINE_EFFICIENCY
+            out[idx] = _prior_quantiles(center, PRIOR_SIGMA["roofline"], levels)
+            source = "roofline prior"
+        for i in idx:
+            basis[i] = source
+    return out, basis
+
+
+def _max_of_lognormals(sigma: float, n: int, u: np.ndarray) -> np.ndarray:
+    """The largest of ``n`` iid lognormal(0, sigma) factors, drawn as F^-1(u^(1/n))."""
+    if sigma <= 0:
+        return np.ones_like(u)
+    return np.exp(sigma * ndtri(np.clip(u, 1e-12, 1 - 1e-12) ** (1.0 / n)))
+
+
+def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: int = 0,
+            dtype: str = "bfloat16") -> StepDistribution:
+    """The step-time distribution of ``work`` (seconds, ``draws`` Monte Carlo samples)."""
+    hw, par = work.hardware, work.parallel
+    rng = np.random.default_rng(seed)
+    var = hw.variability
+    calls = [c for st in work.stages for c in st.forward + st.backward + st.step + ([st.p2p] if st.p2p else [])]
+    unique = list(dict.fromkeys(calls))
+    q, basis = call_quantiles(unique, models, hw, dtype)
+    levels = np.asarray(DEFAULT_QUANTILES)
+    sample = _inverse_cdf(q, levels, rng.uniform(size=(len(unique), draws)))
+    median = q[:, list(levels).index(0.5)]
+    index = {c: i for i, c in enumerate(unique)}
+
+    # variability shared across the step: the communication regime, the stage's slowest GPU
+    regime = np.exp(var.comm_regime_cv * rng.standard_normal(draws))
+    gpus_per_stage = par.tp * par.cp * par.dp
+    sigma_gpu = float(np.hypot(var.temporal_cv, var.spatial_cv))
+
+    def total_us(stage_calls: list[Call], stage_speed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        compute, comm = np.zeros(draws), np.zeros(draws)
+        for c in stage_calls:
+            i = index[c]
+            t = c.count * median[i] + np.sqrt(c.count) * (sample[i] - median[i])
+            if OPS[c.op].collective:
+                comm += t * regime
+            else:
+                compute += t * stage_speed
+        return compute, comm
+
+    fwd, bwd, p2p, dp_exposed, opt, compute_med, comm_med = [], [], [], [], [], [], []
+    for st in work.stages:
+        speed = _max_of_lognormals(sigma_gpu, gpus_per_stage, rng.uniform(size=draws))
+        fc, fm = total_us(st.forward, speed)
+        bc, bm = total_us(st.backward, speed)
+        fwd.append(fc + fm)
+        bwd.append(bc + bm)
+        p2p.append(total_us([st.p2p], speed)[1] if st.p2p else np.zeros(draws))
+        grads = [c for c in st.step if c.role == "dp"]
+        dp_time = total_us(grads, speed)[1] if grads else np.zeros(draws)
+        buckets = max((c.count for c in grads), default=1)
+        if par.overlap_grad_reduce:  # hidden behind the last micro-batch's backward but its last bucket
+            dp_time = np.maximum(dp_time / buckets, dp_time - (bc + bm))
+        dp_exposed.append(dp_time)
+        opt.append(total_us([c for c in st.step if c.role == "optimizer"], speed)[0])
+        compute_med.append(np.median((fc + bc) * work.micro_batches))
+        comm_med.append(np.median((fm + bm) * work.micro_batches))
+    m = work.micro_batches
+    # Megatron's pipeline sends are blocking (send_forward_recv_backward ...): the sender
+    # is busy until its activation (gradient) has arrived, so a transfer is part of the
+    # sending stage's forward (backward) rather than a free delay.
+    fwd = [f + p2p[i] for i, f in enumerate(fwd)]
+    bwd = [b + (p2p[i - 1] if i else 0.0) for i, b in enumerate(bwd)]
+    f = np.broadcast_to(np.stack(fwd)[:, None, :], (par.pp, m, draws))
+    b = np.broadcast_to(np.stack(bwd)[:, None, :], (par.pp, m, draws))
+    links = 0.0
+    schedule = "1f1b" if par.schedule in ("1f1b", "zero_bubble") else par.schedule
+    if schedule == "interleaved":  # each rank's layers split into vpp chunks
+        f = np.broadcast_to((f / par.vpp)[:, None], (par.pp, par.vpp, m, draws))
+        b = np.broadcast_to((b / par.vpp)[:, None], (par.pp, par.vpp, m, draws))
+    pipe = simulate_pipeline(f, b, links, links, schedule=schedule, vpp=par.vpp if schedule == "interleaved" else 1)
+    finish = pipe.rank_end + np.stack(dp_exposed) + np.stack(opt)
+    step_us = finish.max(axis=0)
+    slowest = int(np.argmax([np.median(x) for x in finish]))
+    return StepDistribution(
+        draws=step_us / 1e6,
+        compute_s=compute_med[slowest] / 1e6,
+        exposed_comm_s=float(np.median(step_us - pipe.busy[slowest]) / 1e6
+                             - np.median(pipe.idle[slowest]) / 1e6 + comm_med[slowest] / 1e6),
+        bubble_s=float(np.median(pipe.idle[slowest]) / 1e6),
+        basis={f"{c.op}/{c.pass_}": b_ for c, b_ in zip(unique, basis)})

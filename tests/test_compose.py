@@ -1,0 +1,50 @@
+"""The composer on the shipped models: distributions, bases and structure."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.compose import compose
+from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
+from predictor.decompose import decompose
+from predictor.operator_models import ModelSet, models_dir
+
+
+def _setup(*overrides, hardware="a100-sxm4-80gb", model="gpt3-2.7b"):
+    cfg = load_config([f"model={model}", f"hardware={hardware}", *overrides])
+    hw = section(cfg, "hardware", HardwareConfig)
+    work = decompose(section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig), hw)
+    return work, ModelSet.load(models_dir() / hw.name, hw)
+
+
+def test_step_distribution_is_ordered_and_reproducible():
+    work, models = _setup("parallel.tp=4", "parallel.pp=2", "parallel.dp=2", "parallel.global_batch_size=16")
+    a, b = compose(work, models, draws=400, seed=1), compose(work, models, draws=400, seed=1)
+    np.testing.assert_array_equal(a.draws, b.draws)
+    p5, p50, p95 = a.quantile([0.05, 0.5, 0.95])
+    assert 0 < p5 < p50 < p95 < 2 * p50
+    assert a.bubble_s > 0 and a.compute_s > 0
+
+
+def test_collectives_use_the_network_they_were_measured_on():
+    work, models = _setup("parallel.tp=8", "parallel.global_batch_size=8")
+    basis = compose(work, models, draws=100).basis
+    # the A100 models' collectives are Perlmutter's (ETT): a DGX SuperPOD job takes its own network
+    assert basis["all_reduce/step"].startswith("network prior")
+    assert basis["gemm/fwd"] == "models/a100-sxm4-80gb"
+    cpu_work, cpu_models = _setup("parallel.dp=2", "parallel.global_batch_size=2", hardware="local-cpu",
+                                  model="tiny")
+    assert compose(cpu_work, cpu_models, draws=100).basis["all_reduce/step"] == "models/local-cpu"
+
+
+def test_single_gpu_step_is_the_sum_of_its_operators():
+    work, models = _setup("parallel.global_batch_size=2", model="gpt3-1.3b")
+    work.hardware.variability.temporal_cv = work.hardware.variability.spatial_cv = 0.0
+    dist = compose(work, models, draws=2000)
+    st = work.stages[0]
+    medians = {}
+    for c in st.forward + st.backward + st.step:
+        q = models.query(c.op, c.pass_, pd.DataFrame([dict(c.shape_dict, dtype="bfloat16")]))
+        medians[c] = c.count * q["q0.5"].iloc[0]
+    per_micro = sum(v for c, v in medians.items() if c.role == "compute")
+    expected = (per_micro * work.micro_batches + sum(v for c, v in medians.items() if c.role == "optimizer")) / 1e6
+    assert np.median(dist.draws) == pytest.approx(expected, rel=0.05)
