@@ -146,6 +146,30 @@ def _evaluate(args) -> int:
     return 0
 
 
+def _predict(args) -> int:
+    from predictor.predict import format_prediction, predict
+    cfg = _load(args)
+    p = predict(cfg)
+    _print(cfg, p.to_dict(), format_prediction(p))
+    return 0
+
+
+def _predict_batch(args) -> int:
+    from predictor.batch import predict_batch
+    out = None
+    for text in args.overrides:
+        key, sep, value = text.partition("=")
+        if key != "out" or not value:
+            raise PrismError(f"{text!r}: predict-batch takes out=OUT.csv")
+        out = value
+    if out is None:
+        raise PrismError("out=OUT.csv is required: where to write the table with the predicted columns")
+    result = predict_batch(args.path, out)
+    ok = (result["pred_status"] == "ok").sum()
+    print(f"{out}: {len(result)} rows, {ok} predicted, {len(result) - ok} with an error in pred_status")
+    return 0
+
+
 def pd_table(rows: list[dict]) -> str:
     import pandas as pd
     return pd.DataFrame(rows).to_string(index=False)
@@ -178,6 +202,27 @@ VERBS = {
                     "groups by where rows came from instead (e.g. ETT's functions).",
         examples=["prism evaluate samples=samples/ett hardware=a100-sxm4-80gb --json",
                   "prism evaluate samples=samples/ett hardware=a100-sxm4-80gb by=origin"]),
+    "predict": dict(
+        run=_predict, help="predict the step-time distribution, throughput, memory, time and cost to train",
+        description="Decompose the workload (model + parallel layout + hardware + GPU count) into "
+                    "operator calls, draw their latencies from the trained models (or the network / "
+                    "roofline priors where none apply), walk the pipeline schedule over Monte Carlo "
+                    "draws and report step-time quantiles, the CDF, tokens/s, MFU, memory per GPU, "
+                    "time and cost to train train_tokens with a band, the critical-path breakdown, "
+                    "and what the numbers rest on. gpus=N sets dp = N / (tp·pp·cp).",
+        examples=["prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.tp=8",
+                  "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512",
+                  "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json"]),
+    "predict-batch": dict(
+        run=_predict_batch, help="predict every workload of a table in the e2e CSV layout",
+        description="Read workloads in the column layout of ../shared/data/e2e/e2e_training_visible.csv "
+                    "and write them with pred_iter_time_s_p50/_p5/_p95, pred_mem_gib and pred_status "
+                    "(ok or the error). Blank fields take defaults (micro-batch 1, no cp, 1F1B, ...); "
+                    "the gpu column picks the hardware profile; stated interconnect bandwidths replace "
+                    "the profile's network.",
+        examples=["prism predict-batch ../shared/data/e2e/e2e_training_visible.csv out=predicted.csv"],
+        positional="path", positional_help="a CSV in the e2e table layout", overrides=True,
+        overrides_help="out=OUT.csv (required)"),
     "samples": dict(
         run=_samples, help="summarise a sample store (shapes, rows, repeats per op)",
         description="Read a folder of sampling runs (or one .parquet file) and list, per "

@@ -121,7 +121,7 @@ class ParallelConfig:
     vpp: int = 1
     sequence_parallel: bool = False
     micro_batch_size: int = 1
-    global_batch_size: int = 1
+    global_batch_size: int = 0  # 0: micro_batch_size x dp x 4·pp
     recompute: str = "none"  # none | selective | full
     sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
     schedule: str = "1f1b"  # 1f1b | interleaved | gpipe | zero_bubble

@@ -1,0 +1,133 @@
+"""``prism predict``: one workload -> the report of DESIGN.md ("Composer", step 5)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from omegaconf import DictConfig
+
+from predictor.compose import REPORT_QUANTILES, compose
+from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
+from predictor.decompose import decompose
+from predictor.errors import PrismError
+from predictor.memory import memory_per_gpu
+from predictor.operator_models import ModelSet, models_dir
+
+SECONDS_PER_DAY = 86400.0
+
+
+@dataclass
+class Prediction:
+    model: str
+    hardware: str
+    gpus: int
+    layout: dict
+    step_time_s: dict  # p5 ... p99 and mean
+    cdf: dict  # {"t_s": [...], "p": [...]}: the full step-time CDF on a grid
+    tokens_per_s: float
+    mfu: float
+    memory_gib: dict
+    fits: bool
+    train_tokens: float
+    time_to_train_days: dict  # p5, p50, p95
+    gpu_hours: float
+    cost_usd: dict | None  # p5, p50, p95 (None without a price)
+    breakdown_s: dict  # compute, exposed communication, bubble (medians, slowest stage)
+    basis: dict = field(default_factory=dict)
+    prob_below: dict | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def model_flops_per_step(model: ModelConfig, tokens: int, seq: int) -> float:
+    """6N per token for the weights' matmuls plus causal attention (PaLM appendix B, with
+    the 12·L·H·Q·T attention term halved for a causal mask); no recompute counted (MFU)."""
+    h = model.hidden_size
+    layer = (h * (model.num_heads + 2 * model.num_kv_heads) * model.head_dim + model.num_heads * model.head_dim * h
+             + (3 if model.activation == "swiglu" else 2) * h * model.ffn_hidden_size)
+    return 6.0 * (model.num_layers * layer + model.vocab_size * h) * tokens + 6.0 * model.num_layers * h * seq * tokens
+
+
+def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
+    """Fill dp from ``gpus`` and a default global batch (4·pp micro-batches per replica)."""
+    per_replica = par.tp * par.pp * par.cp
+    if gpus:
+        if gpus % per_replica:
+            raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "
+                             f"that gpus = dp·tp·pp·cp")
+        par.dp = gpus // per_replica
+    if par.global_batch_size <= 0:
+        par.global_batch_size = par.micro_batch_size * par.dp * 4 * par.pp
+    return par
+
+
+def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
+    model = section(cfg, "model", ModelConfig)
+    hw = section(cfg, "hardware", HardwareConfig)
+    par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
+    gpus = par.dp * par.tp * par.pp * par.cp
+    path = models_dir(cfg.get("models_dir")) / hw.name
+    models = ModelSet.load(path, hw) if (path / "manifest.json").exists() else None
+    work = decompose(model, par, hw, gpus)
+    dist = compose(work, models, draws=draws, seed=int(cfg.get("seed") or 0))
+    mem = memory_per_gpu(model, par)
+    q = dist.quantile(REPORT_QUANTILES)
+    step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}
+    step["mean"] = float(dist.draws.mean())
+    grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
+    tokens = work.tokens_per_step
+    median = step["p50"]
+    peak = hw.peak("bfloat16") if hw.peak_flops.get("bfloat16") else hw.peak("float32")
+    train_tokens = float(cfg.get("train_tokens") or 0) or 1e12
+    steps = train_tokens / tokens
+    # a sum of many steps: mean * steps, spread shrinking as sqrt(steps) (steps independent)
+    std = float(dist.draws.std())
+    ttt = {k: (step["mean"] * steps + z * std * np.sqrt(steps)) / SECONDS_PER_DAY
+           for k, z in (("p5", -1.645), ("p50", 0.0), ("p95", 1.645))}
+    gpu_hours = ttt["p50"] * 24 * gpus
+    price = hw.price_per_gpu_hour
+    basis = {}
+    for key, source in dist.basis.items():
+        basis.setdefault(source, []).append(key)
+    target = cfg.get("target_step_s")
+    return Prediction(
+        model=model.name, hardware=hw.name, gpus=gpus,
+        layout={k: getattr(par, k) for k in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "global_batch_size",
+                                              "sequence_parallel", "recompute", "sharding", "schedule")},
+        step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
+        tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),
+        memory_gib={"weights": mem.weights / 2**30, "gradients": mem.gradients / 2**30,
+                    "optimizer": mem.optimizer / 2**30, "activations": mem.activations / 2**30,
+                    "total": mem.total_gib, "capacity": hw.memory.capacity_gib, "stage": mem.stage},
+        fits=mem.fits(hw), train_tokens=train_tokens, time_to_train_days=ttt, gpu_hours=gpu_hours,
+        cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
+        breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
+                     "bubble": dist.bubble_s},
+        basis=basis, prob_below={"t_s": float(target), "p": dist.prob_below(float(target))} if target else None)
+
+
+def format_prediction(p: Prediction) -> str:
+    s = p.step_time_s
+    lines = [
+        f"{p.model} on {p.gpus} x {p.hardware}   "
+        + " ".join(f"{k}={v}" for k, v in p.layout.items()),
+        "",
+        "step time (s)   " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()),
+        f"throughput      {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}",
+        f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.0f} (stage "
+        f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
+        f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f})"
+        + ("" if p.fits else "   DOES NOT FIT"),
+        f"critical path   compute {p.breakdown_s['compute']:.3f} s, exposed communication "
+        f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s",
+        f"train {p.train_tokens:.3g} tokens   {p.time_to_train_days['p50']:.1f} days "
+        f"(90% band {p.time_to_train_days['p5']:.1f}-{p.time_to_train_days['p95']:.1f}), "
+        f"{p.gpu_hours:,.0f} GPU-hours"
+        + (f", ${p.cost_usd['p50']:,.0f} (band ${p.cost_usd['p5']:,.0f}-{p.cost_usd['p95']:,.0f})"
+           if p.cost_usd else ", no price in the hardware profile"),
+    ]
+    if p.prob_below:
+        lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
+    lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""`prism predict` and `prism predict-batch` end to end on the shipped models."""
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from predictor.batch import predict_table
+
+
+def _prism(*args):
+    return subprocess.run([sys.executable, "-m", "predictor.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_predict_reports_the_design_fields():
+    out = _prism("predict", "model=gpt3-2.7b", "hardware=a100-sxm4-80gb", "gpus=16", "parallel.tp=4",
+                 "parallel.pp=2", "target_step_s=100", "--json")
+    assert out.returncode == 0, out.stderr
+    p = json.loads(out.stdout)
+    assert p["layout"]["dp"] == 2 and p["gpus"] == 16
+    s = p["step_time_s"]
+    assert s["p5"] < s["p50"] < s["p95"] < s["p99"]
+    assert 0 < p["mfu"] < 1 and p["tokens_per_s"] > 0 and p["fits"]
+    assert p["prob_below"]["p"] == 1.0
+    assert p["time_to_train_days"]["p5"] <= p["time_to_train_days"]["p50"] <= p["time_to_train_days"]["p95"]
+    assert len(p["cdf"]["t_s"]) == 101 and p["cost_usd"]["p50"] > 0
+    assert any(src.startswith("models/a100") for src in p["basis"])
+
+
+def test_predict_names_a_bad_layout():
+    out = _prism("predict", "model=gpt3-2.7b", "parallel.tp=3")
+    assert out.returncode == 2 and "parallel.tp" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    out = _prism("predict", "model=gpt3-2.7b", "gpus=10", "parallel.tp=4")
+    assert out.returncode == 2 and "gpus=10" in out.stderr
+
+
+def test_predict_batch_adds_the_columns(shared_data, tmp_path):
+    table = pd.read_csv(shared_data / "e2e" / "e2e_training_visible.csv")
+    rows = table[table.set_id == "vtrain_multi"].head(4)
+    src = tmp_path / "in.csv"
+    rows.to_csv(src, index=False)
+    out = _prism("predict-batch", str(src), f"out={tmp_path / 'out.csv'}")
+    assert out.returncode == 0, out.stderr
+    result = pd.read_csv(tmp_path / "out.csv")
+    assert list(result.columns[:len(rows.columns)]) == list(rows.columns)
+    for c in ("pred_iter_time_s_p50", "pred_iter_time_s_p5", "pred_iter_time_s_p95", "pred_mem_gib", "pred_status"):
+        assert c in result
+    assert (result.pred_status == "ok").all()
+    assert ((result.pred_iter_time_s_p50 - result.iter_time_s).abs() / result.iter_time_s < 0.5).all()
+
+
+def test_predict_batch_reports_errors_per_row(shared_data):
+    table = pd.read_csv(shared_data / "e2e" / "e2e_training_visible.csv").head(2).copy()
+    table.loc[table.index[0], "gpu"] = "Voodoo5"
+    result = predict_table(table, draws=100)
+    assert "Voodoo5" in result.pred_status.iloc[0] and result.pred_status.iloc[1] == "ok"
