@@ -122,15 +122,46 @@ def _max_of_lognormals(sigma: float, n: int, u: np.ndarray) -> np.ndarray:
     return np.exp(sigma * ndtri(np.clip(u, 1e-12, 1 - 1e-12) ** (1.0 / n)))
 
 
+def workload_calls(work: Workload) -> list[Call]:
+    """The distinct operator calls of a workload."""
+    calls = [c for st in work.stages for c in st.forward + st.backward + st.step + ([st.p2p] if st.p2p else [])]
+    return list(dict.fromkeys(calls))
+
+
+class QuantileCache:
+    """Latency quantiles of calls, looked up once per distinct call across many workloads
+    (one model query per op for a whole batch of layouts)."""
+
+    def __init__(self, models: ModelSet | None, hw: HardwareConfig, dtype: str = "bfloat16"):
+        self.models, self.hw, self.dtype = models, hw, dtype
+        self._q: dict[Call, np.ndarray] = {}
+        self._basis: dict[Call, str] = {}
+
+    def fill(self, calls: list[Call]) -> None:
+        missing = [c for c in dict.fromkeys(calls) if c not in self._q]
+        if missing:
+            q, basis = call_quantiles(missing, self.models, self.hw, self.dtype)
+            self._q.update(zip(missing, q))
+            self._basis.update(zip(missing, basis))
+
+    def lookup(self, calls: list[Call]) -> tuple[np.ndarray, list[str]]:
+        self.fill(calls)
+        return np.stack([self._q[c] for c in calls]), [self._basis[c] for c in calls]
+
+
 def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: int = 0,
-            dtype: str = "bfloat16") -> StepDistribution:
-    """The step-time distribution of ``work`` (seconds, ``draws`` Monte Carlo samples)."""
+            dtype: str = "bfloat16", cache: QuantileCache | None = None,
+            brute_force: bool = False) -> StepDistribution:
+    """The step-time distribution of ``work`` (seconds, ``draws`` Monte Carlo samples).
+
+    ``brute_force`` draws every GPU's speed factor instead of the order-statistic
+    shortcut (for testing the shortcut; its cost grows with the GPU count).
+    """
     hw, par = work.hardware, work.parallel
     rng = np.random.default_rng(seed)
     var = hw.variability
-    calls = [c for st in work.stages for c in st.forward + st.backward + st.step + ([st.p2p] if st.p2p else [])]
-    unique = list(dict.fromkeys(calls))
-    q, basis = call_quantiles(unique, models, hw, dtype)
+    unique = workload_calls(work)
+    q, basis = (cache or QuantileCache(models, hw, dtype)).lookup(unique)
     levels = np.asarray(DEFAULT_QUANTILES)
     sample = _inverse_cdf(q, levels, rng.uniform(size=(len(unique), draws)))
     median = q[:, list(levels).index(0.5)]
@@ -154,7 +185,10 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
 
     fwd, bwd, p2p, dp_exposed, opt, compute_med, comm_med = [], [], [], [], [], [], []
     for st in work.stages:
-        speed = _max_of_lognormals(sigma_gpu, gpus_per_stage, rng.uniform(size=draws))
+        if brute_force:
+            speed = np.exp(sigma_gpu * rng.standard_normal((gpus_per_stage, draws))).max(axis=0)
+        else:
+            speed = _max_of_lognormals(sigma_gpu, gpus_per_stage, rng.uniform(size=draws))
         fc, fm = total_us(st.forward, speed)
         bc, bm = total_us(st.backward, speed)
         fwd.append(fc + fm)

@@ -48,3 +48,13 @@ def test_single_gpu_step_is_the_sum_of_its_operators():
     per_micro = sum(v for c, v in medians.items() if c.role == "compute")
     expected = (per_micro * work.micro_batches + sum(v for c, v in medians.items() if c.role == "optimizer")) / 1e6
     assert np.median(dist.draws) == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize("gpus, tp, pp", [(64, 8, 2), (512, 8, 4)])
+def test_order_statistic_shortcut_matches_drawing_every_gpu(gpus, tp, pp):
+    work, models = _setup(f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={gpus // (tp * pp)}",
+                          f"parallel.global_batch_size={4 * pp * gpus // (tp * pp)}", model="gpt3-13b")
+    short = compose(work, models, draws=3000, seed=3)
+    brute = compose(work, models, draws=3000, seed=3, brute_force=True)
+    for q in (0.5, 0.95):
+        assert short.quantile(q) == pytest.approx(brute.quantile(q), rel=0.02)
