@@ -24,7 +24,7 @@ node and the nodes it spans follow from the GPUs per node.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.memory import (GRAD_BYTES, WEIGHT_BYTES, layers_per_stage, padded_vocab, stage_parameters,
@@ -123,10 +123,19 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int) -> tuple[list[C
     return fwd, bwd
 
 
+def with_default_batch(par: ParallelConfig) -> ParallelConfig:
+    """``par`` with ``global_batch_size`` 0 replaced by its default: 4·pp micro-batches per
+    replica (the 1F1B bubble then stays under a fifth of the step)."""
+    if par.global_batch_size == 0:
+        par = replace(par, global_batch_size=par.micro_batch_size * par.dp * 4 * par.pp)
+    return par
+
+
 def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus: int | None = None,
               seq: int | None = None) -> Workload:
     """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``."""
     seq = seq or model.seq_length
+    par = with_default_batch(par)
     gpus = gpus or par.dp * par.tp * par.pp * par.cp
     validate_layout(model, par, gpus)
     gpn = hw.node.gpus_per_node

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from predictor.compose import REPORT_QUANTILES, compose
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
-from predictor.decompose import decompose
+from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
 from predictor.memory import memory_per_gpu
 from predictor.operator_models import ModelSet, models_dir
@@ -50,16 +50,14 @@ def model_flops_per_step(model: ModelConfig, tokens: int, seq: int) -> float:
 
 
 def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
-    """Fill dp from ``gpus`` and a default global batch (4·pp micro-batches per replica)."""
+    """Fill dp from ``gpus`` and the default global batch (:func:`with_default_batch`)."""
     per_replica = par.tp * par.pp * par.cp
     if gpus:
         if gpus % per_replica:
             raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "
                              f"that gpus = dp·tp·pp·cp")
         par.dp = gpus // per_replica
-    if par.global_batch_size <= 0:
-        par.global_batch_size = par.micro_batch_size * par.dp * 4 * par.pp
-    return par
+    return with_default_batch(par)
 
 
 def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
