@@ -5,8 +5,9 @@ Reads the 36-column layout of ``../shared/data/e2e/e2e_training_visible.csv`` an
 error). Blank fields take defaults: micro-batch 1, cp 1, vp 1 (1F1B), no sequence
 parallelism, no recompute, no optimizer sharding, a GPT model's vocabulary 51,200
 (Megatron's padded GPT-2). The GPU column picks a hardware profile by its
-``device.match`` names (longest match); the interconnect columns, where they state a
-bandwidth, replace the profile's network (a row's cluster is not the profile's).
+``device.match`` names (longest match); the inter-node column, where it states a
+bandwidth, replaces the profile's network between nodes (a row's cluster is not the
+profile's); the intra-node fabric stays the GPU system's.
 """
 from __future__ import annotations
 
@@ -80,22 +81,23 @@ def row_workload(row: pd.Series, profiles) -> tuple[ModelConfig, ParallelConfig,
                 else "distributed_optimizer" if "dist" in sharding else "none")
     vp = 1 if _blank(row["vp"]) or not str(row["vp"]).isdigit() else int(row["vp"])
     framework = str(row.get("framework", ""))
-    # Megatron-LM overlaps the DP gradient reduction with the backward only since
-    # Megatron-Core (--overlap-grad-reduce, 2023); the 2021-22 code base reduced after it.
-    overlap = not ("Megatron-LM" in framework and "Core" not in framework)
+    # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
+    # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused
+    # scale-mask-softmax, bmm) rather than FlashAttention.
+    legacy_megatron = "Megatron-LM" in framework and "Core" not in framework
     par = ParallelConfig(
         dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(1 if _blank(row["cp"]) else row["cp"]),
         vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=str(row["seq_parallel"]).strip().lower() == "on",
         micro_batch_size=int(1 if _blank(row["mbs"]) else row["mbs"]), global_batch_size=int(row["gbs"]),
         recompute=recompute if recompute in ("none", "selective", "full") else "none", sharding=sharding,
-        overlap_grad_reduce=overlap)
+        overlap_grad_reduce=not legacy_megatron, attention="unfused" if legacy_megatron else "flash")
     hw = copy.deepcopy(match_hardware(row["gpu"], profiles))
     gpn = int(row["gpus_per_node"]) if not _blank(row.get("gpus_per_node")) else hw.node.gpus_per_node
     hw.node.gpus_per_node = gpn
-    intra, inter = _bandwidth(row.get("intra_node"), gpn), _bandwidth(row.get("inter_node"), gpn)
-    if intra:
-        hw.network.intra_node.bandwidth = intra
+    # The node's own fabric (NVLink/NVSwitch) comes with the GPU system and stays the
+    # profile's; the network between nodes is the cluster's, so the row's figure rules.
+    inter = _bandwidth(row.get("inter_node"), gpn)
     if inter:
         hw.network.inter_node.bandwidth = inter
     return model, par, hw
@@ -120,7 +122,7 @@ def predict_table(table: pd.DataFrame, draws: int = 1000, models_root=None) -> p
                 models = ModelSet(hw, models.quantiles, models.models, models.manifest)
             dist = compose(decompose(model, par, hw, int(row["num_gpus"])), models, draws=draws)
             p5, p50, p95 = dist.quantile([0.05, 0.5, 0.95])
-            mem = memory_per_gpu(model, par).total_gib
+            mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash").total_gib
             values = [p50, p5, p95, mem, "ok"]
         except PrismError as exc:
             values = [np.nan] * 4 + [str(exc)]

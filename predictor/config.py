@@ -125,6 +125,7 @@ class ParallelConfig:
     recompute: str = "none"  # none | selective | full
     sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
     schedule: str = "1f1b"  # 1f1b | interleaved | gpipe | zero_bubble
+    attention: str = "flash"  # flash (fused kernel) | unfused (baddbmm + softmax + bmm)
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
 

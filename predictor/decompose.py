@@ -99,7 +99,7 @@ def _collective(op: str, message: float, group: int, count: int, role: str, topo
 def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int) -> tuple[list[Call], list[Call]]:
     """Forward and backward calls of ``layers`` transformer layers for one micro-batch."""
     mbs, tp, cp = par.micro_batch_size, par.tp, par.cp
-    compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel)
+    compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention)
     fwd = [_call(u, "fwd", u.count * layers) for u in compute]
     bwd = [_call(u, "bwd", u.count * layers) for u in compute]
     activation = mbs * seq // cp * model.hidden_size * ACT_BYTES
@@ -119,7 +119,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int) -> tuple[list[C
         bwd += [Call(c.op, "fwd" if c.role == "compute" else c.pass_, c.shape, c.count, c.role,
                      c.ranks_per_node, c.nodes) for c in fwd]
     elif par.recompute == "selective":
-        bwd += [c for c in fwd if c.op == "attention"]
+        bwd += [c for c in fwd if c.op in ("attention", "bmm", "softmax")]
     return fwd, bwd
 
 

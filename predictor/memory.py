@@ -173,6 +173,8 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: Optional[int]
         raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}")
     if par.schedule not in SCHEDULES:
         raise PrismError(f"parallel.schedule={par.schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}")
+    if par.attention not in ("flash", "unfused"):
+        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused")
     tp, name = par.tp, model.name
     if model.num_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "

@@ -69,7 +69,7 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     models = ModelSet.load(path, hw) if (path / "manifest.json").exists() else None
     work = decompose(model, par, hw, gpus)
     dist = compose(work, models, draws=draws, seed=int(cfg.get("seed") or 0))
-    mem = memory_per_gpu(model, par)
+    mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash")
     q = dist.quantile(REPORT_QUANTILES)
     step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}
     step["mean"] = float(dist.draws.mean())

@@ -43,8 +43,22 @@ def parameter_tensors(model: ModelConfig) -> int:
     return model.num_layers * layer + embeddings + norm
 
 
+def attention_ops(micro_batch: int, heads: int, kv: int, seq_q: int, seq_kv: int, head_dim: int,
+                  kernel: str = "flash") -> list[OpUse]:
+    """The attention core: one fused kernel (FlashAttention, SDPA), or Megatron's unfused
+    path before it: QK^T (baddbmm), the fused scale-mask-softmax, and PV (bmm)."""
+    if kernel == "flash":
+        return [OpUse("attention", {"batch": micro_batch, "heads": heads, "kv_heads": kv, "seq_q": seq_q,
+                                    "seq_kv": seq_kv, "head_dim": head_dim, "causal": True})]
+    bh = micro_batch * heads  # grouped K/V are expanded to every query head first
+    return [OpUse("bmm", {"batch": bh, "m": seq_q, "n": seq_kv, "k": head_dim}),
+            OpUse("softmax", {"batch": micro_batch, "heads": heads, "seq_q": seq_q, "seq_kv": seq_kv,
+                              "causal": True}),
+            OpUse("bmm", {"batch": bh, "m": seq_q, "n": head_dim, "k": seq_kv})]
+
+
 def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1, cp: int = 1,
-              sequence_parallel: bool = False) -> list[OpUse]:
+              sequence_parallel: bool = False, attention: str = "flash") -> list[OpUse]:
     """The compute ops of one transformer layer for one micro-batch.
 
     With context parallelism each rank holds ``seq / cp`` tokens and attends to the
@@ -60,8 +74,7 @@ def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1, cp: i
     ops = [
         OpUse(norm, {"tokens": t_sp, "hidden": h}, 2),
         OpUse("gemm", {"m": t, "n": (heads + 2 * kv) * hd, "k": h}),  # QKV
-        OpUse("attention", {"batch": micro_batch, "heads": heads, "kv_heads": kv,
-                            "seq_q": seq // cp, "seq_kv": seq, "head_dim": hd, "causal": True}),
+        *attention_ops(micro_batch, heads, kv, seq // cp, seq, hd, attention),
         OpUse("gemm", {"m": t, "n": h, "k": heads * hd}),  # attention output
         OpUse("residual_add", {"tokens": t_sp, "hidden": h}, 2),
     ]
