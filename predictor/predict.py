@@ -79,10 +79,11 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     peak = hw.peak("bfloat16") if hw.peak_flops.get("bfloat16") else hw.peak("float32")
     train_tokens = float(cfg.get("train_tokens") or 0) or 1e12
     steps = train_tokens / tokens
-    # a sum of many steps: mean * steps, spread shrinking as sqrt(steps) (steps independent)
-    std = float(dist.draws.std())
-    ttt = {k: (step["mean"] * steps + z * std * np.sqrt(steps)) / SECONDS_PER_DAY
-           for k, z in (("p5", -1.645), ("p50", 0.0), ("p95", 1.645))}
+    # The band keeps the per-step spread whole: most of it is persistent (the operator
+    # models' uncertainty, the slowest GPUs of a job), so it does not average out over
+    # steps the way independent step-to-step jitter would. Failures and restarts are not
+    # in it yet.
+    ttt = {k: step[k] * steps / SECONDS_PER_DAY for k in ("p5", "p50", "p95")}
     gpu_hours = ttt["p50"] * 24 * gpus
     price = hw.price_per_gpu_hour
     basis = {}
