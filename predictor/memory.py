@@ -106,6 +106,7 @@ from typing import Optional
 
 from predictor.config import ModelConfig, ParallelConfig
 from predictor.errors import PrismError
+from predictor.workload import layer_parameters
 
 GiB = 1024 ** 3
 WEIGHT_BYTES = 2      # bf16 weights
@@ -236,18 +237,6 @@ def padded_vocab(vocab_size: int, tp: int, multiple: int = VOCAB_MULTIPLE) -> in
     """Megatron's padded vocabulary: a multiple of ``multiple·tp``."""
     step = multiple * tp
     return -(-vocab_size // step) * step
-
-
-def layer_parameters(model: ModelConfig, tp: int = 1) -> tuple[int, int]:
-    """(TP-sharded, replicated) parameters of one transformer layer on one TP rank."""
-    h, hd = model.hidden_size, model.head_dim
-    heads = model.num_heads // tp
-    kv = model.num_kv_heads // tp if model.num_kv_heads >= tp else 1  # replicated KV head
-    attn = h * (heads + 2 * kv) * hd + heads * hd * h
-    ffn = model.ffn_hidden_size // tp
-    mlp = (3 if model.activation == "swiglu" else 2) * h * ffn
-    norm = 2 * model.hidden_size * (2 if model.norm == "layernorm" else 1)
-    return attn + mlp, norm
 
 
 def stage_parameters(model: ModelConfig, par: ParallelConfig,

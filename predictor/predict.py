@@ -12,6 +12,7 @@ from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
 from predictor.memory import memory_per_gpu
 from predictor.operator_models import ModelSet, models_dir
+from predictor.workload import layer_parameters
 
 SECONDS_PER_DAY = 86400.0
 
@@ -44,9 +45,8 @@ def model_flops_per_step(model: ModelConfig, tokens: int, seq: int) -> float:
     """6N per token for the weights' matmuls plus causal attention (PaLM appendix B, with
     the 12·L·H·Q·T attention term halved for a causal mask); no recompute counted (MFU)."""
     h = model.hidden_size
-    layer = (h * (model.num_heads + 2 * model.num_kv_heads) * model.head_dim + model.num_heads * model.head_dim * h
-             + (3 if model.activation == "swiglu" else 2) * h * model.ffn_hidden_size)
-    return 6.0 * (model.num_layers * layer + model.vocab_size * h) * tokens + 6.0 * model.num_layers * h * seq * tokens
+    matmul_weights = model.num_layers * layer_parameters(model)[0] + model.vocab_size * h
+    return 6.0 * matmul_weights * tokens + 6.0 * model.num_layers * h * seq * tokens
 
 
 def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:

@@ -22,17 +22,25 @@ class OpUse:
     count: int = 1
 
 
+def layer_parameters(model: ModelConfig, tp: int = 1) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one transformer layer on one TP rank: the
+    matmul weights (attention and FFN) and the two norms; no linear biases."""
+    h, hd = model.hidden_size, model.head_dim
+    heads = model.num_heads // tp
+    kv = model.num_kv_heads // tp if model.num_kv_heads >= tp else 1  # replicated KV head
+    attn = h * (heads + 2 * kv) * hd + heads * hd * h
+    mlp = (3 if model.activation == "swiglu" else 2) * h * (model.ffn_hidden_size // tp)
+    norm = 2 * h * (2 if model.norm == "layernorm" else 1)
+    return attn + mlp, norm
+
+
 def parameter_count(model: ModelConfig) -> int:
     """Trainable parameters: weights, norm gains (and LayerNorm biases); no linear biases."""
-    h, hd = model.hidden_size, model.head_dim
-    attn = h * (model.num_heads + 2 * model.num_kv_heads) * hd + model.num_heads * hd * h
-    ffn_in = 2 if model.activation == "swiglu" else 1
-    ffn = (ffn_in + 1) * h * model.ffn_hidden_size
-    norm = h * (2 if model.norm == "layernorm" else 1)
-    layer = attn + ffn + 2 * norm
+    h = model.hidden_size
     embeddings = model.vocab_size * h * (1 if model.tied_embeddings else 2)
     positions = model.seq_length * h if model.position == "learned" else 0
-    return model.num_layers * layer + embeddings + positions + norm
+    final_norm = h * (2 if model.norm == "layernorm" else 1)
+    return model.num_layers * sum(layer_parameters(model)) + embeddings + positions + final_norm
 
 
 def parameter_tensors(model: ModelConfig) -> int:

@@ -4,6 +4,7 @@ import pytest
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
 from predictor.decompose import decompose, group_topology
 from predictor.errors import PrismError
+from predictor.predict import model_flops_per_step
 from predictor.vocabulary import flops
 
 
@@ -27,12 +28,7 @@ def _step_flops(w, matmul_only=True):
 def _palm_flops(w):
     """6N per token for the weights' matmuls plus causal attention, PaLM appendix B
     (12·L·H·Q·T counts full attention; causal does half)."""
-    m, tokens = w.model, w.tokens_per_step
-    layer = (m.hidden_size * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
-             + m.num_heads * m.head_dim * m.hidden_size
-             + (3 if m.activation == "swiglu" else 2) * m.hidden_size * m.ffn_hidden_size)
-    head = m.vocab_size * m.hidden_size
-    return 6 * (m.num_layers * layer + head) * tokens + 6 * m.num_layers * m.hidden_size * w.seq * tokens
+    return model_flops_per_step(w.model, w.tokens_per_step, w.seq)
 
 
 @pytest.mark.parametrize("layout", [
