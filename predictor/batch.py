@@ -17,34 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
-
 from predictor.compose import compose
-from predictor.config import CONF_DIR, HardwareConfig, ModelConfig, ParallelConfig, group_options, section
+from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_hardware, match_hardware
 from predictor.decompose import decompose
 from predictor.errors import PrismError
 from predictor.memory import memory_per_gpu
-from predictor.operator_models import ModelSet, models_dir
+from predictor.operator_models import ModelSet, trained_models
 
 GPT_VOCAB = 51200
-
-
-def _hardware_profiles() -> dict[str, HardwareConfig]:
-    return {name: section(OmegaConf.create({"hardware": OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml")}),
-                          "hardware", HardwareConfig) for name in group_options("hardware")}
-
-
-def match_hardware(gpu: str, profiles: dict[str, HardwareConfig]) -> HardwareConfig:
-    """The profile whose ``device.match`` name is the longest substring of ``gpu``."""
-    best, length = None, 0
-    for hw in profiles.values():
-        for name in hw.device.match:
-            if name.lower() in str(gpu).lower() and len(name) > length:
-                best, length = hw, len(name)
-    if best is None:
-        raise PrismError(f"gpu={gpu!r}: no hardware profile matches; add its name to a conf/hardware/*.yaml "
-                         f"device.match list")
-    return best
 
 
 def _bandwidth(text, gpus_per_node: int) -> float | None:
@@ -63,7 +43,16 @@ def _blank(v) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v)) or str(v).strip() == ""
 
 
-def row_workload(row: pd.Series, profiles) -> tuple[ModelConfig, ParallelConfig, HardwareConfig]:
+def row_hardware(gpu) -> str:
+    name = match_hardware(gpu)
+    if name is None:
+        raise PrismError(f"gpu={gpu!r}: no hardware profile matches; add its name to a conf/hardware/*.yaml "
+                         f"device.match list")
+    return name
+
+
+def row_workload(row: pd.Series, profiles: dict) -> tuple[ModelConfig, ParallelConfig, HardwareConfig]:
+    """The model, layout and hardware of a table row; ``profiles`` caches loaded profiles by name."""
     name = str(row["model"])
     llama = "llama" in name.lower()
     hidden, heads = int(row["hidden"]), int(row["heads"])
@@ -92,7 +81,10 @@ def row_workload(row: pd.Series, profiles) -> tuple[ModelConfig, ParallelConfig,
         micro_batch_size=int(1 if _blank(row["mbs"]) else row["mbs"]), global_batch_size=int(row["gbs"]),
         recompute=recompute if recompute in ("none", "selective", "full") else "none", sharding=sharding,
         overlap_grad_reduce=not legacy_megatron, attention="unfused" if legacy_megatron else "flash")
-    hw = copy.deepcopy(match_hardware(row["gpu"], profiles))
+    name = row_hardware(row["gpu"])
+    if name not in profiles:
+        profiles[name] = load_hardware(name)
+    hw = copy.deepcopy(profiles[name])
     gpn = int(row["gpus_per_node"]) if not _blank(row.get("gpus_per_node")) else hw.node.gpus_per_node
     hw.node.gpus_per_node = gpn
     # The node's own fabric (NVLink/NVSwitch) comes with the GPU system and stays the
@@ -105,7 +97,7 @@ def row_workload(row: pd.Series, profiles) -> tuple[ModelConfig, ParallelConfig,
 
 def predict_table(table: pd.DataFrame, draws: int = 1000, models_root=None) -> pd.DataFrame:
     """``table`` with the predicted columns added (one prediction per row)."""
-    profiles = _hardware_profiles()
+    profiles: dict[str, HardwareConfig] = {}
     cache: dict[str, ModelSet | None] = {}
     out = table.copy()
     cols = {c: [] for c in ("pred_iter_time_s_p50", "pred_iter_time_s_p5", "pred_iter_time_s_p95",
@@ -114,12 +106,8 @@ def predict_table(table: pd.DataFrame, draws: int = 1000, models_root=None) -> p
         try:
             model, par, hw = row_workload(row, profiles)
             if hw.name not in cache:
-                path = models_dir(models_root) / hw.name
-                base = profiles[hw.name]
-                cache[hw.name] = ModelSet.load(path, base) if (path / "manifest.json").exists() else None
-            models = cache[hw.name]
-            if models is not None:
-                models = ModelSet(hw, models.quantiles, models.models, models.manifest)
+                cache[hw.name] = trained_models(profiles[hw.name], models_root)
+            models = cache[hw.name] and cache[hw.name].with_hardware(hw)
             dist = compose(decompose(model, par, hw, int(row["num_gpus"])), models, draws=draws)
             p5, p50, p95 = dist.quantile([0.05, 0.5, 0.95])
             mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash").total_gib

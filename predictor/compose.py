@@ -98,9 +98,7 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
                                    ranks_per_node=calls[i].ranks_per_node) for i in idx])
         collective = OPS[op].collective
         if models is not None and models.has(op, pass_) and (not collective or own_network):
-            q = models.query(op, pass_, frame)
-            out[idx] = q[[f"q{a:g}" for a in levels]].to_numpy() if list(models.quantiles) != list(levels) \
-                else q.to_numpy()
+            out[idx] = models.query(op, pass_, frame)[[f"q{a:g}" for a in levels]].to_numpy()
             source = f"models/{hw.name}"
         elif collective:
             center = floor_us(op, pass_, frame, hw) / NCCL_EFFICIENCY

@@ -7,6 +7,7 @@ Every failure becomes one :class:`PrismError` that names the key and the fix.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -205,6 +206,31 @@ def section(cfg: DictConfig, name: str, schema: type):
         key = getattr(exc, "full_key", "") or ""
         msg = str(exc).splitlines()[0]
         raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}") from None
+
+
+def load_hardware(name: str) -> HardwareConfig:
+    """A profile of ``conf/hardware/`` by name, outside any composed config."""
+    path = CONF_DIR / "hardware" / f"{name}.yaml"
+    if not path.exists():
+        raise PrismError(f"hardware {name!r}: no conf/hardware/{name}.yaml; "
+                         f"choose one of: {', '.join(group_options('hardware'))}")
+    return section(OmegaConf.create({"hardware": OmegaConf.load(path)}), "hardware", HardwareConfig)
+
+
+def match_hardware(gpu: str) -> str | None:
+    """The ``conf/hardware`` profile whose ``device.name`` or ``device.match`` entry best
+    fits a GPU name (spaces and case ignored). The longest match wins, so
+    ``NVIDIAGH200120GB`` is gh200 (``GH200``), not h200 (``H200``)."""
+    def norm(text):
+        return re.sub(r"\s+", "", str(text)).lower()
+    key, best = norm(gpu), (0, None)
+    for name in group_options("hardware"):
+        device = OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml").get("device") or {}
+        for candidate in [device.get("name", "")] + list(device.get("match") or []):
+            c = norm(candidate)
+            if c and c in key and len(c) > best[0]:
+                best = (len(c), name)
+    return best[1]
 
 
 def load_model(name: str) -> ModelConfig:

@@ -39,6 +39,13 @@ def models_dir(configured=None) -> Path:
     return Path(configured) if configured else REPO_ROOT / "models"
 
 
+def trained_models(hw: HardwareConfig, root=None) -> "ModelSet | None":
+    """``hw``'s trained models, or None where none were trained (predictions then rest on
+    priors)."""
+    path = models_dir(root) / hw.name
+    return ModelSet.load(path, hw) if (path / MANIFEST).exists() else None
+
+
 def shape_groups(op: str, rows: pd.DataFrame) -> np.ndarray:
     """One id per distinct (shape, topology, dtype): a shape's repeats form one group."""
     cols = list(OPS[op].shape) + (list(TOPOLOGY) if OPS[op].collective else []) + ["dtype"]
@@ -107,6 +114,11 @@ class ModelSet:
         self.quantiles = tuple(quantiles)
         self.models = models
         self.manifest = manifest or {}
+
+    def with_hardware(self, hw: HardwareConfig) -> "ModelSet":
+        """The same models for a copy of the profile with another network (a job on its own
+        cluster): the device they learned is unchanged, collectives follow ``hw``."""
+        return ModelSet(hw, self.quantiles, self.models, self.manifest)
 
     def has(self, op: str, pass_: str) -> bool:
         return (op, pass_) in self.models

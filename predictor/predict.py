@@ -11,7 +11,7 @@ from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, sectio
 from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
 from predictor.memory import memory_per_gpu
-from predictor.operator_models import ModelSet, models_dir
+from predictor.operator_models import trained_models
 from predictor.workload import layer_parameters
 
 SECONDS_PER_DAY = 86400.0
@@ -65,8 +65,7 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     hw = section(cfg, "hardware", HardwareConfig)
     par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
     gpus = par.dp * par.tp * par.pp * par.cp
-    path = models_dir(cfg.get("models_dir")) / hw.name
-    models = ModelSet.load(path, hw) if (path / "manifest.json").exists() else None
+    models = trained_models(hw, cfg.get("models_dir"))
     work = decompose(model, par, hw, gpus)
     dist = compose(work, models, draws=draws, seed=int(cfg.get("seed") or 0))
     mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash")

@@ -59,10 +59,9 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 
 from predictor import store
-from predictor.config import CONF_DIR, HardwareConfig, section
+from predictor.config import HardwareConfig, load_hardware, match_hardware
 from predictor.errors import PrismError
 from predictor.features import floor_us
 from predictor.vocabulary import DTYPE_BYTES, OPS, SHAPE_COLUMNS
@@ -422,30 +421,6 @@ def _skip_bad_durations(lat: np.ndarray, ok: np.ndarray, rel: str, column: str, 
 # Hardware
 # --------------------------------------------------------------------------------------
 
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", "", str(text)).lower()
-
-
-def match_hardware(gpu: str) -> str | None:
-    """The ``conf/hardware`` profile whose ``device.match`` (or name) best fits a GPU name.
-
-    The longest match wins, so ``NVIDIAGH200120GB`` is gh200 (``GH200``), not h200 (``H200``).
-    """
-    key, best = _norm(gpu), (0, None)
-    for path in sorted((CONF_DIR / "hardware").glob("*.yaml")):
-        device = OmegaConf.load(path).get("device") or {}
-        for candidate in [device.get("name", "")] + list(device.get("match") or []):
-            c = _norm(candidate)
-            if c and c in key and len(c) > best[0]:
-                best = (len(c), path.stem)
-    return best[1]
-
-
-def _load_hardware(name: str) -> HardwareConfig:
-    node = OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml")
-    return section(OmegaConf.create({"hardware": node}), "hardware", HardwareConfig)
-
-
 # --------------------------------------------------------------------------------------
 # Import
 # --------------------------------------------------------------------------------------
@@ -657,7 +632,7 @@ def import_ett(path, out_dir) -> ImportReport:
     df["hardware"], df["device_name"] = hardware, gpu
     df["run_id"], df["host"] = run_id, cluster  # timestamp, torch_version: not published (null)
 
-    df, suspect = _screen(df, _load_hardware(hardware), skipped_rows)
+    df, suspect = _screen(df, load_hardware(hardware), skipped_rows)
     rows_per_op = {op: int(n) for op, n in df["op"].value_counts().reindex(list(OPS)).dropna().items()}
     rows_per_function = {f: int(n) for f, n in df.groupby("function", sort=False).size().items()}
     functions = sorted(set(df["function"]))
