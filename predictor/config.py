@@ -208,13 +208,17 @@ def section(cfg: DictConfig, name: str, schema: type):
         raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}") from None
 
 
-def load_hardware(name: str) -> HardwareConfig:
-    """A profile of ``conf/hardware/`` by name, outside any composed config."""
-    path = CONF_DIR / "hardware" / f"{name}.yaml"
+def load_entry(group: str, name: str, schema: type):
+    """One entry of a config group (``conf/<group>/<name>.yaml``), outside any composed config."""
+    path = CONF_DIR / group / f"{name}.yaml"
     if not path.exists():
-        raise PrismError(f"hardware {name!r}: no conf/hardware/{name}.yaml; "
-                         f"choose one of: {', '.join(group_options('hardware'))}")
-    return section(OmegaConf.create({"hardware": OmegaConf.load(path)}), "hardware", HardwareConfig)
+        raise PrismError(f"{group} {name!r}: no conf/{group}/{name}.yaml; "
+                         f"choose one of: {', '.join(group_options(group))}")
+    return section(OmegaConf.create({group: OmegaConf.load(path)}), group, schema)
+
+
+def load_hardware(name: str) -> HardwareConfig:
+    return load_entry("hardware", name, HardwareConfig)
 
 
 def match_hardware(gpu: str) -> str | None:
@@ -234,9 +238,4 @@ def match_hardware(gpu: str) -> str | None:
 
 
 def load_model(name: str) -> ModelConfig:
-    """A model of ``conf/model/`` by name, outside any composed config."""
-    path = CONF_DIR / "model" / f"{name}.yaml"
-    if not path.exists():
-        raise PrismError(f"model {name!r}: no conf/model/{name}.yaml; "
-                         f"choose one of: {', '.join(group_options('model'))}")
-    return section(OmegaConf.create({"model": OmegaConf.load(path)}), "model", ModelConfig)
+    return load_entry("model", name, ModelConfig)
