@@ -10,10 +10,13 @@ DESIGN.md, "Composer". For S Monte Carlo draws at once (numpy, no loop over draw
    without a model from the roofline prior. One draw per call and step comes by
    inverse CDF from the quantiles; ``count`` identical calls in a step add up as
    ``count * median + sqrt(count) * (draw - median)`` (independent residuals).
-2. Variability keeps its components apart: a per-step compute factor per GPU and a
-   persistent per-GPU factor (the slowest of a stage's GPUs sets its pace: the maximum
-   of N lognormals drawn directly as ``F^-1(u^(1/N))``), and one communication regime per
-   step shared by every collective.
+2. Variability keeps its components apart (:data:`COMPONENTS`), so that any of them can
+   be held at its median (``hold``): a per-step compute factor per GPU (``temporal``), a
+   persistent per-GPU factor (``spatial``), one communication regime per step shared by
+   every collective (``regime``), and each op instance's residual from its quantiles
+   (``residual``). A stage runs at the pace of its slowest GPU. Per GPU, spatial times
+   temporal is lognormal with sigma ``hypot(spatial_cv, temporal_cv)``, and the maximum of
+   N of them is drawn directly as ``F^-1(u^(1/N))``, whatever N is.
 3. The pipeline schedule (:mod:`predictor.schedule`) is walked over the draws; the data-
    parallel gradient reduction overlaps the last micro-batch's backward, its last bucket
    exposed; the optimizer step follows.
@@ -28,6 +31,7 @@ from scipy.special import ndtri
 
 from predictor.config import HardwareConfig
 from predictor.decompose import Call, Workload
+from predictor.errors import PrismError
 from predictor.features import floor_us
 from predictor.operator_models import ModelSet
 from predictor.regressor import DEFAULT_QUANTILES
@@ -42,6 +46,11 @@ PRIOR_SIGMA = {"network": 0.15, "roofline": 0.3}
 #: Efficiency of compute ops without a model, relative to the roofline floor.
 ROOFLINE_EFFICIENCY = 0.5
 REPORT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
+#: Variability components of the composer (DESIGN.md, "Composer", step 2); the first
+#: varies within a job from step to step, spatial persists for a job's allocation.
+COMPONENTS = ("temporal", "spatial", "regime", "residual")
+#: Components that average out over the steps of a long run.
+PER_STEP = ("temporal", "regime")
 
 
 @dataclass
@@ -149,26 +158,33 @@ class QuantileCache:
 
 def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: int = 0,
             dtype: str = "bfloat16", cache: QuantileCache | None = None,
-            brute_force: bool = False) -> StepDistribution:
+            brute_force: bool = False, hold=()) -> StepDistribution:
     """The step-time distribution of ``work`` (seconds, ``draws`` Monte Carlo samples).
 
-    ``brute_force`` draws every GPU's speed factor instead of the order-statistic
-    shortcut (for testing the shortcut; its cost grows with the GPU count).
+    ``hold`` names components of :data:`COMPONENTS` held at their median (no spread).
+    ``brute_force`` draws every GPU's spatial and temporal factor and takes the slowest
+    instead of the order-statistic shortcut (for testing the shortcut; its cost grows
+    with the GPU count).
     """
+    unknown = set(hold) - set(COMPONENTS)
+    if unknown:
+        raise PrismError(f"hold: unknown variability component(s) {sorted(unknown)}; choose from {COMPONENTS}")
     hw, par = work.hardware, work.parallel
     rng = np.random.default_rng(seed)
     var = hw.variability
+    sigma = {"temporal": var.temporal_cv, "spatial": var.spatial_cv, "regime": var.comm_regime_cv}
+    sigma = {k: 0.0 if k in hold else v for k, v in sigma.items()}
     unique = workload_calls(work)
     q, basis = (cache or QuantileCache(models, hw, dtype)).lookup(unique)
     levels = np.asarray(DEFAULT_QUANTILES)
-    sample = _inverse_cdf(q, levels, rng.uniform(size=(len(unique), draws)))
     median = q[:, list(levels).index(0.5)]
+    u = np.full((len(unique), draws), 0.5) if "residual" in hold else rng.uniform(size=(len(unique), draws))
+    sample = _inverse_cdf(q, levels, u)
     index = {c: i for i, c in enumerate(unique)}
 
-    # variability shared across the step: the communication regime, the stage's slowest GPU
-    regime = np.exp(var.comm_regime_cv * rng.standard_normal(draws))
+    regime = np.exp(sigma["regime"] * rng.standard_normal(draws))
     gpus_per_stage = par.tp * par.cp * par.dp
-    sigma_gpu = float(np.hypot(var.temporal_cv, var.spatial_cv))
+    sigma_gpu = float(np.hypot(sigma["temporal"], sigma["spatial"]))
 
     def total_us(stage_calls: list[Call], stage_speed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         compute, comm = np.zeros(draws), np.zeros(draws)
@@ -184,7 +200,9 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
     fwd, bwd, p2p, dp_exposed, opt, compute_med, comm_med = [], [], [], [], [], [], []
     for st in work.stages:
         if brute_force:
-            speed = np.exp(sigma_gpu * rng.standard_normal((gpus_per_stage, draws))).max(axis=0)
+            factors = (sigma["spatial"] * rng.standard_normal((gpus_per_stage, draws))
+                       + sigma["temporal"] * rng.standard_normal((gpus_per_stage, draws)))
+            speed = np.exp(factors).max(axis=0)
         else:
             speed = _max_of_lognormals(sigma_gpu, gpus_per_stage, rng.uniform(size=draws))
         fc, fm = total_us(st.forward, speed)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from omegaconf import DictConfig
 
-from predictor.compose import REPORT_QUANTILES, compose
+from predictor.compose import PER_STEP, REPORT_QUANTILES, compose
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
@@ -67,7 +67,9 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     gpus = par.dp * par.tp * par.pp * par.cp
     models = trained_models(hw, cfg.get("models_dir"))
     work = decompose(model, par, hw, gpus)
-    dist = compose(work, models, draws=draws, seed=int(cfg.get("seed") or 0))
+    seed = int(cfg.get("seed") or 0)
+    dist = compose(work, models, draws=draws, seed=seed)
+    persistent = compose(work, models, draws=draws, seed=seed, hold=PER_STEP).draws
     mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash")
     q = dist.quantile(REPORT_QUANTILES)
     step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}
@@ -78,11 +80,13 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     peak = hw.peak("bfloat16") if hw.peak_flops.get("bfloat16") else hw.peak("float32")
     train_tokens = float(cfg.get("train_tokens") or 0) or 1e12
     steps = train_tokens / tokens
-    # The band keeps the per-step spread whole: most of it is persistent (the operator
-    # models' uncertainty, the slowest GPUs of a job), so it does not average out over
-    # steps the way independent step-to-step jitter would. Failures and restarts are not
-    # in it yet.
-    ttt = {k: step[k] * steps / SECONDS_PER_DAY for k in ("p5", "p50", "p95")}
+    # Over many steps the per-step components (temporal, regime) average out to their
+    # mean; what persists for the whole run (the job's slowest GPUs, the operator models'
+    # residual: the same kernels recur every step) keeps its spread. So the band is the
+    # persistent draws, scaled to the full draws' mean. Failures and restarts are not in it.
+    run_mean = persistent * (dist.draws.mean() / persistent.mean())
+    ttt = {f"p{round(a * 100)}": float(v) * steps / SECONDS_PER_DAY
+           for a, v in zip((0.05, 0.5, 0.95), np.quantile(run_mean, (0.05, 0.5, 0.95)))}
     gpu_hours = ttt["p50"] * 24 * gpus
     price = hw.price_per_gpu_hour
     basis = {}

@@ -3,9 +3,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.compose import compose
+from predictor.compose import COMPONENTS, compose
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
 from predictor.decompose import decompose
+from predictor.errors import PrismError
 from predictor.operator_models import ModelSet, models_dir
 
 
@@ -38,8 +39,7 @@ def test_collectives_use_the_network_they_were_measured_on():
 
 def test_single_gpu_step_is_the_sum_of_its_operators():
     work, models = _setup("parallel.global_batch_size=2", model="gpt3-1.3b")
-    work.hardware.variability.temporal_cv = work.hardware.variability.spatial_cv = 0.0
-    dist = compose(work, models, draws=2000)
+    dist = compose(work, models, draws=2000, hold=("temporal", "spatial", "regime"))
     st = work.stages[0]
     medians = {}
     for c in st.forward + st.backward + st.step:
@@ -58,3 +58,21 @@ def test_order_statistic_shortcut_matches_drawing_every_gpu(gpus, tp, pp):
     brute = compose(work, models, draws=3000, seed=3, brute_force=True)
     for q in (0.5, 0.95):
         assert short.quantile(q) == pytest.approx(brute.quantile(q), rel=0.02)
+
+
+def test_each_variability_component_can_be_held_at_its_median():
+    work, models = _setup("parallel.tp=8", "parallel.dp=4", "parallel.global_batch_size=32", model="gpt3-13b")
+    spread = {}
+    for held in [(), *[(c,) for c in COMPONENTS]]:
+        d = compose(work, models, draws=3000, seed=5, hold=held)
+        spread[held] = np.subtract(*d.quantile([0.95, 0.05]))
+    for c in COMPONENTS:  # every component adds spread of its own
+        assert spread[(c,)] < spread[()], c
+    frozen = compose(work, models, draws=200, seed=5, hold=COMPONENTS).draws
+    assert np.ptp(frozen) == pytest.approx(0, abs=1e-12)
+
+
+def test_unknown_component_is_named():
+    work, models = _setup("parallel.global_batch_size=2", model="gpt3-1.3b")
+    with pytest.raises(PrismError, match="hold: unknown variability component"):
+        compose(work, models, draws=10, hold=("weather",))

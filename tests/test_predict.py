@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from predictor.batch import predict_table
 
@@ -23,7 +24,11 @@ def test_predict_reports_the_design_fields():
     assert s["p5"] < s["p50"] < s["p95"] < s["p99"]
     assert 0 < p["mfu"] < 1 and p["tokens_per_s"] > 0 and p["fits"]
     assert p["prob_below"]["p"] == 1.0
-    assert p["time_to_train_days"]["p5"] <= p["time_to_train_days"]["p50"] <= p["time_to_train_days"]["p95"]
+    ttt = p["time_to_train_days"]
+    assert ttt["p5"] <= ttt["p50"] <= ttt["p95"]
+    # per-step jitter averages out over a run: the run's band is narrower than a step's
+    assert ttt["p50"] == pytest.approx(p["train_tokens"] / p["tokens_per_s"] * s["mean"] / s["p50"] / 86400, rel=0.02)
+    assert ttt["p95"] / ttt["p5"] < s["p95"] / s["p5"]
     assert len(p["cdf"]["t_s"]) == 101 and p["cost_usd"]["p50"] > 0
     assert any(src.startswith("models/a100") for src in p["basis"])
 
