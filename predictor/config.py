@@ -22,7 +22,7 @@ from predictor.errors import PrismError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
-GROUPS = ("model", "hardware", "parallel", "sampling", "regressor")
+GROUPS = ("model", "hardware", "parallel", "sampling", "regressor", "measure")
 
 
 @dataclass
@@ -153,6 +153,20 @@ class SamplingConfig:
     space: dict[str, list]  # column -> [low, high]
     seed: int = 0
     flush_every_s: float = 2.0
+
+
+@dataclass
+class MeasureConfig:
+    """How ``prism measure`` times the reference workload (see conf/measure/)."""
+
+    name: str
+    steps: int
+    warmup: int
+    threads_per_rank: int
+    backend: str  # auto | gloo | nccl
+    device: str  # auto | cpu | cuda
+    timeout_s: float
+    seed: int = 0
 
 
 @dataclass
