@@ -170,6 +170,40 @@ def _predict_batch(args) -> int:
     return 0
 
 
+def _measure(args) -> int:
+    cfg = _load(args)
+    try:
+        measure = import_module("sampling.measure")
+    except ImportError as exc:
+        raise PrismError(f"prism measure needs torch ({exc}); install the measuring extra: "
+                         f"pip install -e '.[sampling]'") from None
+    report = measure.measure(cfg, progress=cfg.output != "json")
+    _print(cfg, report.to_dict(), report.format())
+    return 0
+
+
+def _validate(args) -> int:
+    from pathlib import Path
+
+    from predictor.config import HardwareConfig, section
+    from predictor.measurements import read_measurements
+    from predictor.operator_models import trained_models
+    from predictor.validate import format_validation, plot_cdfs, validate
+    cfg = _load(args)
+    if not cfg.measured:
+        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`")
+    hw = section(cfg, "hardware", HardwareConfig)
+    frame = read_measurements(cfg.measured)
+    result = validate(frame, hw, trained_models(hw, cfg.models_dir), seed=int(cfg.seed))
+    png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
+    plot_cdfs(result, png)
+    if cfg.output == "json":
+        print(json.dumps([s.to_dict() for s in result.scores], indent=2))
+    else:
+        print(format_validation(result) + f"\nCDF plot     {png}")
+    return 0
+
+
 def pd_table(rows: list[dict]) -> str:
     import pandas as pd
     return pd.DataFrame(rows).to_string(index=False)
@@ -223,6 +257,26 @@ VERBS = {
         examples=["prism predict-batch ../shared/data/e2e/e2e_training_visible.csv out=predicted.csv"],
         positional="path", positional_help="a CSV in the e2e table layout", overrides=True,
         overrides_help="out=OUT.csv (required)"),
+    "measure": dict(
+        run=_measure, help="train the reference workload under torchrun and record every step's time",
+        description="Train the model with PyTorch's own parallelism (DDP or FSDP2 for dp, DTensor "
+                    "tensor parallel for tp, torch.distributed.pipelining 1F1B / GPipe for pp; gloo on "
+                    "CPU, NCCL on CUDA), skip measure.warmup steps, and time measure.steps steps on "
+                    "every rank. The rows (one per step and rank, with the full layout) go to out=FILE; "
+                    "layouts already in the file are kept, a layout measured again is replaced.",
+        examples=["prism measure model=tiny parallel.dp=2 measure.steps=30 out=runs/measured.parquet",
+                  "prism measure model=small parallel.pp=2 parallel.global_batch_size=8 out=runs/measured.parquet",
+                  "prism measure model=tiny parallel.tp=2 parallel.recompute=full out=runs/measured.parquet"]),
+    "validate": dict(
+        run=_validate, help="score predicted step-time distributions against measured ones",
+        description="For every layout of a `prism measure` file, predict the step-time distribution "
+                    "on the given hardware and compare it with the measured steps (the slowest rank "
+                    "of each): absolute % error of the median and of p95, Kolmogorov-Smirnov "
+                    "distance, coverage of the predicted 80% interval. Draws a PNG of predicted vs "
+                    "measured CDFs (out=PNG, default beside the measured file).",
+        examples=["prism validate measured=runs/measured.parquet hardware=local-cpu",
+                  "prism validate measured=runs/measured.parquet hardware=local-cpu --json",
+                  "prism validate measured=runs/measured.parquet models_dir=runs/models out=runs/cdf.png"]),
     "samples": dict(
         run=_samples, help="summarise a sample store (shapes, rows, repeats per op)",
         description="Read a folder of sampling runs (or one .parquet file) and list, per "

@@ -1,0 +1,107 @@
+"""The ground-truth suite: sample -> train -> measure -> predict -> validate, from scratch.
+
+    python benchmarks/validation_suite.py                       # this CPU, ~15 min
+    python benchmarks/validation_suite.py --hardware h100-sxm   # on a GPU host (1-GPU layouts)
+
+Every stage is the user-facing command (`prism sample`, `prism train`, `prism measure`,
+`prism validate`), run into one fresh folder (``--out``, default
+``runs/suite-<hardware>-<UTC time>``): samples/, models/, measured.parquet, the CDF plot
+and summary.md (the per-layout table and the summary line). Nothing outside that folder
+is written, so two runs at different times of day can be compared side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+#: CPU layouts: world size <= 2 (one core per rank). Two model sizes (tiny 0.6 M, small
+#: 9 M parameters), three sequence lengths, dp / tp / pp (1F1B and GPipe, 4+ micro-batches),
+#: recompute on and off.
+CPU_LAYOUTS = [
+    ["model=tiny"],
+    ["model=tiny", "parallel.recompute=full"],
+    ["model=tiny", "model.seq_length=256", "parallel.micro_batch_size=2"],
+    ["model=tiny", "parallel.dp=2"],
+    ["model=tiny", "parallel.tp=2"],
+    ["model=tiny", "parallel.pp=2", "parallel.global_batch_size=8"],
+    ["model=tiny", "parallel.pp=2", "parallel.global_batch_size=8", "parallel.schedule=gpipe"],
+    ["model=small"],
+    ["model=small", "parallel.recompute=full"],
+    ["model=small", "model.seq_length=512"],
+    ["model=small", "parallel.dp=2"],
+    ["model=small", "parallel.dp=2", "parallel.recompute=full"],
+    ["model=small", "parallel.tp=2"],
+    ["model=small", "parallel.pp=2", "parallel.global_batch_size=8"],
+]
+#: One lent GPU: single-device layouts across model sizes, sequence lengths, micro-batches.
+GPU_LAYOUTS = [
+    ["model=small"],
+    ["model=small", "parallel.micro_batch_size=8"],
+    ["model=gpt3-1.3b", "model.seq_length=1024", "model.num_layers=4"],
+    ["model=gpt3-1.3b", "model.seq_length=2048", "model.num_layers=4", "parallel.recompute=full"],
+    ["model=llama3-8b", "model.num_layers=2", "model.seq_length=1024"],
+    ["model=llama3-8b", "model.num_layers=2", "model.seq_length=2048", "parallel.micro_batch_size=2"],
+]
+
+
+def prism(*args: str, capture: bool = False) -> str:
+    """Run one `prism` verb in a fresh interpreter; stop the suite if it fails."""
+    cmd = [sys.executable, "-m", "predictor.cli", *args]
+    print("$ prism " + " ".join(args), flush=True)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None, text=True)
+    if done.returncode:
+        raise SystemExit(f"prism {args[0]} failed (exit {done.returncode})")
+    return done.stdout or ""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hardware", default="local-cpu", help="conf/hardware profile of this machine")
+    ap.add_argument("--out", type=Path, help="the suite's folder (default runs/suite-<hardware>-<time>)")
+    ap.add_argument("--budget", type=float, default=300, help="sampling budget, seconds")
+    ap.add_argument("--steps", type=int, default=30, help="measured steps per layout")
+    args = ap.parse_args()
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out or Path("runs") / f"suite-{args.hardware}-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    layouts = CPU_LAYOUTS if args.hardware == "local-cpu" else GPU_LAYOUTS
+    hw = f"hardware={args.hardware}"
+    t0 = time.perf_counter()
+    stages = {}
+
+    prism("sample", hw, "sampling=quick", f"sampling.budget_s={args.budget}", f"output_dir={out / 'samples'}")
+    stages["sample"] = time.perf_counter() - t0
+    prism("train", hw, f"samples={out / 'samples'}", f"models_dir={out / 'models'}")
+    stages["train"] = time.perf_counter() - t0 - sum(stages.values())
+    for overrides in layouts:
+        prism("measure", hw, *overrides, f"measure.steps={args.steps}", f"out={out / 'measured.parquet'}")
+    stages["measure"] = time.perf_counter() - t0 - sum(stages.values())
+    scores = json.loads(prism("validate", hw, f"measured={out / 'measured.parquet'}", f"models_dir={out / 'models'}",
+                              f"out={out / 'cdf.png'}", "--json", capture=True))
+    stages["validate"] = time.perf_counter() - t0 - sum(stages.values())
+
+    table = pd.DataFrame(scores)
+    wall = time.perf_counter() - t0
+    summary = (f"{len(table)} layouts on {args.hardware}, {stamp}: median abs. error of the median step "
+               f"{table.median_ape.median():.1%} (worst {table.median_ape.max():.1%}), of p95 "
+               f"{table.p95_ape.median():.1%}; median KS {table.ks.median():.3f}; median 80% coverage "
+               f"{table.coverage_80.median():.1%}; p95/p50 ratio within 5% for "
+               f"{(abs(table.p95_p50_pred / table.p95_p50_meas - 1) <= 0.05).sum()}/{len(table)} layouts\n"
+               f"wall {wall / 60:.1f} min (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in stages.items()) + ")")
+    shown = table[["layout_id", "steps", "measured_p50_s", "predicted_p50_s", "median_ape", "p95_ape", "ks",
+                   "coverage_80", "p95_p50_meas", "p95_p50_pred"]]
+    text = shown.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n\n" + summary + "\n"
+    (out / "summary.md").write_text(text)
+    print(text)
+    print(f"suite folder: {out}")
+
+
+if __name__ == "__main__":
+    main()
