@@ -139,8 +139,8 @@ class QuantileCache:
     """Latency quantiles of calls, looked up once per distinct call across many workloads
     (one model query per op for a whole batch of layouts)."""
 
-    def __init__(self, models: ModelSet | None, hw: HardwareConfig, dtype: str = "bfloat16"):
-        self.models, self.hw, self.dtype = models, hw, dtype
+    def __init__(self, models: ModelSet | None, hw: HardwareConfig, dtype: str | None = None):
+        self.models, self.hw, self.dtype = models, hw, dtype or hw.train_dtype
         self._q: dict[Call, np.ndarray] = {}
         self._basis: dict[Call, str] = {}
 
@@ -157,10 +157,11 @@ class QuantileCache:
 
 
 def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: int = 0,
-            dtype: str = "bfloat16", cache: QuantileCache | None = None,
+            dtype: str | None = None, cache: QuantileCache | None = None,
             brute_force: bool = False, hold=()) -> StepDistribution:
     """The step-time distribution of ``work`` (seconds, ``draws`` Monte Carlo samples).
 
+    ``dtype`` is the compute precision (default: the hardware's ``train_dtype``).
     ``hold`` names components of :data:`COMPONENTS` held at their median (no spread).
     ``brute_force`` draws every GPU's spatial and temporal factor and takes the slowest
     instead of the order-statistic shortcut (for testing the shortcut; its cost grows

@@ -101,6 +101,7 @@ class HardwareConfig:
     price_per_gpu_hour: Optional[float]
     power_w: Optional[float]
     variability: VariabilitySpec
+    train_dtype: str = "bfloat16"  # the precision of compute ops when training on it
 
     def peak(self, dtype: str) -> float:
         value = self.peak_flops.get(dtype)

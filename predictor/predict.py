@@ -77,7 +77,7 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
     tokens = work.tokens_per_step
     median = step["p50"]
-    peak = hw.peak("bfloat16") if hw.peak_flops.get("bfloat16") else hw.peak("float32")
+    peak = hw.peak(hw.train_dtype)
     train_tokens = float(cfg.get("train_tokens") or 0) or 1e12
     steps = train_tokens / tokens
     # Over many steps the per-step components (temporal, regime) average out to their

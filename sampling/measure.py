@@ -1,0 +1,255 @@
+"""``prism measure``: time real training steps of one layout (DESIGN.md, "Ground truth").
+
+:func:`measure` resolves the model, the layout and ``cfg.measure``, runs the reference
+workload (:mod:`sampling.reference`) under ``torchrun`` with ``dp·tp·pp`` ranks (gloo on
+CPU, NCCL on CUDA) and writes one row per timed step and rank to ``cfg.out``
+(:func:`predictor.measurements.write_measurements`: atomic, other layouts in the file
+kept). Nothing is written until every rank has finished; Ctrl-C, SIGTERM or
+``measure.timeout_s`` stop torchrun and leave the file as it was.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import pandas as pd
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from predictor.config import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig, load_model, section
+from predictor.errors import PrismError
+from predictor.measurements import step_times, write_measurements
+from predictor.memory import _divisors, validate_layout
+from predictor.predict import resolve_layout
+from sampling.runner import _device
+
+#: What the reference workload runs (:mod:`sampling.reference`); other values are refused.
+SHARDINGS = ("none", "fsdp", "zero3")
+SCHEDULES = ("1f1b", "gpipe")
+#: The last line of a traceback (``[rankN]: `` once the process group is up); the first
+#: one in torchrun's output is the failing rank's, torchrun's own summary comes last.
+_WORKER_ERROR = re.compile(r"^(\[rank\d+\]: )?[\w.]*(Error|Exception)\b")
+
+
+@dataclass
+class MeasureReport:
+    """What one ``prism measure`` run measured and where it wrote it."""
+
+    path: str
+    layout_id: str
+    hardware: str
+    backend: str
+    ranks: int
+    steps: int
+    median_step_s: float  # over the timed steps, each the slowest rank's time
+    p95_step_s: float
+    wall_s: float  # the whole run: torchrun start, warm-up, timed steps, write
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def format(self) -> str:
+        return "\n".join([
+            f"layout       {self.layout_id}",
+            f"ranks        {self.ranks} ({self.backend}, hardware={self.hardware})",
+            f"step time    median {self.median_step_s * 1e3:.1f} ms   p95 {self.p95_step_s * 1e3:.1f} ms   "
+            f"({self.steps} steps, slowest rank per step)",
+            f"wall         {self.wall_s:.1f} s",
+            f"written to   {self.path}",
+        ])
+
+
+def layout_id(model: ModelConfig, par: ParallelConfig) -> str:
+    """A readable, stable name of a measured layout, e.g.
+    ``tiny seq128 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b``; sharding is appended when not
+    ``none``, and model fields changed from ``conf/model/<name>.yaml`` (other than the
+    sequence length) follow the name in brackets: ``gpt3-1.3b[num_layers=4] seq1024 ...``."""
+    name = model.name
+    try:
+        base = asdict(load_model(model.name))
+        changed = [f"{k}={v}" for k, v in asdict(model).items() if k != "seq_length" and base[k] != v]
+        if changed:
+            name += f"[{','.join(changed)}]"
+    except PrismError:
+        pass  # a model with no conf entry: its name is all there is
+    text = (f"{name} seq{model.seq_length} dp{par.dp} tp{par.tp} pp{par.pp} mbs{par.micro_batch_size} "
+            f"gbs{par.global_batch_size} rc={par.recompute} {par.schedule}")
+    return text if par.sharding == "none" else f"{text} {par.sharding}"
+
+
+def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
+    """Raise :class:`PrismError` naming the field if the reference workload cannot run
+    ``par`` (with its global batch resolved): the general rules of
+    :func:`~predictor.memory.validate_layout`, then what this workload leaves out."""
+    validate_layout(model, par)
+    if par.cp != 1:
+        raise PrismError(f"parallel.cp={par.cp}: the reference workload has no context parallelism; "
+                         f"measure with parallel.cp=1")
+    if par.ep != 1:
+        raise PrismError(f"parallel.ep={par.ep}: the reference models have no experts; set parallel.ep=1")
+    if par.sequence_parallel:
+        raise PrismError("parallel.sequence_parallel=true: the reference workload keeps TP activations "
+                         "replicated; set parallel.sequence_parallel=false")
+    if par.attention != "flash":
+        raise PrismError(f"parallel.attention={par.attention}: the reference model uses fused SDPA only; "
+                         f"set parallel.attention=flash")
+    if par.sharding not in SHARDINGS:
+        raise PrismError(f"parallel.sharding={par.sharding}: the reference workload shards with FSDP2 only; "
+                         f"choose one of: {', '.join(SHARDINGS)}")
+    if par.schedule not in SCHEDULES or par.vpp != 1:
+        raise PrismError(f"parallel.schedule={par.schedule} (vpp={par.vpp}): the reference workload runs one "
+                         f"stage per rank; choose parallel.schedule among {', '.join(SCHEDULES)} with "
+                         f"parallel.vpp=1")
+    if model.num_kv_heads % par.tp:
+        raise PrismError(f"parallel.tp={par.tp}: does not divide model.num_kv_heads={model.num_kv_heads} of "
+                         f"{model.name}; the reference workload does not replicate KV heads, pick tp among "
+                         f"{_divisors(model.num_kv_heads)}")
+    if par.dp > 1 and par.tp > 1 and par.sharding == "none":
+        raise PrismError(f"parallel.sharding=none with parallel.dp={par.dp} and parallel.tp={par.tp}: DDP cannot "
+                         f"reduce tensor-parallel (DTensor) weights; set parallel.sharding=fsdp (FSDP2 with TP, "
+                         f"PyTorch's 2-D layout) or use dp=1 or tp=1")
+    if par.pp > 1 and model.tied_embeddings:
+        raise PrismError(f"model.tied_embeddings=true with parallel.pp={par.pp}: the first and last stages "
+                         f"would train separate copies of the embedding; set parallel.pp=1 or "
+                         f"model.tied_embeddings=false")
+    micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
+    if par.pp > 1 and par.schedule == "1f1b" and micro_batches < par.pp:
+        raise PrismError(f"parallel.global_batch_size={par.global_batch_size}: 1f1b needs at least pp={par.pp} "
+                         f"micro-batches, got {micro_batches}; use global_batch_size >= "
+                         f"{par.pp * par.micro_batch_size * par.dp}")
+
+
+def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, str]:
+    """(device type, backend) of ``mc`` on ``hw``, checked; ``auto`` follows the hardware
+    profile, so the rows' ``hardware`` names the device that ran them."""
+    for name, low in (("steps", 1), ("warmup", 0), ("threads_per_rank", 1)):
+        if getattr(mc, name) < low:
+            raise PrismError(f"measure.{name}={getattr(mc, name)}: must be an integer >= {low}")
+    if mc.timeout_s <= 0:
+        raise PrismError(f"measure.timeout_s={mc.timeout_s}: must be positive (seconds)")
+    if mc.device not in ("auto", "cpu", "cuda"):
+        raise PrismError(f"measure.device={mc.device}: choose auto, cpu or cuda")
+    device = _device(hw).type
+    if mc.device not in ("auto", device):
+        raise PrismError(f"measure.device={mc.device}: hardware={hw.name} is a {hw.device.kind} profile; "
+                         f"set hardware= to the profile of the device measured, or measure.device=auto")
+    backend = {"cpu": "gloo", "cuda": "nccl"}[device]
+    if mc.backend not in ("auto", backend):
+        raise PrismError(f"measure.backend={mc.backend}: the reference workload runs {backend} on {device}; "
+                         f"set measure.backend=auto")
+    if device == "cuda" and world > torch.cuda.device_count():
+        raise PrismError(f"parallel: dp·tp·pp = {world} ranks need {world} GPUs, this host has "
+                         f"{torch.cuda.device_count()}; lower parallel.dp, tp or pp")
+    return device, backend
+
+
+def _stop(proc: subprocess.Popen, sig: int) -> None:
+    """Signal torchrun (it passes the signal on to its workers) and wait for it."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_torchrun(module: str, job: dict, nproc: int, workdir: Path, env: Optional[dict] = None,
+                 timeout_s: Optional[float] = None, poll: Optional[Callable[[], None]] = None) -> None:
+    """Run ``python -m torch.distributed.run --standalone --nproc_per_node=nproc -m module
+    JOB.json`` with ``job`` written to ``workdir/job.json``, the ranks' output going to
+    ``workdir/torchrun.log``.
+
+    ``poll`` is called every 0.1 s while it runs. Ctrl-C stops torchrun and re-raises;
+    ``timeout_s`` stops it and raises :class:`TimeoutError`; a non-zero exit raises
+    :class:`RuntimeError` with the end of the log.
+    """
+    job_file, log = workdir / "job.json", workdir / "torchrun.log"
+    job_file.write_text(json.dumps(job))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", module, str(job_file)]
+    deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    _stop(proc, signal.SIGTERM)
+                    raise TimeoutError(f"torchrun stopped after {timeout_s:g} s")
+                if poll is not None:
+                    poll()
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            _stop(proc, signal.SIGINT)
+            raise
+    if proc.returncode != 0:
+        lines = log.read_text().strip().splitlines()
+        errors = [line for line in lines if _WORKER_ERROR.match(line)]
+        tail = "\n".join(errors[:1] or lines[-8:])
+        raise RuntimeError(f"torchrun exited with {proc.returncode}:\n{tail}")
+
+
+def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
+    """Train ``cfg.model`` laid out as ``cfg.parallel`` on this machine, time every step
+    and add the layout's rows to the Parquet file ``cfg.out``; see the module doc."""
+    start = time.monotonic()
+    out = cfg.get("out")
+    if not out:
+        raise PrismError("out=FILE.parquet is required: the measurement file to write "
+                         "(layouts already in it are kept)")
+    model = section(cfg, "model", ModelConfig)
+    par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
+    mc = section(cfg, "measure", MeasureConfig)
+    hw = section(cfg, "hardware", HardwareConfig)
+    check_layout(model, par)
+    world = par.dp * par.tp * par.pp
+    device, backend = _settings(mc, hw, world)
+    lid = layout_id(model, par)
+    measured_at = datetime.now(timezone.utc).isoformat()
+
+    with tempfile.TemporaryDirectory(prefix="prism-measure-") as tmp:
+        workdir = Path(tmp)
+        job = {"model": asdict(model), "parallel": asdict(par), "steps": mc.steps, "warmup": mc.warmup,
+               "threads_per_rank": mc.threads_per_rank, "backend": backend, "device": device,
+               "seed": mc.seed, "results_dir": str(workdir)}
+        bar = tqdm(total=mc.warmup + mc.steps, desc=lid, unit="step", disable=not progress, file=sys.stderr)
+
+        def show_progress():
+            text = (workdir / "progress").read_text() if (workdir / "progress").exists() else ""
+            if text.isdigit():  # rank 0 may be mid-write
+                bar.update(int(text) - bar.n)
+
+        env = {**os.environ, "OMP_NUM_THREADS": str(mc.threads_per_rank)}
+        try:
+            run_torchrun("sampling.reference", job, world, workdir, env, mc.timeout_s, show_progress)
+        except TimeoutError:
+            raise PrismError(f"measure.timeout_s={mc.timeout_s:g}: {lid} did not finish in time; raise "
+                             f"measure.timeout_s or lower measure.steps") from None
+        except RuntimeError as exc:
+            raise PrismError(f"measure: {lid} failed; {exc}") from None
+        finally:
+            bar.close()
+        rows = []
+        for rank in range(world):
+            result = json.loads((workdir / f"rank{rank}.json").read_text())
+            rows += [{"step": step, "rank": rank, "step_time_s": t} for step, t in enumerate(result["step_time_s"])]
+
+    frame = pd.DataFrame(rows).assign(
+        layout_id=lid, hardware=hw.name, model_json=json.dumps(asdict(model)),
+        parallel_json=json.dumps(asdict(par)), threads_per_rank=mc.threads_per_rank, backend=backend,
+        measured_at=measured_at)
+    path = write_measurements(frame, out)
+    steps = step_times(frame).step_time_s.to_numpy()
+    return MeasureReport(str(path), lid, hw.name, backend, world, len(steps), float(np.median(steps)),
+                         float(np.quantile(steps, 0.95)), time.monotonic() - start)

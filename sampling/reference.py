@@ -1,0 +1,182 @@
+"""The reference training workload, one process per rank under ``torchrun`` (DESIGN.md,
+"Ground truth").
+
+    python -m torch.distributed.run --standalone --nproc_per_node=N -m sampling.reference JOB.json
+
+The front-end (:mod:`sampling.measure`) writes JOB.json: the resolved model and layout,
+steps, warm-up, threads, backend, device, seed and the folder for the results. Every
+rank builds :class:`~sampling.model.Transformer` with the same seed and lays it out with
+PyTorch's own parallelism on a ``(pp, dp, tp)`` device mesh, tp innermost as in
+Megatron-LM:
+
+- tp: DTensor tensor parallelism, ``qkv`` and ``up`` column-wise, ``out`` and ``down``
+  row-wise (two all-reduces per layer in the forward, two in the backward); embedding,
+  final norm and head replicated;
+- dp: ``DistributedDataParallel``, or FSDP2 ``fully_shard`` per block with
+  ``parallel.sharding`` fsdp / zero3; gradients are reduced once per step;
+- pp: :mod:`torch.distributed.pipelining`, one stage per rank, GPipe or 1F1B over
+  ``global_batch_size / (micro_batch_size * dp)`` micro-batches; without pp the same
+  micro-batches are accumulated.
+
+A step runs from a barrier to the end of the AdamW step (CUDA synchronised). Each rank
+writes its timed steps to ``rank<r>.json`` in the job's folder; warm-up steps are not
+kept. Rank 0 writes the number of steps done to ``progress`` for the front-end's bar.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.nn.parallel import DistributedDataParallel
+
+from predictor.config import ModelConfig, ParallelConfig
+from predictor.memory import layers_per_stage
+from sampling.collectives import _interrupt, _sync
+from sampling.model import Transformer
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+#: Megatron-style TP plan of a block: column-parallel into the sharded inner width,
+#: row-parallel back out (its all-reduce restores the replicated residual stream).
+TP_PLAN = {"qkv": ColwiseParallel(), "out": RowwiseParallel(),
+           "up": ColwiseParallel(), "down": RowwiseParallel()}
+
+
+def keep_stage(net: Transformer, stage: int, stages: int) -> Transformer:
+    """Trim ``net`` to pipeline stage ``stage``: its blocks (:func:`layers_per_stage`),
+    the embeddings on the first stage, the final norm and head on the last."""
+    counts = layers_per_stage(len(net.blocks), stages)
+    start = sum(counts[:stage])
+    net.blocks = torch.nn.ModuleList(list(net.blocks)[start:start + counts[stage]])
+    if stage > 0:
+        net.embed = net.pos = None
+    if stage < stages - 1:
+        net.norm = net.head = None
+    return net
+
+
+def loss_fn(logits, labels):
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+
+class Trainer:
+    """One rank's model, optimizer, data and step under the job's layout."""
+
+    def __init__(self, job: dict, device: torch.device):
+        m, par = ModelConfig(**job["model"]), ParallelConfig(**job["parallel"])
+        self.device, self.par = device, par
+        mesh = init_device_mesh(device.type, (par.pp, par.dp, par.tp), mesh_dim_names=("pp", "dp", "tp"))
+        stage, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+        self.micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
+
+        torch.manual_seed(job["seed"])  # the same initial weights on every rank
+        net = Transformer(m, recompute=par.recompute).to(device)
+        if par.pp > 1:
+            net = keep_stage(net, stage, par.pp)
+        if par.tp > 1:
+            for block in net.blocks:
+                parallelize_module(block, mesh["tp"], TP_PLAN)
+        if par.dp > 1 and par.sharding in ("fsdp", "zero3"):
+            for block in net.blocks:
+                fully_shard(block, mesh=mesh["dp"])
+            fully_shard(net, mesh=mesh["dp"])
+        elif par.dp > 1:
+            net = DistributedDataParallel(net, process_group=mesh["dp"].get_group(),
+                                          device_ids=[device.index] if device.type == "cuda" else None)
+        self.net = net
+        self.optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+        # Random tokens, fixed per data-parallel replica (tp and pp peers see the same).
+        gen = torch.Generator().manual_seed(job["seed"] * 1000 + dp_rank)
+        ids = torch.randint(0, m.vocab_size, (self.micro_batches * par.micro_batch_size, m.seq_length + 1),
+                            generator=gen).to(device)
+        self.inputs, self.labels = ids[:, :-1], ids[:, 1:]
+        self.schedule = None
+        if par.pp > 1:
+            self.first, self.last = stage == 0, stage == par.pp - 1
+            pipe = PipelineStage(net, stage, par.pp, device, group=mesh["pp"].get_group())
+            self.schedule = SCHEDULES[par.schedule](pipe, self.micro_batches, loss_fn=loss_fn)
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                         else nullcontext())
+
+    def _accumulate(self) -> None:
+        """Forward and backward of every micro-batch; the gradient reduction (DDP, FSDP)
+        runs in the last one's backward only."""
+        chunks = zip(self.inputs.chunk(self.micro_batches), self.labels.chunk(self.micro_batches))
+        for i, (x, y) in enumerate(chunks):
+            last = i == self.micro_batches - 1
+            sync = nullcontext()
+            if isinstance(self.net, DistributedDataParallel) and not last:
+                sync = self.net.no_sync()
+            elif isinstance(self.net, FSDPModule):
+                self.net.set_requires_gradient_sync(last)
+            with sync, self.autocast:
+                loss = loss_fn(self.net(x), y) / self.micro_batches
+            loss.backward()
+
+    def step(self) -> None:
+        if self.schedule is None:
+            self._accumulate()
+        else:
+            with self.autocast:
+                if self.first:
+                    self.schedule.step(self.inputs)
+                elif self.last:
+                    self.schedule.step(target=self.labels)
+                else:
+                    self.schedule.step()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def run_job(job: dict) -> list[float]:
+    """Train ``job``'s layout on this rank; return and write its timed step times (s)."""
+    torch.set_num_threads(job["threads_per_rank"])
+    device = torch.device("cpu")
+    if job["device"] == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    dist.init_process_group(job["backend"], device_id=device if device.type == "cuda" else None)
+    rank = dist.get_rank()
+    out = Path(job["results_dir"])
+    trainer = Trainer(job, device)
+    times = []
+    for i in range(job["warmup"] + job["steps"]):
+        dist.barrier()
+        _sync(device)
+        t0 = time.perf_counter()
+        trainer.step()
+        _sync(device)  # CUDA kernels are asynchronous: the step ends when they do
+        elapsed = time.perf_counter() - t0
+        if i >= job["warmup"]:
+            times.append(elapsed)
+        if rank == 0:
+            (out / "progress").write_text(str(i + 1))
+    (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_time_s": times}))
+    dist.destroy_process_group()
+    return times
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _interrupt)  # torchrun passes SIGTERM on: exit 130, no traceback
+    with open(sys.argv[1]) as f:
+        job = json.load(f)
+    try:
+        run_job(job)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

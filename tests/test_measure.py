@@ -1,0 +1,89 @@
+"""`prism measure`: the reference workload under torchrun, its file, and the layouts it refuses."""
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from predictor.config import ModelConfig, ParallelConfig, load_config, load_model, section  # noqa: E402
+from predictor.errors import PrismError  # noqa: E402
+from predictor.measurements import COLUMNS, layout_configs, read_measurements  # noqa: E402
+from sampling.measure import layout_id, measure  # noqa: E402
+
+QUICK = ["model=tiny", "measure.steps=3", "measure.warmup=1"]
+
+
+def run(tmp_path, *overrides):
+    return measure(load_config([*QUICK, f"out={tmp_path / 'm.parquet'}", *overrides]), progress=False)
+
+
+def test_one_rank_then_a_pipeline_layout_appends(tmp_path):
+    first = run(tmp_path)
+    assert first.layout_id == "tiny seq128 dp1 tp1 pp1 mbs1 gbs4 rc=none 1f1b"
+    assert first.ranks == 1 and first.steps == 3 and first.backend == "gloo"
+    assert 0 < first.median_step_s <= first.p95_step_s < first.wall_s
+
+    second = run(tmp_path, "parallel.pp=2", "parallel.global_batch_size=4", "parallel.recompute=full")
+    assert second.layout_id == "tiny seq128 dp1 tp1 pp2 mbs1 gbs4 rc=full 1f1b"
+    frame = read_measurements(second.path)
+    assert list(frame.columns) == list(COLUMNS)
+    assert frame.groupby("layout_id").size().to_dict() == {first.layout_id: 3, second.layout_id: 6}
+    assert not frame.duplicated(["layout_id", "step", "rank"]).any()
+    assert (frame.step_time_s > 0).all() and set(frame.hardware) == {"local-cpu"}
+    assert set(frame.threads_per_rank) == {1} and set(frame.backend) == {"gloo"}
+    model, par = layout_configs(frame, second.layout_id)
+    assert model == load_model("tiny")
+    assert (par.pp, par.global_batch_size, par.recompute) == (2, 4, "full")
+
+
+@pytest.mark.parametrize("axis, lid", [  # the default global batch: 4 micro-batches per replica
+    ("dp", "tiny seq128 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b"),
+    ("tp", "tiny seq128 dp1 tp2 pp1 mbs1 gbs4 rc=none 1f1b"),
+])
+def test_two_ranks_each_time_every_step(tmp_path, axis, lid):
+    report = run(tmp_path, f"parallel.{axis}=2")
+    frame = read_measurements(report.path)
+    assert report.layout_id == lid and report.ranks == 2
+    assert sorted(frame.groupby("rank").step.apply(list).to_dict().items()) == [(0, [0, 1, 2]), (1, [0, 1, 2])]
+    assert json.loads(frame.parallel_json.iloc[0])[axis] == 2
+
+
+def test_a_timeout_stops_the_run_and_keeps_the_file(tmp_path):
+    out = tmp_path / "m.parquet"
+    out.write_bytes(b"kept")
+    with pytest.raises(PrismError, match="measure.timeout_s"):
+        run(tmp_path, "measure.timeout_s=0.5")
+    assert out.read_bytes() == b"kept"
+
+
+@pytest.mark.parametrize("override, field", [
+    (["parallel.cp=2"], "parallel.cp"),
+    (["parallel.sharding=zero1"], "parallel.sharding"),
+    (["parallel.schedule=zero_bubble"], "parallel.schedule"),
+    (["parallel.sequence_parallel=true"], "parallel.sequence_parallel"),
+    (["parallel.attention=unfused"], "parallel.attention"),
+    (["parallel.tp=3"], "model.num_heads"),
+    (["parallel.tp=4"], "model.num_kv_heads"),
+    (["parallel.dp=2", "parallel.tp=2"], "parallel.sharding"),
+    (["model=tiny-gpt", "parallel.pp=2"], "model.tied_embeddings"),
+    (["parallel.pp=2", "parallel.global_batch_size=1"], "parallel.global_batch_size"),
+    (["measure.device=cuda"], "measure.device"),
+    (["measure.backend=nccl"], "measure.backend"),
+    (["measure.steps=0"], "measure.steps"),
+])
+def test_layouts_it_cannot_run_name_the_field(tmp_path, override, field):
+    with pytest.raises(PrismError, match=field.replace(".", r"\.")):
+        run(tmp_path, *override)
+    assert not (tmp_path / "m.parquet").exists()
+
+
+def test_out_is_required():
+    with pytest.raises(PrismError, match="out="):
+        measure(load_config(QUICK), progress=False)
+
+
+def test_layout_id_names_changed_model_fields_and_sharding():
+    cfg = load_config(["model=small", "model.num_layers=2", "model.seq_length=64", "parallel.dp=2",
+                       "parallel.sharding=fsdp", "parallel.global_batch_size=8"])
+    lid = layout_id(section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig))
+    assert lid == "small[num_layers=2] seq64 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b fsdp"
