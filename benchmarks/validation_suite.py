@@ -1,13 +1,19 @@
 """The ground-truth suite: sample -> train -> measure -> predict -> validate, from scratch.
 
     python benchmarks/validation_suite.py                       # this CPU, ~15 min
+    python benchmarks/validation_suite.py --calibration-from runs/suite-A   # a later run
     python benchmarks/validation_suite.py --hardware h100-sxm   # on a GPU host (1-GPU layouts)
 
 Every stage is the user-facing command (`prism sample`, `prism train`, `prism measure`,
-`prism validate`), run into one fresh folder (``--out``, default
-``runs/suite-<hardware>-<UTC time>``): samples/, models/, measured.parquet, the CDF plot
-and summary.md (the per-layout table and the summary line). Nothing outside that folder
-is written, so two runs at different times of day can be compared side by side.
+`prism validate`, `prism calibrate`), run into one fresh folder (``--out``, default
+``runs/suite-<hardware>-<UTC time>``): samples/, models/, measured.parquet, CDF plots and
+summary.md. Three validations are reported:
+
+1. ``samples``: predictions from the operator samples alone;
+2. ``leave-one-out``: each layout predicted with the in-situ calibration fitted on the
+   other layouts of this run (``prism calibrate``);
+3. ``calibrated-earlier`` (with ``--calibration-from``): every layout predicted with the
+   calibration fitted on an earlier run's measurements, at another time of day.
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ CPU_LAYOUTS = [
     ["model=small", "parallel.dp=2"],
     ["model=small", "parallel.dp=2", "parallel.recompute=full"],
     ["model=small", "parallel.tp=2"],
+    ["model=small", "parallel.tp=2", "parallel.recompute=full"],
+    ["model=tiny", "model.seq_length=256", "parallel.micro_batch_size=2", "parallel.tp=2"],
     ["model=small", "parallel.pp=2", "parallel.global_batch_size=8"],
 ]
 #: One lent GPU: single-device layouts across model sizes, sequence lengths, micro-batches.
@@ -67,6 +75,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="the suite's folder (default runs/suite-<hardware>-<time>)")
     ap.add_argument("--budget", type=float, default=300, help="sampling budget, seconds")
     ap.add_argument("--steps", type=int, default=30, help="measured steps per layout")
+    ap.add_argument("--calibration-from", type=Path, help="an earlier suite folder whose calibration to test here")
     args = ap.parse_args()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or Path("runs") / f"suite-{args.hardware}-{stamp}"
@@ -83,21 +92,33 @@ def main() -> None:
     for overrides in layouts:
         prism("measure", hw, *overrides, f"measure.steps={args.steps}", f"out={out / 'measured.parquet'}")
     stages["measure"] = time.perf_counter() - t0 - sum(stages.values())
-    scores = json.loads(prism("validate", hw, f"measured={out / 'measured.parquet'}", f"models_dir={out / 'models'}",
-                              f"out={out / 'cdf.png'}", "--json", capture=True))
+    measured, models = f"measured={out / 'measured.parquet'}", f"models_dir={out / 'models'}"
+    tables = {"samples": pd.DataFrame(json.loads(prism("validate", hw, measured, models, f"out={out / 'cdf.png'}",
+                                                       "--json", capture=True)))}
+    calibrated = json.loads(prism("calibrate", hw, measured, models, "--json", capture=True))
+    tables["leave-one-out"] = pd.DataFrame(calibrated["layouts"])
+    if args.calibration_from:
+        earlier = json.loads((args.calibration_from / "models" / args.hardware / "manifest.json").read_text())
+        manifest_path = out / "models" / args.hardware / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest["calibration"] = earlier["calibration"]
+        manifest_path.write_text(json.dumps(manifest, indent=1))
+        tables["calibrated-earlier"] = pd.DataFrame(json.loads(prism(
+            "validate", hw, measured, models, f"out={out / 'cdf-calibrated-earlier.png'}", "--json", capture=True)))
     stages["validate"] = time.perf_counter() - t0 - sum(stages.values())
 
-    table = pd.DataFrame(scores)
     wall = time.perf_counter() - t0
-    summary = (f"{len(table)} layouts on {args.hardware}, {stamp}: median abs. error of the median step "
-               f"{table.median_ape.median():.1%} (worst {table.median_ape.max():.1%}), of p95 "
-               f"{table.p95_ape.median():.1%}; median KS {table.ks.median():.3f}; median 80% coverage "
-               f"{table.coverage_80.median():.1%}; p95/p50 ratio within 5% for "
-               f"{(abs(table.p95_p50_pred / table.p95_p50_meas - 1) <= 0.05).sum()}/{len(table)} layouts\n"
-               f"wall {wall / 60:.1f} min (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in stages.items()) + ")")
-    shown = table[["layout_id", "steps", "measured_p50_s", "predicted_p50_s", "median_ape", "p95_ape", "ks",
-                   "coverage_80", "p95_p50_meas", "p95_p50_pred"]]
-    text = shown.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n\n" + summary + "\n"
+    text = f"suite on {args.hardware}, {stamp}, {len(layouts)} layouts x {args.steps} steps\n"
+    for name, table in tables.items():
+        shown = table[["layout_id", "measured_p50_s", "predicted_p50_s", "median_ape", "p95_ape", "ks",
+                       "coverage_80", "p95_p50_meas", "p95_p50_pred"]]
+        text += (f"\n## {name}\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n"
+                 f"{name}: median abs. error of the median step {table.median_ape.median():.1%} (worst "
+                 f"{table.median_ape.max():.1%}), of p95 {table.p95_ape.median():.1%}; median KS "
+                 f"{table.ks.median():.3f}; median 80% coverage {table.coverage_80.median():.1%}; p95/p50 "
+                 f"within 5% for {(abs(table.p95_p50_pred / table.p95_p50_meas - 1) <= 0.05).sum()}/{len(table)}\n")
+    text += (f"\ncalibration fitted here: {calibrated['calibration']}\n"
+             f"wall {wall / 60:.1f} min (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in stages.items()) + ")\n")
     (out / "summary.md").write_text(text)
     print(text)
     print(f"suite folder: {out}")

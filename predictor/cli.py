@@ -194,13 +194,41 @@ def _validate(args) -> int:
         raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`")
     hw = section(cfg, "hardware", HardwareConfig)
     frame = read_measurements(cfg.measured)
-    result = validate(frame, hw, trained_models(hw, cfg.models_dir), seed=int(cfg.seed))
+    models = trained_models(hw, cfg.models_dir)
+    result = validate(frame, hw, models, seed=int(cfg.seed))
     png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
     plot_cdfs(result, png)
     if cfg.output == "json":
         print(json.dumps([s.to_dict() for s in result.scores], indent=2))
     else:
-        print(format_validation(result) + f"\nCDF plot     {png}")
+        cal = models.calibration if models else None
+        print(format_validation(result) + f"\nCDF plot     {png}\ncalibration  "
+              + (f"{cal}" if cal else "none (operator samples alone; see prism calibrate)"))
+    return 0
+
+
+def _calibrate(args) -> int:
+    from predictor.calibration import cross_validate, fit_calibration
+    from predictor.config import HardwareConfig, section
+    from predictor.measurements import read_measurements
+    from predictor.operator_models import ModelSet, models_dir
+    from predictor.validate import format_validation, validate
+    cfg = _load(args)
+    if not cfg.measured:
+        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`")
+    hw = section(cfg, "hardware", HardwareConfig)
+    directory = models_dir(cfg.models_dir) / hw.name
+    models = ModelSet.load(directory, hw)
+    models.manifest.pop("calibration", None)  # fit against the operator samples alone
+    frame = read_measurements(cfg.measured)
+    held_out = validate(frame, hw, models, seed=int(cfg.seed), calibrations=cross_validate(frame, hw, models))
+    cal = fit_calibration(frame, hw, models)
+    models.save_calibration(directory, cal)
+    payload = {"calibration": cal.to_dict(), "stored_in": str(directory), "leave_one_out": held_out.summary(),
+               "layouts": [s.to_dict() for s in held_out.scores]}
+    _print(cfg, payload, "each layout predicted with a calibration fitted on the others (leave one out):\n"
+           + format_validation(held_out) + f"\n\nfitted on all {cal.layouts} layouts: {cal}\nstored in   "
+           f"{directory}/manifest.json (every prediction on {hw.name} with these models uses it)")
     return 0
 
 
@@ -277,6 +305,15 @@ VERBS = {
         examples=["prism validate measured=runs/measured.parquet hardware=local-cpu",
                   "prism validate measured=runs/measured.parquet hardware=local-cpu --json",
                   "prism validate measured=runs/measured.parquet models_dir=runs/models out=runs/cdf.png"]),
+    "calibrate": dict(
+        run=_calibrate, help="fit the in-situ calibration of a hardware's models to measured steps",
+        description="Operators timed alone miss what a training step adds around them (framework "
+                    "time per call, DTensor dispatch under tp, caches shared with neighbours). Fit "
+                    "compute_scale, op_overhead_us and tp_overhead_us to the measured layouts of a "
+                    "`prism measure` file, store them in the models' manifest, and report how well "
+                    "each layout is predicted by a calibration fitted on the other layouts only.",
+        examples=["prism calibrate measured=runs/measured.parquet hardware=local-cpu",
+                  "prism calibrate measured=runs/suite/measured.parquet models_dir=runs/suite/models --json"]),
     "samples": dict(
         run=_samples, help="summarise a sample store (shapes, rows, repeats per op)",
         description="Read a folder of sampling runs (or one .parquet file) and list, per "

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri
 
+from predictor.calibration import Calibration
 from predictor.config import HardwareConfig
 from predictor.decompose import Call, Workload
 from predictor.errors import PrismError
@@ -158,11 +159,13 @@ class QuantileCache:
 
 def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: int = 0,
             dtype: str | None = None, cache: QuantileCache | None = None,
-            brute_force: bool = False, hold=()) -> StepDistribution:
+            brute_force: bool = False, hold=(), calibration: Calibration | None = None) -> StepDistribution:
     """The step-time distribution of ``work`` (seconds, ``draws`` Monte Carlo samples).
 
     ``dtype`` is the compute precision (default: the hardware's ``train_dtype``).
     ``hold`` names components of :data:`COMPONENTS` held at their median (no spread).
+    ``calibration`` (default: the one stored with ``models``, if any) corrects operator
+    latencies for running inside a training step (:mod:`predictor.calibration`).
     ``brute_force`` draws every GPU's spatial and temporal factor and takes the slowest
     instead of the order-statistic shortcut (for testing the shortcut; its cost grows
     with the GPU count).
@@ -177,6 +180,11 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
     sigma = {k: 0.0 if k in hold else v for k, v in sigma.items()}
     unique = workload_calls(work)
     q, basis = (cache or QuantileCache(models, hw, dtype)).lookup(unique)
+    calibration = calibration or (models.calibration if models is not None else None)
+    par = work.parallel
+    if calibration is not None:
+        collective = np.array([OPS[c.op].collective for c in unique])
+        q = np.where(collective[:, None], calibration.apply(q, True, par.tp), calibration.apply(q, False, par.tp))
     levels = np.asarray(DEFAULT_QUANTILES)
     median = q[:, list(levels).index(0.5)]
     u = np.full((len(unique), draws), 0.5) if "residual" in hold else rng.uniform(size=(len(unique), draws))

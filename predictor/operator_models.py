@@ -24,6 +24,7 @@ import pandas as pd
 import sklearn
 import xgboost as xgb
 
+from predictor.calibration import Calibration
 from predictor.config import REPO_ROOT, HardwareConfig, RegressorConfig
 from predictor.errors import PrismError
 from predictor.features import TOPOLOGY, feature_names, features
@@ -119,6 +120,23 @@ class ModelSet:
         """The same models for a copy of the profile with another network (a job on its own
         cluster): the device they learned is unchanged, collectives follow ``hw``."""
         return ModelSet(hw, self.quantiles, self.models, self.manifest)
+
+    @property
+    def calibration(self) -> Calibration | None:
+        """The in-situ calibration fitted to measured steps on this hardware, if any."""
+        cal = self.manifest.get("calibration")
+        return Calibration(**cal) if cal else None
+
+    def save_calibration(self, directory, calibration: Calibration) -> Path:
+        """Store ``calibration`` in the manifest of the models saved in ``directory`` (atomically)."""
+        path = Path(directory) / MANIFEST
+        manifest = json.loads(path.read_text())
+        manifest["calibration"] = calibration.to_dict()
+        tmp = path.with_name(f".{MANIFEST}.{uuid.uuid4().hex[:8]}")
+        tmp.write_text(json.dumps(manifest, indent=1))
+        os.replace(tmp, path)
+        self.manifest = manifest
+        return path
 
     def has(self, op: str, pass_: str) -> bool:
         return (op, pass_) in self.models

@@ -78,8 +78,13 @@ def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> Layout
 
 
 def validate(measured: pd.DataFrame, hw: HardwareConfig, models: ModelSet | None, draws: int = 4000,
-             seed: int = 0) -> Validation:
-    """Score every layout of ``measured`` (rows of a measurement file) on ``hw``."""
+             seed: int = 0, calibrations: dict | None = None) -> Validation:
+    """Score every layout of ``measured`` (rows of a measurement file) on ``hw``.
+
+    ``calibrations`` maps a layout to the calibration to predict it with (e.g. one fitted
+    without that layout, :func:`predictor.calibration.cross_validate`); by default every
+    layout uses the calibration stored with ``models``, if any.
+    """
     other = sorted(set(measured.hardware) - {hw.name})
     if other:
         raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; "
@@ -90,7 +95,8 @@ def validate(measured: pd.DataFrame, hw: HardwareConfig, models: ModelSet | None
         model, par = layout_configs(measured, layout_id)
         gpus = par.dp * par.tp * par.pp * par.cp
         t = group.step_time_s.to_numpy()
-        d = compose(decompose(model, par, hw, gpus), models, draws=draws, seed=seed).draws
+        d = compose(decompose(model, par, hw, gpus), models, draws=draws, seed=seed,
+                    calibration=(calibrations or {}).get(layout_id)).draws
         scores.append(score(layout_id, d, t))
         meas[layout_id], pred[layout_id] = t, d
     return Validation(scores, meas, pred)

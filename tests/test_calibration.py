@@ -1,0 +1,69 @@
+"""In-situ calibration: fitted on measured steps of this CPU, stored with the models."""
+import shutil
+
+import numpy as np
+import pytest
+
+from predictor.calibration import Calibration, fit_calibration
+from predictor.compose import compose
+from predictor.config import load_hardware
+from predictor.decompose import decompose
+from predictor.errors import PrismError
+from predictor.measurements import layout_configs, read_measurements, step_times
+from predictor.operator_models import ModelSet, models_dir
+from predictor.validate import validate
+from tests.conftest import ROOT
+
+MEASURED = ROOT / "measurements" / "local-cpu-suite.parquet"
+
+
+def test_apply_scales_compute_adds_overheads_and_leaves_collectives():
+    cal = Calibration(compute_scale=1.5, op_overhead_us=10.0, tp_overhead_us=100.0)
+    q = np.array([[100.0, 200.0]])
+    np.testing.assert_allclose(cal.apply(q, False, tp=1), [[160.0, 310.0]])
+    np.testing.assert_allclose(cal.apply(q, False, tp=2), [[260.0, 410.0]])
+    np.testing.assert_allclose(cal.apply(q, True, tp=2), q)
+
+
+@pytest.fixture(scope="module")
+def uncalibrated(tmp_path_factory):
+    hw = load_hardware("local-cpu")
+    directory = tmp_path_factory.mktemp("models") / hw.name
+    shutil.copytree(models_dir() / hw.name, directory)
+    models = ModelSet.load(directory, hw)
+    models.manifest.pop("calibration", None)
+    return hw, directory, models
+
+
+def test_fit_reduces_the_error_on_the_layouts_it_saw_and_is_stored(uncalibrated):
+    hw, directory, models = uncalibrated
+    frame = read_measurements(MEASURED)
+    some = frame[frame.layout_id.isin(step_times(frame).layout_id.unique()[:5])]
+    before = validate(some, hw, models, draws=200).table().median_ape
+    cal = fit_calibration(some, hw, models, draws=50)
+    after = validate(some, hw, models, draws=200, calibrations=dict.fromkeys(some.layout_id, cal)).table().median_ape
+    assert cal.layouts == 5 and np.sqrt(np.mean(np.log1p(after) ** 2)) < np.sqrt(np.mean(np.log1p(before) ** 2))
+    models.save_calibration(directory, cal)
+    assert ModelSet.load(directory, hw).calibration == cal
+
+
+def test_calibration_needs_three_layouts(uncalibrated):
+    hw, _, models = uncalibrated
+    frame = read_measurements(MEASURED)
+    one = frame[frame.layout_id == frame.layout_id.iloc[0]]
+    with pytest.raises(PrismError, match="needs at least 3"):
+        fit_calibration(one, hw, models)
+
+
+def test_the_stored_calibration_is_used_by_default(uncalibrated):
+    hw, directory, models = uncalibrated
+    models.save_calibration(directory, Calibration(1.3, 50.0, 500.0))
+    models = ModelSet.load(directory, hw)
+    frame = read_measurements(MEASURED)
+    model, par = layout_configs(frame, frame.layout_id.iloc[0])
+    work = decompose(model, par, hw, par.dp * par.tp * par.pp)
+    stored = compose(work, models, draws=100).draws
+    explicit = compose(work, models, draws=100, calibration=models.calibration).draws
+    plain = compose(work, models, draws=100, calibration=Calibration()).draws
+    np.testing.assert_array_equal(stored, explicit)
+    assert not np.array_equal(stored, plain)
