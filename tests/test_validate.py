@@ -20,3 +20,38 @@ def test_a_shifted_prediction_shows_in_every_score():
     s = score("x", measured.mean() * 1.2 * np.exp(rng.normal(0, 0.02, 4000)), measured)
     assert s.median_ape == pytest.approx(0.2, abs=0.02)
     assert s.ks > 0.9 and s.coverage_80 < 0.05
+
+
+def test_validate_cli_prints_one_json_object_per_layout(tmp_path, cpu_env):
+    import json
+    import subprocess
+    import sys
+
+    from predictor.measurements import read_measurements, write_measurements
+    from tests.conftest import ROOT
+    frame = read_measurements(ROOT / "measurements" / "local-cpu-suite.parquet")
+    two = frame[frame.layout_id.isin(frame.layout_id.unique()[:2])]
+    path = write_measurements(two, tmp_path / "m.parquet")
+    out = subprocess.run([sys.executable, "-m", "predictor.cli", "validate", f"measured={path}", "hardware=local-cpu",
+                          f"out={tmp_path / 'cdf.png'}", "--json"], capture_output=True, text=True, env=cpu_env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    scores = json.loads(out.stdout)
+    assert [s["layout_id"] for s in scores] == list(two.layout_id.unique())
+    for s in scores:
+        assert {"median_ape", "p95_ape", "ks", "coverage_80"} <= set(s)
+        assert 0 <= s["ks"] <= 1 and 0 <= s["coverage_80"] <= 1 and s["median_ape"] >= 0
+    assert (tmp_path / "cdf.png").stat().st_size > 10_000
+
+
+def test_validate_names_a_missing_file_and_a_foreign_hardware(tmp_path, cpu_env):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    run = lambda *a: subprocess.run([sys.executable, "-m", "predictor.cli", "validate", *a],  # noqa: E731
+                                    capture_output=True, text=True, env=cpu_env, timeout=120)
+    missing = run(f"measured={tmp_path / 'none.parquet'}", "hardware=local-cpu")
+    assert missing.returncode == 2 and "measured=" in missing.stderr and "prism measure" in missing.stderr
+    foreign = run(f"measured={ROOT / 'measurements' / 'local-cpu-suite.parquet'}", "hardware=a100-sxm4-80gb")
+    assert foreign.returncode == 2 and "validate with hardware=local-cpu" in foreign.stderr
