@@ -36,6 +36,7 @@ class Prediction:
     breakdown_s: dict  # compute, exposed communication, bubble (medians, slowest stage)
     basis: dict = field(default_factory=dict)
     prob_below: dict | None = None
+    calibration: dict | None = None  # the in-situ calibration of the models, if fitted
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,7 +107,8 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s},
-        basis=basis, prob_below={"t_s": float(target), "p": dist.prob_below(float(target))} if target else None)
+        basis=basis, calibration=models.calibration.to_dict() if models and models.calibration else None,
+        prob_below={"t_s": float(target), "p": dist.prob_below(float(target))} if target else None)
 
 
 def format_prediction(p: Prediction) -> str:
@@ -132,4 +134,9 @@ def format_prediction(p: Prediction) -> str:
     if p.prob_below:
         lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
     lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
+    if p.calibration:
+        c = p.calibration
+        lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute x{c['compute_scale']:.2f}, "
+                     f"+{c['op_overhead_us']:.0f} us per op, +{c['tp_overhead_us']:.0f} us per op under tp "
+                     f"(prism calibrate)")
     return "\n".join(lines)
