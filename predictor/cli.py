@@ -182,18 +182,22 @@ def _measure(args) -> int:
     return 0
 
 
-def _validate(args) -> int:
-    from pathlib import Path
-
+def _measured(args):
+    """The config, hardware and measured rows of a verb that reads ``measured=FILE``."""
     from predictor.config import HardwareConfig, section
     from predictor.measurements import read_measurements
-    from predictor.operator_models import trained_models
-    from predictor.validate import format_validation, plot_cdfs, validate
     cfg = _load(args)
     if not cfg.measured:
         raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`")
-    hw = section(cfg, "hardware", HardwareConfig)
-    frame = read_measurements(cfg.measured)
+    return cfg, section(cfg, "hardware", HardwareConfig), read_measurements(cfg.measured)
+
+
+def _validate(args) -> int:
+    from pathlib import Path
+
+    from predictor.operator_models import trained_models
+    from predictor.validate import format_validation, plot_cdfs, validate
+    cfg, hw, frame = _measured(args)
     models = trained_models(hw, cfg.models_dir)
     result = validate(frame, hw, models, seed=int(cfg.seed))
     png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
@@ -209,18 +213,12 @@ def _validate(args) -> int:
 
 def _calibrate(args) -> int:
     from predictor.calibration import cross_validate, fit_calibration
-    from predictor.config import HardwareConfig, section
-    from predictor.measurements import read_measurements
     from predictor.operator_models import ModelSet, models_dir
     from predictor.validate import format_validation, validate
-    cfg = _load(args)
-    if not cfg.measured:
-        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`")
-    hw = section(cfg, "hardware", HardwareConfig)
+    cfg, hw, frame = _measured(args)
     directory = models_dir(cfg.models_dir) / hw.name
     models = ModelSet.load(directory, hw)
     models.manifest.pop("calibration", None)  # fit against the operator samples alone
-    frame = read_measurements(cfg.measured)
     held_out = validate(frame, hw, models, seed=int(cfg.seed), calibrations=cross_validate(frame, hw, models))
     cal = fit_calibration(frame, hw, models)
     models.save_calibration(directory, cal)

@@ -24,8 +24,6 @@ file + rename): an existing file is only ever replaced by a complete one.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +32,7 @@ import pyarrow.parquet as pq
 
 from predictor.config import ModelConfig, ParallelConfig
 from predictor.errors import PrismError
+from predictor.store import atomic_write_table
 
 SCHEMA = pa.schema([
     ("layout_id", pa.string()), ("hardware", pa.string()), ("model_json", pa.string()),
@@ -59,13 +58,7 @@ def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
         old = read_measurements(path)
         frame = pd.concat([old[~old.layout_id.isin(set(frame.layout_id))], frame], ignore_index=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_table(pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False), path)
     return path
 
 

@@ -60,7 +60,7 @@ def new_run_id(hardware: str) -> str:
     return f"{hardware}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def _atomic_write_table(table: pa.Table, path: Path) -> None:
+def atomic_write_table(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         pq.write_table(table, tmp, compression="zstd")
@@ -121,7 +121,7 @@ class RunWriter:
         if not self._rows:
             return
         part = self.parts_dir / f"{self.prefix}-{self._n_parts:06d}.parquet"
-        _atomic_write_table(_to_table(self._rows, self.metadata), part)
+        atomic_write_table(_to_table(self._rows, self.metadata), part)
         self._n_parts += 1
         self.rows_written += len(self._rows)
         self._rows = []
@@ -146,7 +146,7 @@ def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Pa
     table = pa.Table.from_arrays(
         [pa.array(rows[f.name], type=f.type, from_pandas=True) if f.name in rows else pa.nulls(n, f.type)
          for f in SCHEMA], schema=SCHEMA)
-    _atomic_write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()}), path)
+    atomic_write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()}), path)
     return path
 
 
@@ -165,7 +165,7 @@ def finish_run(parts_dir: Path) -> Path | None:
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
         if final.exists():  # never overwrite a finished run
             raise PrismError(f"{final} already exists; a run id is never reused")
-        _atomic_write_table(table, final)
+        atomic_write_table(table, final)
     shutil.rmtree(parts_dir)
     return final if parts else None
 

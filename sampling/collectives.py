@@ -119,15 +119,17 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # so the finally clause flushes the rows measured so far
 
 
-def main() -> None:
+def worker_main(run) -> None:
+    """A torchrun worker's entry: ``run`` the job in the JSON file named by argv[1]; SIGTERM
+    (torchrun passes it on) and Ctrl-C end it with exit code 130 and no traceback."""
     signal.signal(signal.SIGTERM, _interrupt)
     with open(sys.argv[1]) as f:
         job = json.load(f)
     try:
-        run_job(job)
+        run(job)
     except KeyboardInterrupt:
         sys.exit(130)
 
 
 if __name__ == "__main__":
-    main()
+    worker_main(run_job)

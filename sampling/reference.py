@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -43,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from predictor.config import ModelConfig, ParallelConfig
 from predictor.memory import layers_per_stage
-from sampling.collectives import _interrupt, _sync
+from sampling.collectives import _sync, worker_main
 from sampling.model import Transformer
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -168,15 +166,5 @@ def run_job(job: dict) -> list[float]:
     return times
 
 
-def main() -> None:
-    signal.signal(signal.SIGTERM, _interrupt)  # torchrun passes SIGTERM on: exit 130, no traceback
-    with open(sys.argv[1]) as f:
-        job = json.load(f)
-    try:
-        run_job(job)
-    except KeyboardInterrupt:
-        sys.exit(130)
-
-
 if __name__ == "__main__":
-    main()
+    worker_main(run_job)
