@@ -154,6 +154,16 @@ def _predict(args) -> int:
     return 0
 
 
+def _variability(args) -> int:
+    from predictor.variability import format_variability, plot_variability, variability
+    cfg = _load(args)
+    report = variability(cfg)
+    pngs = plot_variability(report, cfg.out or f"variability-{report.model}-{report.gpus}")
+    _print(cfg, report.to_dict() | {"plots": [str(p) for p in pngs]},
+           format_variability(report) + "\nplots   " + "  ".join(str(p) for p in pngs))
+    return 0
+
+
 def _predict_batch(args) -> int:
     from predictor.batch import predict_batch
     out = None
@@ -269,10 +279,29 @@ VERBS = {
                     "roofline priors where none apply), walk the pipeline schedule over Monte Carlo "
                     "draws and report step-time quantiles, the CDF, tokens/s, MFU, memory per GPU, "
                     "time and cost to train train_tokens with a band, the critical-path breakdown, "
-                    "and what the numbers rest on. gpus=N sets dp = N / (tp·pp·cp).",
+                    "and what the numbers rest on. gpus=N sets dp = N / (tp·pp·cp). confidence=0.95 "
+                    "also reports the step time and time to train that hold with that probability.",
         examples=["prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.tp=8",
                   "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512",
-                  "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json"]),
+                  "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json",
+                  "prism predict model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "
+                  "confidence=0.95"]),
+    "variability": dict(
+        run=_variability, help="slowdown risk versus scale, what drives the spread, where slow nodes hurt, goodput",
+        description="For one layout: (1) P(step >= (1+x) x nominal step) for x in analysis.thresholds at each "
+                    "GPU count of analysis.scales (tp/pp/cp and micro-batches per replica fixed; nominal = every "
+                    "variability component at its median), with p50/p95; (2) each op's and each variability "
+                    "component's share of the step-time variance (held at its median, the drop in variance); "
+                    "(3) the median step with analysis.slow_nodes nodes analysis.slow_factor times slower, "
+                    "placed in one pipeline stage or spread over stages and dp replicas; (4) days to train "
+                    "train_tokens with the hardware's interruption rate, restart cost and checkpoint interval "
+                    "(Monte Carlo), and the goodput. Writes <out>-cdf.png, <out>-scale.png and "
+                    "<out>-attribution.png (default out: variability-<model>-<gpus>).",
+        examples=["prism variability model=llama3-70b hardware=h100-sxm gpus=65536 parallel.tp=8 parallel.pp=8 --json",
+                  "prism variability model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "
+                  "out=runs/var",
+                  "prism variability model=gpt3-13b hardware=a100-sxm4-80gb gpus=512 parallel.tp=8 "
+                  "analysis.slow_nodes=2 analysis.slow_factor=1.2 analysis.scales=[64,512,4096]"]),
     "predict-batch": dict(
         run=_predict_batch, help="predict every workload of a table in the e2e CSV layout",
         description="Read workloads in the column layout of ../shared/data/e2e/e2e_training_visible.csv "

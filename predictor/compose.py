@@ -14,9 +14,11 @@ DESIGN.md, "Composer". For S Monte Carlo draws at once (numpy, no loop over draw
    be held at its median (``hold``): a per-step compute factor per GPU (``temporal``), a
    persistent per-GPU factor (``spatial``), one communication regime per step shared by
    every collective (``regime``), and each op instance's residual from its quantiles
-   (``residual``). A stage runs at the pace of its slowest GPU. Per GPU, spatial times
-   temporal is lognormal with sigma ``hypot(spatial_cv, temporal_cv)``, and the maximum of
-   N of them is drawn directly as ``F^-1(u^(1/N))``, whatever N is.
+   (``residual``); ``residual:<op>`` or ``residual:<op>/<pass>`` holds one op's residual
+   alone. A stage runs at the pace of its slowest GPU. Per GPU, spatial times temporal is
+   lognormal with sigma ``hypot(spatial_cv, temporal_cv)``, and the maximum of N of them is
+   drawn directly as ``F^-1(u^(1/N))``, whatever N is. Known-slow GPUs (``slow_gpus`` per
+   stage, ``slow_factor`` slower) are a second such maximum, scaled by the factor.
 3. The pipeline schedule (:mod:`predictor.schedule`) is walked over the draws; the data-
    parallel gradient reduction overlaps the last micro-batch's backward, its last bucket
    exposed; the optimizer step follows.
@@ -124,7 +126,10 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
 
 
 def _max_of_lognormals(sigma: float, n: int, u: np.ndarray) -> np.ndarray:
-    """The largest of ``n`` iid lognormal(0, sigma) factors, drawn as F^-1(u^(1/n))."""
+    """The largest of ``n`` iid lognormal(0, sigma) factors, drawn as F^-1(u^(1/n))
+    (zero for ``n = 0``: no GPU to wait for)."""
+    if n == 0:
+        return np.zeros_like(u)
     if sigma <= 0:
         return np.ones_like(u)
     return np.exp(sigma * ndtri(np.clip(u, 1e-12, 1 - 1e-12) ** (1.0 / n)))
@@ -134,6 +139,20 @@ def workload_calls(work: Workload) -> list[Call]:
     """The distinct operator calls of a workload."""
     calls = [c for st in work.stages for c in st.forward + st.backward + st.step + ([st.p2p] if st.p2p else [])]
     return list(dict.fromkeys(calls))
+
+
+def _held_residuals(calls: list[Call], hold) -> np.ndarray:
+    """Which calls' residuals ``hold`` pins at their median (a boolean mask)."""
+    if "residual" in hold:
+        return np.ones(len(calls), bool)
+    names = {h.partition(":")[2] for h in hold if h.startswith("residual:")}
+    mask = np.array([c.op in names or f"{c.op}/{c.pass_}" in names for c in calls], bool)
+    found = {n for n in names for c in calls if n in (c.op, f"{c.op}/{c.pass_}")}
+    if names - found:
+        keys = sorted({f"{c.op}/{c.pass_}" for c in calls})
+        raise PrismError(f"hold: residual:{sorted(names - found)[0]} names no op of this workload; "
+                         f"choose from {', '.join(keys)}")
+    return mask
 
 
 class QuantileCache:
@@ -159,21 +178,32 @@ class QuantileCache:
 
 def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: int = 0,
             dtype: str | None = None, cache: QuantileCache | None = None,
-            brute_force: bool = False, hold=(), calibration: Calibration | None = None) -> StepDistribution:
+            brute_force: bool = False, hold=(), calibration: Calibration | None = None,
+            slow_gpus=(), slow_factor: float = 1.0) -> StepDistribution:
     """The step-time distribution of ``work`` (seconds, ``draws`` Monte Carlo samples).
 
     ``dtype`` is the compute precision (default: the hardware's ``train_dtype``).
-    ``hold`` names components of :data:`COMPONENTS` held at their median (no spread).
+    ``hold`` names components of :data:`COMPONENTS` held at their median (no spread), or
+    one op's residual as ``residual:<op>`` (every pass) or ``residual:<op>/<pass>``. Held
+    or not, the same random numbers are drawn, so two holds differ only in what is held.
     ``calibration`` (default: the one stored with ``models``, if any) corrects operator
     latencies for running inside a training step (:mod:`predictor.calibration`).
     ``brute_force`` draws every GPU's spatial and temporal factor and takes the slowest
     instead of the order-statistic shortcut (for testing the shortcut; its cost grows
     with the GPU count).
+    ``slow_gpus`` gives, per pipeline stage, how many of its GPUs are known to be
+    ``slow_factor`` times slower in compute (slow nodes); empty: none.
     """
-    unknown = set(hold) - set(COMPONENTS)
+    unknown = {h for h in hold if h not in COMPONENTS and not h.startswith("residual:")}
     if unknown:
-        raise PrismError(f"hold: unknown variability component(s) {sorted(unknown)}; choose from {COMPONENTS}")
+        raise PrismError(f"hold: unknown variability component(s) {sorted(unknown)}; choose from {COMPONENTS} "
+                         f"or residual:<op>/<pass>")
     hw, par = work.hardware, work.parallel
+    if slow_gpus and len(slow_gpus) != par.pp:
+        raise PrismError(f"slow_gpus: {len(slow_gpus)} entries for {par.pp} pipeline stages; give one count per stage")
+    if slow_gpus and (slow_factor <= 0 or max(slow_gpus) > par.tp * par.cp * par.dp or min(slow_gpus) < 0):
+        raise PrismError(f"slow_gpus={list(slow_gpus)}, slow_factor={slow_factor}: counts must lie in "
+                         f"0..{par.tp * par.cp * par.dp} (GPUs per stage) and the factor be positive")
     rng = np.random.default_rng(seed)
     var = hw.variability
     sigma = {"temporal": var.temporal_cv, "spatial": var.spatial_cv, "regime": var.comm_regime_cv}
@@ -187,19 +217,28 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
         q = np.where(collective[:, None], calibration.apply(q, True, par.tp), calibration.apply(q, False, par.tp))
     levels = np.asarray(DEFAULT_QUANTILES)
     median = q[:, list(levels).index(0.5)]
-    u = np.full((len(unique), draws), 0.5) if "residual" in hold else rng.uniform(size=(len(unique), draws))
+    u = rng.uniform(size=(len(unique), draws))
+    u[_held_residuals(unique, hold)] = 0.5
     sample = _inverse_cdf(q, levels, u)
     index = {c: i for i, c in enumerate(unique)}
 
     regime = np.exp(sigma["regime"] * rng.standard_normal(draws))
     gpus_per_stage = par.tp * par.cp * par.dp
+    slow = list(slow_gpus) or [0] * par.pp
     sigma_gpu = float(np.hypot(sigma["temporal"], sigma["spatial"]))
 
-    def total_us(stage_calls: list[Call], stage_speed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    m = work.micro_batches
+
+    def total_us(stage_calls: list[Call], stage_speed: np.ndarray, per_micro_batch: bool = False):
+        """Compute and communication time of ``stage_calls`` (us per draw). Residuals of
+        distinct instances are independent: ``count`` calls add ``sqrt(count)`` deviations,
+        and a micro-batch's calls carry ``1/sqrt(m)`` of theirs, because the schedule repeats
+        one draw for all ``m`` micro-batches, whose own residuals would partly cancel."""
         compute, comm = np.zeros(draws), np.zeros(draws)
+        spread = 1 / np.sqrt(m) if per_micro_batch else 1.0
         for c in stage_calls:
             i = index[c]
-            t = c.count * median[i] + np.sqrt(c.count) * (sample[i] - median[i])
+            t = c.count * median[i] + spread * np.sqrt(c.count) * (sample[i] - median[i])
             if OPS[c.op].collective:
                 comm += t * regime
             else:
@@ -211,14 +250,18 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
         if brute_force:
             factors = (sigma["spatial"] * rng.standard_normal((gpus_per_stage, draws))
                        + sigma["temporal"] * rng.standard_normal((gpus_per_stage, draws)))
+            factors[:slow[st.stage]] += np.log(slow_factor)
             speed = np.exp(factors).max(axis=0)
         else:
-            speed = _max_of_lognormals(sigma_gpu, gpus_per_stage, rng.uniform(size=draws))
-        fc, fm = total_us(st.forward, speed)
-        bc, bm = total_us(st.backward, speed)
+            speed = _max_of_lognormals(sigma_gpu, gpus_per_stage - slow[st.stage], rng.uniform(size=draws))
+            if slow_gpus:  # drawn whenever slow GPUs are modelled, so placements share random numbers
+                speed = np.maximum(speed, slow_factor * _max_of_lognormals(sigma_gpu, slow[st.stage],
+                                                                           rng.uniform(size=draws)))
+        fc, fm = total_us(st.forward, speed, per_micro_batch=True)
+        bc, bm = total_us(st.backward, speed, per_micro_batch=True)
         fwd.append(fc + fm)
         bwd.append(bc + bm)
-        p2p.append(total_us([st.p2p], speed)[1] if st.p2p else np.zeros(draws))
+        p2p.append(total_us([st.p2p], speed, per_micro_batch=True)[1] if st.p2p else np.zeros(draws))
         grads = [c for c in st.step if c.role == "dp"]
         dp_time = total_us(grads, speed)[1] if grads else np.zeros(draws)
         buckets = max((c.count for c in grads), default=1)
@@ -228,7 +271,6 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
         opt.append(total_us([c for c in st.step if c.role == "optimizer"], speed)[0])
         compute_med.append(np.median((fc + bc) * work.micro_batches))
         comm_med.append(np.median((fm + bm) * work.micro_batches))
-    m = work.micro_batches
     # Megatron's pipeline sends are blocking (send_forward_recv_backward ...): the sender
     # is busy until its activation (gradient) has arrived, so a transfer is part of the
     # sending stage's forward (backward) rather than a free delay.

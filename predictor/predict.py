@@ -37,6 +37,7 @@ class Prediction:
     basis: dict = field(default_factory=dict)
     prob_below: dict | None = None
     calibration: dict | None = None  # the in-situ calibration of the models, if fitted
+    confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,7 +62,34 @@ def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
     return with_default_batch(par)
 
 
+def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
+    """Mean step time over a whole run, one value per draw.
+
+    Over many steps the per-step components (temporal, regime) average out to their mean;
+    what persists for the whole run (the job's slowest GPUs, the operator models' residual:
+    the same kernels recur every step) keeps its spread. So the run's mean step is the
+    persistent draws (``compose(..., hold=PER_STEP)``) scaled to the full draws' mean.
+    Failures and restarts are not in it (:mod:`predictor.variability` adds them).
+    """
+    return persistent * (full.mean() / persistent.mean())
+
+
+def check_confidence(value) -> float | None:
+    """``confidence`` as a probability in (0, 1), or None where it is not set."""
+    if value is None:
+        return None
+    try:
+        level = float(value)
+    except (TypeError, ValueError):
+        level = float("nan")  # fails the range check below
+    if not 0 < level < 1:
+        raise PrismError(f"confidence={value}: a probability strictly between 0 and 1, e.g. confidence=0.95 "
+                         f"(the step time and time to train that hold with that probability)")
+    return level
+
+
 def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
+    level = check_confidence(cfg.get("confidence"))
     model = section(cfg, "model", ModelConfig)
     hw = section(cfg, "hardware", HardwareConfig)
     par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
@@ -81,11 +109,7 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     peak = hw.peak(hw.train_dtype)
     train_tokens = float(cfg.get("train_tokens") or 0) or 1e12
     steps = train_tokens / tokens
-    # Over many steps the per-step components (temporal, regime) average out to their
-    # mean; what persists for the whole run (the job's slowest GPUs, the operator models'
-    # residual: the same kernels recur every step) keeps its spread. So the band is the
-    # persistent draws, scaled to the full draws' mean. Failures and restarts are not in it.
-    run_mean = persistent * (dist.draws.mean() / persistent.mean())
+    run_mean = run_step_draws(dist.draws, persistent)
     ttt = {f"p{round(a * 100)}": float(v) * steps / SECONDS_PER_DAY
            for a, v in zip((0.05, 0.5, 0.95), np.quantile(run_mean, (0.05, 0.5, 0.95)))}
     gpu_hours = ttt["p50"] * 24 * gpus
@@ -108,7 +132,10 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s},
         basis=basis, calibration=models.calibration.to_dict() if models and models.calibration else None,
-        prob_below={"t_s": float(target), "p": dist.prob_below(float(target))} if target else None)
+        prob_below={"t_s": float(target), "p": dist.prob_below(float(target))} if target else None,
+        confidence=None if level is None else {
+            "level": level, "step_time_s": float(dist.quantile(level)),
+            "time_to_train_days": float(np.quantile(run_mean, level)) * steps / SECONDS_PER_DAY})
 
 
 def format_prediction(p: Prediction) -> str:
@@ -133,6 +160,10 @@ def format_prediction(p: Prediction) -> str:
     ]
     if p.prob_below:
         lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
+    if p.confidence:
+        c = p.confidence
+        lines.append(f"with {c['level']:.0%} confidence   step <= {c['step_time_s']:.3f} s, "
+                     f"train in <= {c['time_to_train_days']:.1f} days (no failures; see prism variability)")
     lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
     if p.calibration:
         c = p.calibration

@@ -1,0 +1,125 @@
+"""prism variability: slowdown versus scale, variance attribution, slow nodes, goodput;
+predict's confidence; the order-statistic shortcut against drawing every GPU."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from predictor.cli import main
+from predictor.compose import QuantileCache, compose
+from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
+from predictor.decompose import decompose
+from predictor.errors import PrismError
+from predictor.predict import predict, resolve_layout
+from predictor.variability import (analysis_settings, shortcut_check, slow_gpus_per_stage, time_to_train,
+                                   variability)
+
+LAYOUT = ["model=llama3-70b", "hardware=h100-sxm", "parallel.tp=8", "parallel.pp=8"]
+FAST = ["analysis.draws=1000", "analysis.runs=1000"]
+
+
+@pytest.fixture(scope="module")
+def report():
+    return variability(load_config(LAYOUT + FAST + ["gpus=512", "analysis.scales=[64,512,4096,65536]"]))
+
+
+def _work(gpus, *overrides):
+    cfg = load_config(LAYOUT + [f"gpus={gpus}", *overrides])
+    hw = section(cfg, "hardware", HardwareConfig)
+    par = resolve_layout(section(cfg, "parallel", ParallelConfig), gpus)
+    return cfg, hw, decompose(section(cfg, "model", ModelConfig), par, hw, gpus)
+
+
+def test_slowdown_probability_grows_with_scale(report):
+    assert [r["gpus"] for r in report.scales] == [64, 512, 4096, 65536]
+    for x in ("5%", "10%"):
+        p = [r["p_slowdown"][x] for r in report.scales]
+        assert p == sorted(p), x
+    for x in ("5%", "10%"):
+        assert report.scales[-1]["p_slowdown"][x] > report.scales[0]["p_slowdown"][x], x
+    # a 20 % slowdown is rare (none or a few draws in 1,000): it may not fall with scale
+    assert report.scales[-1]["p_slowdown"]["20%"] >= report.scales[0]["p_slowdown"]["20%"]
+    assert all(r["nominal_s"] < r["p50_s"] < r["p95_s"] for r in report.scales)
+
+
+def test_attribution_shares_sum_to_one_and_are_not_negative(report):
+    for part in ("ops", "components"):
+        shares = [r["share"] for r in report.attribution[part]]
+        assert sum(shares) == pytest.approx(1.0)
+        assert min(shares) >= 0
+    assert report.attribution["ops"][0]["name"].startswith("gemm/")  # the bulk of the step
+
+
+def test_slow_nodes_spread_over_stages_are_not_faster_than_all_in_one_stage(report):
+    p50 = {r["placement"]: r["p50_s"] for r in report.placements}
+    assert p50["spread over stages and dp replicas"] >= p50["all in stage 0 (first)"]
+    assert all(v >= p50["no slow nodes"] for v in p50.values())
+    # which dp replica holds them does not matter: the gradient reduction waits for the slowest
+    assert p50["spread over stages and dp replicas"] == p50["spread over stages, same dp replica"]
+    assert report.placement_spread >= 1
+
+
+def test_a_node_is_one_tp_group_of_one_stage():
+    _, _, work = _work(512)  # 64 nodes, 8 per stage
+    assert slow_gpus_per_stage([0, 1, 8], work.parallel, 8) == (16, 8, 0, 0, 0, 0, 0, 0)
+
+
+def test_goodput_falls_below_one_only_with_interruptions():
+    _, hw, work = _work(512)
+    step = compose(work, None, draws=500).draws
+    ttt = time_to_train(step, 1e5, hw, 512, runs=500, seed=0)
+    assert ttt["goodput"]["p50"] < 1 and ttt["interruptions"]["p50"] > 0
+    assert ttt["days"]["p50"] > ttt["productive_days"]["p50"]
+    calm = replace(hw, variability=replace(hw.variability, interruptions_per_gpu_day=0.0))
+    ttt = time_to_train(step, 1e5, calm, 512, runs=500, seed=0)
+    assert ttt["goodput"] == {"p5": 1.0, "p50": 1.0, "p95": 1.0}
+    assert ttt["days"] == ttt["productive_days"]
+
+
+def test_confidence_is_at_least_the_median():
+    p = predict(load_config(LAYOUT + ["gpus=512", "confidence=0.95"]), draws=500)
+    assert p.confidence["level"] == 0.95
+    assert p.confidence["step_time_s"] >= p.step_time_s["p50"]
+    assert p.confidence["time_to_train_days"] >= p.time_to_train_days["p50"]
+    assert predict(load_config(LAYOUT + ["gpus=512"]), draws=100).confidence is None
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["gpus=64", "analysis.slow_nodes=9"], "analysis.slow_nodes=9"),
+    (["gpus=64", "analysis.slow_factor=-1.1"], "analysis.slow_factor"),
+    (["gpus=64", "analysis.thresholds=[]"], "analysis.thresholds"),
+])
+def test_bad_analysis_settings_name_the_field(overrides, field):
+    with pytest.raises(PrismError, match=field):
+        variability(load_config(LAYOUT + FAST + overrides))
+
+
+def test_bad_confidence_names_the_field():
+    with pytest.raises(PrismError, match="confidence=1.5"):
+        predict(load_config(LAYOUT + ["gpus=64", "confidence=1.5"]), draws=100)
+
+
+def test_one_op_residual_can_be_held_and_a_wrong_one_is_named():
+    _, _, work = _work(64)
+    full = compose(work, None, draws=500).draws.var()
+    assert compose(work, None, draws=500, hold=("residual:gemm/bwd",)).draws.var() < full
+    assert compose(work, None, draws=500, hold=("residual:gemm",)).draws.var() < full
+    with pytest.raises(PrismError, match="residual:conv2d names no op"):
+        compose(work, None, draws=10, hold=("residual:conv2d",))
+
+
+@pytest.mark.parametrize("gpus", [64, 512])
+def test_shortcut_agrees_with_drawing_every_gpu(gpus):
+    cfg, hw, work = _work(gpus, "analysis.draws=3000")
+    c = shortcut_check(work, None, QuantileCache(None, hw), analysis_settings(cfg), seed=0)
+    assert abs(c["p50_rel_diff"]) < 0.02 and abs(c["p95_rel_diff"]) < 0.02
+    assert max(map(abs, c["p_slowdown_diff"].values())) < 0.02
+
+
+def test_cli_interface_writes_json_and_plots(tmp_path, capsys):
+    rc = main(["variability", *LAYOUT, "gpus=65536", *FAST, f"out={tmp_path}/v", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"] == 65536 and out["scales"][-1]["gpus"] == 65536
+    assert {"attribution", "placements", "time_to_train", "nominal_s"} <= set(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v-attribution.png", "v-cdf.png", "v-scale.png"]
