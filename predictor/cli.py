@@ -43,13 +43,18 @@ def _print(cfg, payload, table: str) -> None:
         print(table)
 
 
+def _measuring(verb: str, module: str):
+    """A torch-based module of :mod:`sampling`, imported only when a measuring verb runs."""
+    try:
+        return import_module(module)
+    except ImportError as exc:
+        raise PrismError(f"prism {verb} needs torch ({exc}); install the measuring extra: "
+                         f"pip install -e '.[sampling]'") from None
+
+
 def _sample(args) -> int:
     cfg = _load(args)
-    try:
-        runner = import_module("sampling.runner")
-    except ImportError as exc:
-        raise PrismError(f"prism sample needs torch ({exc}); install the measuring extra: "
-                         f"pip install -e '.[sampling]'") from None
+    runner = _measuring("sample", "sampling.runner")
     report = runner.run_sampling(cfg, progress=sys.stderr.isatty() or not cfg.output == "json")
     lines = [f"run file     {report.run_file or '(none: no row measured)'}",
              f"status       {report.status}",
@@ -182,12 +187,7 @@ def _predict_batch(args) -> int:
 
 def _measure(args) -> int:
     cfg = _load(args)
-    try:
-        measure = import_module("sampling.measure")
-    except ImportError as exc:
-        raise PrismError(f"prism measure needs torch ({exc}); install the measuring extra: "
-                         f"pip install -e '.[sampling]'") from None
-    report = measure.measure(cfg, progress=cfg.output != "json")
+    report = _measuring("measure", "sampling.measure").measure(cfg, progress=cfg.output != "json")
     _print(cfg, report.to_dict(), report.format())
     return 0
 
