@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from predictor.config import load_hardware
+from predictor.operator_models import ModelSet
+
 #: CPU layouts: world size <= 2 (one core per rank). Two model sizes (tiny 0.6 M, small
 #: 9 M parameters), three sequence lengths, dp / tp / pp (1F1B and GPipe, 4+ micro-batches),
 #: recompute on and off.
@@ -98,11 +101,9 @@ def main() -> None:
     calibrated = json.loads(prism("calibrate", hw, measured, models, "--json", capture=True))
     tables["leave-one-out"] = pd.DataFrame(calibrated["layouts"])
     if args.calibration_from:
-        earlier = json.loads((args.calibration_from / "models" / args.hardware / "manifest.json").read_text())
-        manifest_path = out / "models" / args.hardware / "manifest.json"
-        manifest = json.loads(manifest_path.read_text())
-        manifest["calibration"] = earlier["calibration"]
-        manifest_path.write_text(json.dumps(manifest, indent=1))
+        earlier = ModelSet.load(args.calibration_from / "models" / args.hardware, load_hardware(args.hardware))
+        here = out / "models" / args.hardware
+        ModelSet.load(here, earlier.hw).save_calibration(here, earlier.calibration)
         tables["calibrated-earlier"] = pd.DataFrame(json.loads(prism(
             "validate", hw, measured, models, f"out={out / 'cdf-calibrated-earlier.png'}", "--json", capture=True)))
     stages["validate"] = time.perf_counter() - t0 - sum(stages.values())

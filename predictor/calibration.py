@@ -29,9 +29,9 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from predictor.config import HardwareConfig
-from predictor.decompose import Workload, decompose
+from predictor.decompose import Workload
 from predictor.errors import PrismError
-from predictor.measurements import layout_configs, step_times
+from predictor.measurements import measured_workloads
 
 
 @dataclass(frozen=True)
@@ -52,22 +52,16 @@ class Calibration:
         return q_us * self.compute_scale + self.op_overhead_us + (self.tp_overhead_us if tp > 1 else 0.0)
 
 
-def _workloads(measured: pd.DataFrame, hw: HardwareConfig) -> tuple[list[Workload], np.ndarray]:
-    steps = step_times(measured)
-    works, medians = [], []
-    for layout_id, group in steps.groupby("layout_id", sort=False):
-        model, par = layout_configs(measured, layout_id)
-        works.append(decompose(model, par, hw, par.dp * par.tp * par.pp * par.cp))
-        medians.append(group.step_time_s.median())
-    return works, np.asarray(medians)
-
-
 def _fit(works: list[Workload], medians: np.ndarray, models, draws: int) -> Calibration:
-    from predictor.compose import compose  # compose reads calibrations: import here, not at the top
+    from predictor.compose import QuantileCache, compose  # compose reads calibrations: import here
+
+    # the operator quantiles do not depend on the calibration: look them up once for the fit
+    cache = QuantileCache(models, works[0].hardware)
 
     def residuals(theta):
         cal = Calibration(*(float(v) for v in np.exp(theta)))
-        pred = [np.median(compose(w, models, draws=draws, seed=0, calibration=cal).draws) for w in works]
+        pred = [np.median(compose(w, models, draws=draws, seed=0, cache=cache, calibration=cal).draws)
+                for w in works]
         return np.log(np.asarray(pred) / medians)
 
     # log-parameters keep every factor positive; bounds keep a poor fit physical
@@ -77,9 +71,15 @@ def _fit(works: list[Workload], medians: np.ndarray, models, draws: int) -> Cali
                        rms_log_error=float(np.sqrt(np.mean(fit.fun ** 2))))
 
 
+def _workloads(measured: pd.DataFrame, hw: HardwareConfig) -> tuple[list[str], list[Workload], np.ndarray]:
+    layouts = measured_workloads(measured, hw)
+    return ([lid for lid, _, _ in layouts], [w for _, w, _ in layouts],
+            np.array([np.median(t) for _, _, t in layouts]))
+
+
 def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100) -> Calibration:
     """Fit the three numbers to every layout of ``measured`` (at least 3 layouts)."""
-    works, medians = _workloads(measured, hw)
+    _, works, medians = _workloads(measured, hw)
     if len(works) < 3:
         raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
                          f"measured layouts (prism measure ... out=FILE, several times)")
@@ -88,8 +88,7 @@ def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: i
 
 def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100) -> dict:
     """Leave-one-layout-out: layout_id -> the calibration fitted without it."""
-    works, medians = _workloads(measured, hw)
-    ids = list(step_times(measured).layout_id.drop_duplicates())
+    ids, works, medians = _workloads(measured, hw)
     if len(works) < 4:
         raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4")
     keep = np.ones(len(works), bool)

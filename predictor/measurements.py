@@ -26,11 +26,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from predictor.config import ModelConfig, ParallelConfig
+from predictor.config import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.decompose import Workload, decompose
 from predictor.errors import PrismError
 from predictor.store import atomic_write_table
 
@@ -86,6 +88,16 @@ def layout_configs(frame: pd.DataFrame, layout_id: str) -> tuple[ModelConfig, Pa
     """The model and layout a measured ``layout_id`` ran."""
     row = frame[frame.layout_id == layout_id].iloc[0]
     return ModelConfig(**json.loads(row.model_json)), ParallelConfig(**json.loads(row.parallel_json))
+
+
+def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[str, Workload, np.ndarray]]:
+    """Per measured layout, in file order: its id, its workload on ``hw`` and its step times (s)."""
+    out = []
+    for layout_id, group in step_times(frame).groupby("layout_id", sort=False):
+        model, par = layout_configs(frame, layout_id)
+        out.append((layout_id, decompose(model, par, hw, par.dp * par.tp * par.pp * par.cp),
+                    group.step_time_s.to_numpy()))
+    return out
 
 
 def step_times(frame: pd.DataFrame) -> pd.DataFrame:

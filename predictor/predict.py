@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from omegaconf import DictConfig
 
-from predictor.compose import PER_STEP, REPORT_QUANTILES, compose
+from predictor.compose import PER_STEP, REPORT_QUANTILES, QuantileCache, compose
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
@@ -97,8 +97,9 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     models = trained_models(hw, cfg.get("models_dir"))
     work = decompose(model, par, hw, gpus)
     seed = int(cfg.get("seed") or 0)
-    dist = compose(work, models, draws=draws, seed=seed)
-    persistent = compose(work, models, draws=draws, seed=seed, hold=PER_STEP).draws
+    cache = QuantileCache(models, hw)  # both composes query the operator models once
+    dist = compose(work, models, draws=draws, seed=seed, cache=cache)
+    persistent = compose(work, models, draws=draws, seed=seed, cache=cache, hold=PER_STEP).draws
     mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash")
     q = dist.quantile(REPORT_QUANTILES)
     step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}

@@ -21,11 +21,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import ks_2samp
 
-from predictor.compose import compose
+from predictor.compose import QuantileCache, compose
 from predictor.config import HardwareConfig
-from predictor.decompose import decompose
 from predictor.errors import PrismError
-from predictor.measurements import layout_configs, step_times
+from predictor.measurements import measured_workloads
 from predictor.operator_models import ModelSet
 
 
@@ -89,13 +88,10 @@ def validate(measured: pd.DataFrame, hw: HardwareConfig, models: ModelSet | None
     if other:
         raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; "
                          f"validate with hardware={other[0]}")
-    steps = step_times(measured)
     scores, meas, pred = [], {}, {}
-    for layout_id, group in steps.groupby("layout_id", sort=False):
-        model, par = layout_configs(measured, layout_id)
-        gpus = par.dp * par.tp * par.pp * par.cp
-        t = group.step_time_s.to_numpy()
-        d = compose(decompose(model, par, hw, gpus), models, draws=draws, seed=seed,
+    cache = QuantileCache(models, hw)
+    for layout_id, work, t in measured_workloads(measured, hw):
+        d = compose(work, models, draws=draws, seed=seed, cache=cache,
                     calibration=(calibrations or {}).get(layout_id)).draws
         scores.append(score(layout_id, d, t))
         meas[layout_id], pred[layout_id] = t, d
