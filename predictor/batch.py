@@ -4,7 +4,8 @@ Reads the 36-column layout of ``../shared/data/e2e/e2e_training_visible.csv`` an
 ``pred_iter_time_s_p50/_p5/_p95``, ``pred_mem_gib`` and ``pred_status`` (``ok`` or the
 error). Blank fields take defaults: micro-batch 1, cp 1, vp 1 (1F1B), no sequence
 parallelism, no recompute, no optimizer sharding, a GPT model's vocabulary 51,200
-(Megatron's padded GPT-2). The GPU column picks a hardware profile by its
+(Megatron's padded GPT-2), bf16 (fp32 under HF Accelerate). A precision of
+"fp8 ..." runs the linear layers' GEMMs in float8. The GPU column picks a hardware profile by its
 ``device.match`` names (longest match); the inter-node column, where it states a
 bandwidth, replaces the profile's network between nodes (a row's cluster is not the
 profile's); the intra-node fabric stays the GPU system's.
@@ -51,6 +52,20 @@ def row_hardware(gpu) -> str:
     return name
 
 
+def row_precision(text, framework: str) -> tuple[str, str]:
+    """(train dtype, GEMM dtype) of a row's precision column: "fp8 ..." runs the linears
+    in float8 and the rest in bf16 (torchtitan Float8, Transformer Engine); blank is
+    bf16, except under HF Accelerate, whose default (``mixed_precision="no"``) is fp32."""
+    text = "" if _blank(text) else str(text).lower()
+    if "fp8" in text:
+        return "bfloat16", "float8"
+    for key, dtype in (("fp32", "float32"), ("fp16", "float16"), ("bf16", "bfloat16")):
+        if text.startswith(key):
+            return dtype, dtype
+    dtype = "float32" if not text and "Accelerate" in framework else "bfloat16"
+    return dtype, dtype
+
+
 def row_workload(row: pd.Series, profiles: dict) -> tuple[ModelConfig, ParallelConfig, HardwareConfig]:
     """The model, layout and hardware of a table row; ``profiles`` caches loaded profiles by name."""
     name = str(row["model"])
@@ -68,23 +83,30 @@ def row_workload(row: pd.Series, profiles: dict) -> tuple[ModelConfig, ParallelC
     sharding = str(row["zero_or_distopt"]).lower() if not _blank(row["zero_or_distopt"]) else "none"
     sharding = ("fsdp" if "fsdp" in sharding else "zero3" if "zero-3" in sharding
                 else "distributed_optimizer" if "dist" in sharding else "none")
+    for field in ("dp", "tp", "pp", "gbs"):
+        if _blank(row[field]):
+            raise PrismError(f"{field}: not stated in the row; fill it in (a layout needs dp, tp, pp and gbs)")
     vp = 1 if _blank(row["vp"]) or not str(row["vp"]).isdigit() else int(row["vp"])
     framework = str(row.get("framework", ""))
     # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
     # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused
     # scale-mask-softmax, bmm) rather than FlashAttention.
     legacy_megatron = "Megatron-LM" in framework and "Core" not in framework
+    notes = f"{framework} {row.get('notes', '')}".lower()
+    tp_overlap = "tp-comm-overlap" in notes or "asynctp" in notes or "async tp" in notes
     par = ParallelConfig(
         dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(1 if _blank(row["cp"]) else row["cp"]),
         vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=str(row["seq_parallel"]).strip().lower() == "on",
         micro_batch_size=int(1 if _blank(row["mbs"]) else row["mbs"]), global_batch_size=int(row["gbs"]),
         recompute=recompute if recompute in ("none", "selective", "full") else "none", sharding=sharding,
-        overlap_grad_reduce=not legacy_megatron, attention="unfused" if legacy_megatron else "flash")
+        overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap, attention="unfused" if legacy_megatron else "flash")
     name = row_hardware(row["gpu"])
     if name not in profiles:
         profiles[name] = load_hardware(name)
     hw = copy.deepcopy(profiles[name])
+    hw.train_dtype, gemm = row_precision(row.get("precision"), framework)
+    hw.gemm_dtype = gemm if gemm != hw.train_dtype else None
     gpn = int(row["gpus_per_node"]) if not _blank(row.get("gpus_per_node")) else hw.node.gpus_per_node
     hw.node.gpus_per_node = gpn
     # The node's own fabric (NVLink/NVSwitch) comes with the GPU system and stays the

@@ -9,7 +9,9 @@ DESIGN.md, "Composer". For S Monte Carlo draws at once (numpy, no loop over draw
    (the floor of :mod:`predictor.features` over NCCL's efficiency) with a wider band; ops
    without a model from the roofline prior. One draw per call and step comes by
    inverse CDF from the quantiles; ``count`` identical calls in a step add up as
-   ``count * median + sqrt(count) * (draw - median)`` (independent residuals).
+   ``count * median + sqrt(count) * (draw - median)`` (independent residuals). Calls that
+   rest on a prior share one draw and add ``count * (draw - median)``: a prior's error is
+   systematic, which widens the band of a prediction the more of it rests on priors.
 2. Variability keeps its components apart (:data:`COMPONENTS`), so that any of them can
    be held at its median (``hold``): a per-step compute factor per GPU (``temporal``), a
    persistent per-GPU factor (``spatial``), one communication regime per step shared by
@@ -102,26 +104,31 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
     out = np.zeros((len(calls), len(levels)))
     basis = [""] * len(calls)
     own_network = models is not None and models.manifest.get("collective_network") == hw.network.name
+    intra_only = models is not None and models.manifest.get("collective_scope") == "intra-node"
     by_op: dict[tuple, list[int]] = {}
     for i, c in enumerate(calls):
         by_op.setdefault((c.op, c.pass_), []).append(i)
     for (op, pass_), idx in by_op.items():
-        frame = pd.DataFrame([dict(calls[i].shape_dict, dtype=dtype, nodes=calls[i].nodes,
+        idx = np.asarray(idx)
+        op_dtype = hw.gemm_dtype if op == "gemm" and hw.gemm_dtype else dtype
+        frame = pd.DataFrame([dict(calls[i].shape_dict, dtype=op_dtype, nodes=calls[i].nodes,
                                    ranks_per_node=calls[i].ranks_per_node) for i in idx])
         collective = OPS[op].collective
-        if models is not None and models.has(op, pass_) and (not collective or own_network):
-            out[idx] = models.query(op, pass_, frame)[[f"q{a:g}" for a in levels]].to_numpy()
-            source = f"models/{hw.name}"
-        elif collective:
-            center = floor_us(op, pass_, frame, hw) / NCCL_EFFICIENCY
-            out[idx] = _prior_quantiles(center, PRIOR_SIGMA["network"], levels)
-            source = f"network prior ({hw.network.name})"
-        else:
-            center = floor_us(op, pass_, frame, hw) / ROOFLINE_EFFICIENCY
-            out[idx] = _prior_quantiles(center, PRIOR_SIGMA["roofline"], levels)
-            source = "roofline prior"
-        for i in idx:
-            basis[i] = source
+        modelled = np.full(len(idx), models is not None and models.has(op, pass_) and (not collective or own_network))
+        if collective and intra_only:
+            modelled &= frame["nodes"].to_numpy() <= 1
+        if modelled.any():
+            sub = frame[modelled].reset_index(drop=True)
+            out[idx[modelled]] = models.query(op, pass_, sub)[[f"q{a:g}" for a in levels]].to_numpy()
+        rest = ~modelled
+        if rest.any():
+            sigma = PRIOR_SIGMA["network" if collective else "roofline"]
+            efficiency = NCCL_EFFICIENCY if collective else ROOFLINE_EFFICIENCY
+            center = floor_us(op, pass_, frame[rest].reset_index(drop=True), hw) / efficiency
+            out[idx[rest]] = _prior_quantiles(center, sigma, levels)
+        prior = f"network prior ({hw.network.name})" if collective else "roofline prior"
+        for i, m in zip(idx, modelled):
+            basis[i] = f"models/{models.manifest.get('hardware', hw.name)}" if m else prior
     return out, basis
 
 
@@ -218,6 +225,10 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
     levels = np.asarray(DEFAULT_QUANTILES)
     median = q[:, list(levels).index(0.5)]
     u = rng.uniform(size=(len(unique), draws))
+    # A prior's error is systematic: a wrong efficiency guess is wrong for every call that
+    # rests on it, so those calls share one draw and their deviations add up linearly.
+    systematic = np.array([not b.startswith("models/") for b in basis])
+    u[systematic] = rng.uniform(size=draws)
     u[_held_residuals(unique, hold)] = 0.5
     sample = _inverse_cdf(q, levels, u)
     index = {c: i for i, c in enumerate(unique)}
@@ -234,16 +245,21 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
         distinct instances are independent: ``count`` calls add ``sqrt(count)`` deviations,
         and a micro-batch's calls carry ``1/sqrt(m)`` of theirs, because the schedule repeats
         one draw for all ``m`` micro-batches, whose own residuals would partly cancel."""
-        compute, comm = np.zeros(draws), np.zeros(draws)
+        compute, comm, tp_comm = np.zeros(draws), np.zeros(draws), np.zeros(draws)
         spread = 1 / np.sqrt(m) if per_micro_batch else 1.0
         for c in stage_calls:
             i = index[c]
-            t = c.count * median[i] + spread * np.sqrt(c.count) * (sample[i] - median[i])
-            if OPS[c.op].collective:
-                comm += t * regime
-            else:
+            scale = c.count if systematic[i] else spread * np.sqrt(c.count)
+            t = c.count * median[i] + scale * (sample[i] - median[i])
+            if not OPS[c.op].collective:
                 compute += t * stage_speed
-        return compute, comm
+            elif c.role == "tp" and par.overlap_tp_comm:
+                tp_comm += t * regime
+            else:
+                comm += t * regime
+        # Overlapped TP collectives cost only what the pass's compute cannot cover
+        # (perfect overlap: a lower bound on the exposed time).
+        return compute, comm + np.maximum(tp_comm - compute, 0.0)
 
     fwd, bwd, p2p, dp_exposed, opt, compute_med, comm_med = [], [], [], [], [], [], []
     for st in work.stages:
@@ -262,11 +278,17 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
         fwd.append(fc + fm)
         bwd.append(bc + bm)
         p2p.append(total_us([st.p2p], speed, per_micro_batch=True)[1] if st.p2p else np.zeros(draws))
-        grads = [c for c in st.step if c.role == "dp"]
-        dp_time = total_us(grads, speed)[1] if grads else np.zeros(draws)
-        buckets = max((c.count for c in grads), default=1)
+        reduce = [c for c in st.step if c.role == "dp" and c.op != "all_gather"]
+        gather = [c for c in st.step if c.role == "dp" and c.op == "all_gather"]
+        dp_time = total_us(reduce, speed)[1] if reduce else np.zeros(draws)
+        buckets = max((c.count for c in reduce), default=1)
         if par.overlap_grad_reduce:  # hidden behind the last micro-batch's backward but its last bucket
             dp_time = np.maximum(dp_time / buckets, dp_time - (bc + bm))
+        if gather:  # the sharded optimizer's weights, gathered back for the next step
+            gather_time = total_us(gather, speed)[1]
+            if par.overlap_param_gather:  # under the next step's forward passes but the first bucket
+                gather_time = np.maximum(gather_time / buckets, gather_time - m * fc)
+            dp_time = dp_time + gather_time
         dp_exposed.append(dp_time)
         opt.append(total_us([c for c in st.step if c.role == "optimizer"], speed)[0])
         compute_med.append(np.median((fc + bc) * work.micro_batches))

@@ -102,6 +102,13 @@ class HardwareConfig:
     power_w: Optional[float]
     variability: VariabilitySpec
     train_dtype: str = "bfloat16"  # the precision of compute ops when training on it
+    # The linear layers' GEMMs where they run in another precision than train_dtype:
+    # float8 for torchtitan's Float8 linears or Transformer Engine fp8; null = train_dtype.
+    gemm_dtype: Optional[str] = None
+    # Another profile whose operator models this one borrows when it has none of its own:
+    # a GPU with the same compute die (H200 = H100's GH100), so the models' efficiency
+    # relative to the roofline floor carries over; the floor is this profile's.
+    models_from: Optional[str] = None
 
     def peak(self, dtype: str) -> float:
         value = self.peak_flops.get(dtype)
@@ -129,7 +136,12 @@ class ParallelConfig:
     schedule: str = "1f1b"  # 1f1b | interleaved | gpipe | zero_bubble
     attention: str = "flash"  # flash (fused kernel) | unfused (baddbmm + softmax + bmm)
     overlap_grad_reduce: bool = True
+    # Sharded optimizers: the updated weights' all-gather runs under the next forward
+    # (Megatron --overlap-param-gather, FSDP prefetch).
     overlap_param_gather: bool = True
+    # TP collectives run under the layer's GEMMs (Megatron --tp-comm-overlap, torchtitan
+    # async TP); off: they run between them.
+    overlap_tp_comm: bool = False
 
 
 @dataclass

@@ -25,7 +25,7 @@ import sklearn
 import xgboost as xgb
 
 from predictor.calibration import Calibration
-from predictor.config import REPO_ROOT, HardwareConfig, RegressorConfig
+from predictor.config import REPO_ROOT, HardwareConfig, load_hardware, RegressorConfig
 from predictor.errors import PrismError
 from predictor.features import TOPOLOGY, feature_names, features
 from predictor.regressor import QuantileXGBRegressor
@@ -44,7 +44,28 @@ def trained_models(hw: HardwareConfig, root=None) -> "ModelSet | None":
     """``hw``'s trained models, or None where none were trained (predictions then rest on
     priors)."""
     path = models_dir(root) / hw.name
-    return ModelSet.load(path, hw) if (path / MANIFEST).exists() else None
+    if (path / MANIFEST).exists():
+        return ModelSet.load(path, hw)
+    if hw.models_from and (models_dir(root) / hw.models_from / MANIFEST).exists():
+        return ModelSet.load(models_dir(root) / hw.models_from, load_hardware(hw.models_from)).with_hardware(hw)
+    return None
+
+
+#: What a hardware's predictions rest on, best first: operator samples measured on it,
+#: models fitted to its published microbenchmarks, or its datasheet alone (wider bands).
+TIERS = ("measured samples", "microbenchmarks", "spec-only prior")
+#: ``origin`` prefix of rows imported from published microbenchmarks
+#: (:mod:`predictor.importers.microbench`).
+MICROBENCH = "microbench:"
+
+
+def evidence_tier(models: "ModelSet | None") -> str:
+    """The tier (:data:`TIERS`) of ``models``; None means no trained models: the spec prior."""
+    if models is None:
+        return TIERS[2]
+    tier = models.manifest.get("tier", TIERS[0])
+    source = models.manifest.get("hardware", models.hw.name)
+    return tier if source == models.hw.name else f"{tier} of {source} (same compute die)"
 
 
 def shape_groups(op: str, rows: pd.DataFrame) -> np.ndarray:
@@ -117,8 +138,9 @@ class ModelSet:
         self.manifest = manifest or {}
 
     def with_hardware(self, hw: HardwareConfig) -> "ModelSet":
-        """The same models for a copy of the profile with another network (a job on its own
-        cluster): the device they learned is unchanged, collectives follow ``hw``."""
+        """The same models queried for ``hw``: a copy of their profile with another network
+        (a job on its own cluster), or a profile that borrows them (``models_from``); the
+        floors, and so the predictions, follow ``hw``."""
         return ModelSet(hw, self.quantiles, self.models, self.manifest)
 
     @property
@@ -172,7 +194,8 @@ class ModelSet:
             "created": datetime.now(timezone.utc).isoformat(),
             "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
                          "numpy": np.__version__, "python": platform.python_version()},
-            **{k: v for k, v in self.manifest.items() if k in ("samples", "collective_network")},
+            **{k: v for k, v in self.manifest.items()
+               if k in ("samples", "collective_network", "tier", "collective_scope")},
             "models": entries,
         }
         tmp = directory / f".{MANIFEST}.{uuid.uuid4().hex[:8]}"
@@ -231,8 +254,13 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)
     models = {(m.op, m.pass_): m for m in fitted}
+    origins = rows["origin"].fillna("sampled") if "origin" in rows else pd.Series("sampled", index=rows.index)
+    coll = rows[rows["op"].isin(COLLECTIVE_OPS)]
     manifest = {"samples": {"rows": int(len(rows)), "hash": data_hash(rows[["op", "pass", "latency_us"]])},
-                "collective_network": collective_network(rows, hw)}
+                "collective_network": collective_network(rows, hw),
+                "tier": TIERS[1] if origins.str.startswith(MICROBENCH).all() else TIERS[0],
+                # Collectives measured inside one node say nothing of the network between nodes.
+                "collective_scope": "intra-node" if not coll.empty and (coll["nodes"] <= 1).all() else "all"}
     return ModelSet(hw, rc.quantiles, models, manifest)
 
 
@@ -244,6 +272,8 @@ def collective_network(rows: pd.DataFrame, hw: HardwareConfig) -> str | None:
     if coll.empty:
         return None
     origins = set(coll["origin"].fillna("sampled")) if "origin" in coll else {"sampled"}
-    if origins == {"sampled"}:
+    # Published microbenchmarks of the GPU system's own node (NVLink/NVSwitch come with
+    # it) describe every cluster of that system inside a node.
+    if origins == {"sampled"} or all(o.startswith(MICROBENCH) for o in origins):
         return hw.network.name
     return ",".join(sorted({o.split("/")[0] for o in origins}))

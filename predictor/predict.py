@@ -11,7 +11,7 @@ from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, sectio
 from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
 from predictor.memory import memory_per_gpu
-from predictor.operator_models import trained_models
+from predictor.operator_models import TIERS, evidence_tier, trained_models
 from predictor.workload import layer_parameters
 
 SECONDS_PER_DAY = 86400.0
@@ -35,6 +35,7 @@ class Prediction:
     cost_usd: dict | None  # p5, p50, p95 (None without a price)
     breakdown_s: dict  # compute, exposed communication, bubble (medians, slowest stage)
     basis: dict = field(default_factory=dict)
+    tier: str = TIERS[2]  # measured samples | microbenchmarks | spec-only prior (operator_models.TIERS)
     prob_below: dict | None = None
     calibration: dict | None = None  # the in-situ calibration of the models, if fitted
     confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
@@ -132,7 +133,7 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s},
-        basis=basis, calibration=models.calibration.to_dict() if models and models.calibration else None,
+        basis=basis, tier=evidence_tier(models), calibration=models.calibration.to_dict() if models and models.calibration else None,
         prob_below={"t_s": float(target), "p": dist.prob_below(float(target))} if target else None,
         confidence=None if level is None else {
             "level": level, "step_time_s": float(dist.quantile(level)),
@@ -165,6 +166,7 @@ def format_prediction(p: Prediction) -> str:
         c = p.confidence
         lines.append(f"with {c['level']:.0%} confidence   step <= {c['step_time_s']:.3f} s, "
                      f"train in <= {c['time_to_train_days']:.1f} days (no failures; see prism variability)")
+    lines.append(f"evidence        {p.tier}")
     lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
     if p.calibration:
         c = p.calibration

@@ -10,6 +10,7 @@ from predictor.compose import QuantileCache, compose
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
 from predictor.decompose import decompose
 from predictor.errors import PrismError
+from predictor.operator_models import trained_models
 from predictor.predict import predict, resolve_layout
 from predictor.variability import (analysis_settings, shortcut_check, slow_gpus_per_stage, time_to_train,
                                    variability)
@@ -47,7 +48,12 @@ def test_attribution_shares_sum_to_one_and_are_not_negative(report):
         shares = [r["share"] for r in report.attribution[part]]
         assert sum(shares) == pytest.approx(1.0)
         assert min(shares) >= 0
-    assert report.attribution["ops"][0]["name"].startswith("gemm/")  # the bulk of the step
+    # The largest share goes to the bulk of the step (gemm) or to the ops resting on the
+    # roofline prior, whose error is systematic (one draw for all of them).
+    cfg, hw, work = _work(512)
+    basis = compose(work, trained_models(hw), draws=10).basis
+    top = report.attribution["ops"][0]["name"]
+    assert top.startswith("gemm/") or basis[top] == "roofline prior", (top, basis[top])
 
 
 def test_slow_nodes_spread_over_stages_are_not_faster_than_all_in_one_stage(report):

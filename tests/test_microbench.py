@@ -1,0 +1,117 @@
+"""Published microbenchmarks as the middle evidence tier (issue 7): import, train, compose."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictor.batch import row_precision
+from predictor.compose import call_quantiles, compose
+from predictor.config import ParallelConfig, RegressorConfig, load_config, load_hardware, load_model, section
+from predictor.decompose import Call, decompose
+from predictor.importers.microbench import import_microbench
+from predictor.operator_models import TIERS, evidence_tier, train, trained_models
+from predictor.store import read_samples
+
+MICROBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "microbench"
+pytestmark = pytest.mark.skipif(not MICROBENCH.exists(), reason="../shared/data/microbench is not beside the checkout")
+
+
+@pytest.fixture(scope="module")
+def h100_rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("microbench")
+    report = import_microbench(MICROBENCH, "h100-sxm", out)
+    return report, read_samples(report.run_file)
+
+
+def test_import_maps_every_source_and_counts_what_it_leaves_out(h100_rows):
+    report, rows = h100_rows
+    assert {"gemm/fwd", "gemm/bwd", "bmm/fwd", "attention/fwd", "attention/bwd", "all_reduce/step"} <= set(report.rows)
+    assert report.left_out["gemm faster than the profile's peak (failed measurement)"] > 0
+    assert set(rows.origin.str.split(":").str[0]) == {"microbench"}
+    coll = rows[rows.op.isin(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])]
+    assert (coll.nodes == 1).all() and (coll.ranks_per_node == coll.group_size).all()
+
+
+def test_gemm_backward_is_the_two_gradient_gemms(h100_rows):
+    _, rows = h100_rows
+    g = rows[(rows.op == "gemm") & (rows.dtype == "bfloat16")].set_index(["pass", "m", "n", "k"]).latency_us
+    m, n, k = 1024, 4096, 256
+    assert g["bwd", m, n, k] == pytest.approx(g["fwd", m, k, n] + g["fwd", k, n, m])
+
+
+def test_attention_latency_follows_the_published_rate(h100_rows):
+    _, rows = h100_rows
+    a = rows[(rows.op == "attention") & (rows["pass"] == "fwd") & (rows.seq_q == 8192) & (rows.head_dim == 128)
+             & (rows.causal == True)]  # noqa: E712  (a pandas mask)
+    # FlashAttention-2 on H100, causal, head dim 128, seq 8192, batch 2, 16 heads: 333 TFLOP/s forward
+    flops = 4 * 2 * 16 * 8192 ** 2 * 128 * 0.5
+    assert a.latency_us.iloc[0] == pytest.approx(flops / 333e12 * 1e6)
+
+
+@pytest.fixture(scope="module")
+def h100_models(h100_rows):
+    _, rows = h100_rows
+    rows = rows[rows.op.isin(["gemm", "all_reduce"])]
+    return train(rows, load_hardware("h100-sxm"), section(load_config([]), "regressor", RegressorConfig), n_jobs=1)
+
+
+def test_models_say_they_rest_on_microbenchmarks_inside_one_node(h100_models):
+    assert evidence_tier(h100_models) == TIERS[1]
+    assert h100_models.manifest["collective_scope"] == "intra-node"
+    hw = load_hardware("h100-sxm")
+    calls = [Call("all_reduce", "step", (("group_size", 8), ("message_bytes", 2 ** 26)), 1, "tp", 8, 1),
+             Call("all_reduce", "step", (("group_size", 16), ("message_bytes", 2 ** 26)), 1, "dp", 8, 2)]
+    _, basis = call_quantiles(calls, h100_models, hw, "bfloat16")
+    assert basis == ["models/h100-sxm", f"network prior ({hw.network.name})"]
+
+
+def test_h200_borrows_the_h100_models_on_its_own_floor():
+    h200 = load_hardware("h200")
+    models = trained_models(h200)
+    assert models is not None and models.hw is h200
+    assert evidence_tier(models) == f"{TIERS[1]} of h100-sxm (same compute die)"
+
+
+def test_no_models_means_the_spec_prior_with_a_wider_band():
+    hw = load_hardware("h100-sxm")
+    model, par = load_model("llama3-8b"), ParallelConfig(dp=8, tp=1, global_batch_size=32)
+    work = decompose(model, par, hw, 8)
+    assert evidence_tier(None) == TIERS[2]
+    measured_band = compose(work, trained_models(hw), draws=2000).quantile([0.05, 0.95])
+    prior_band = compose(work, None, draws=2000).quantile([0.05, 0.95])
+    assert np.log(prior_band[1] / prior_band[0]) > 2 * np.log(measured_band[1] / measured_band[0])
+
+
+def test_float8_linears_and_overlaps_shorten_the_step():
+    hw, model = load_hardware("h100-sxm"), load_model("llama3-70b")
+    models = trained_models(hw)
+    par = ParallelConfig(dp=32, tp=8, pp=1, micro_batch_size=1, global_batch_size=256, sequence_parallel=True,
+                         sharding="distributed_optimizer", overlap_param_gather=False)
+
+    def median(p, h=hw):
+        return float(compose(decompose(model, p, h, 256), models, draws=300).quantile(0.5))
+
+    base = median(par)
+    assert median(par, replace(hw, gemm_dtype="float8")) < base
+    assert median(replace(par, overlap_tp_comm=True)) < base
+    assert median(replace(par, overlap_param_gather=True)) < base
+
+
+@pytest.mark.parametrize("text, framework, expected", [
+    ("fp8 (float8 linears)", "torchtitan", ("bfloat16", "float8")),
+    ("bf16", "torchtitan", ("bfloat16", "bfloat16")),
+    ("fp16 mixed", "Megatron-LM", ("float16", "float16")),
+    (np.nan, "Megatron-LM via HF Accelerate MegatronLMPlugin", ("float32", "float32")),
+    (np.nan, "Megatron-LM", ("bfloat16", "bfloat16")),
+])
+def test_row_precision(text, framework, expected):
+    assert row_precision(text, framework) == expected
+
+
+def test_unknown_hardware_is_named():
+    from predictor.errors import PrismError
+    with pytest.raises(PrismError, match="hardware=a100-sxm4-80gb"):
+        import_microbench(MICROBENCH, "a100-sxm4-80gb", "unused")
