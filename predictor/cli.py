@@ -107,6 +107,26 @@ def _import_ett(args) -> int:
     return 0
 
 
+def _import_microbench(args) -> int:
+    from predictor.importers.microbench import SOURCES, import_microbench
+    settings = {"hardware": ",".join(SOURCES)}
+    for text in args.overrides:  # not Hydra keys: this verb composes no configuration
+        key, sep, value = text.partition("=")
+        if not sep or not value or key not in ("out", "hardware", "output"):
+            raise PrismError(f"{text!r}: import-microbench takes out=DIR (required), hardware=NAME[,NAME] "
+                             f"and output=json|table")
+        settings[key] = value
+    if "out" not in settings:
+        raise PrismError("out=DIR is required: the sample store to write microbench-<hardware>.parquet into, "
+                         "e.g. out=samples/microbench")
+    reports = [import_microbench(args.path, h, settings["out"]) for h in settings["hardware"].split(",")]
+    if args.json or settings.get("output") == "json":
+        print(json.dumps([asdict(r) for r in reports], indent=2, default=str))
+    else:
+        print("\n".join(r.table() for r in reports))
+    return 0
+
+
 def _hardware_and_samples(cfg):
     from predictor.config import HardwareConfig, section
     from predictor.store import read_samples
@@ -166,6 +186,29 @@ def _variability(args) -> int:
     pngs = plot_variability(report, cfg.out or f"variability-{report.model}-{report.gpus}")
     _print(cfg, report.to_dict() | {"plots": [str(p) for p in pngs]},
            format_variability(report) + "\nplots   " + "  ".join(str(p) for p in pngs))
+    return 0
+
+
+def _compare(args) -> int:
+    from predictor.compare import compare, format_comparison, plot_comparison, plot_path, split_hardware
+    names, args.overrides = split_hardware(args.overrides)  # hardware=[a,b] is not a Hydra override
+    cfg = _load(args)
+    png = plot_path(cfg.plot)
+    c = compare(args.overrides, names)
+    if png:
+        plot_comparison(c, png)
+    _print(cfg, c.to_dict() | {"plot": str(png) if png else None}, format_comparison(c) + "\nplot  "
+           + (str(png) if png else "none (plot=compare.png draws the step-time CDFs and the time and cost bands)"))
+    return 0
+
+
+def _search(args) -> int:
+    from predictor.search import format_search, plot_search, search
+    cfg = _load(args)
+    result = search(cfg)
+    png = plot_search(result, cfg.plot) if cfg.plot else None
+    _print(cfg, result.to_dict() | {"plot": str(png) if png else None}, format_search(result) + "\nplot      "
+           + (str(png) if png else "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)"))
     return 0
 
 
@@ -302,6 +345,42 @@ VERBS = {
                   "out=runs/var",
                   "prism variability model=gpt3-13b hardware=a100-sxm4-80gb gpus=512 parallel.tp=8 "
                   "analysis.slow_nodes=2 analysis.slow_factor=1.2 analysis.scales=[64,512,4096]"]),
+    "compare": dict(
+        run=_compare, help="one job on several hardware profiles: step time, time, cost and energy side by side",
+        description="Predict the same model, layout, GPU count and train_tokens on each profile of "
+                    "hardware=[a,b,...] (default: every GPU profile in conf/hardware), each exactly as prism "
+                    "predict does, and show side by side: step time p5/p50/p95 and the speed-up over the first "
+                    "profile, tokens/s, MFU, memory per GPU and whether it fits, days to train, GPU-hours, cost "
+                    "(GPU-hours x hardware.price_per_gpu_hour; none without a price) and energy (GPU-hours x "
+                    "hardware.power_w x pue: rated GPU board power, node CPUs and network excluded; pue, default "
+                    "1.0, adds cooling), each with its p5-p95 band, and the evidence each profile rests on "
+                    "(measured samples, microbenchmarks or the spec-only prior). The layout is the same on "
+                    "every profile. plot=PATH.png also draws the step-time CDFs and the time and cost bands.",
+        examples=["prism compare model=gpt3-175b hardware=[a100-sxm4-80gb,h100-sxm,gh200,b200] gpus=1024 "
+                  "parallel.tp=8 parallel.pp=8",
+                  "prism compare model=llama3-70b gpus=512 parallel.tp=8 parallel.pp=4 train_tokens=15e12 pue=1.2"
+                  "   # every GPU profile",
+                  "prism compare model=gpt3-13b hardware=[a100-sxm4-80gb,h100-sxm] gpus=64 parallel.tp=8 "
+                  "plot=runs/compare.png --json"],
+        overrides_help="hardware=[a,b,...] (or one name): the profiles to compare, the first the speed-up's baseline; "
+                       "every other key=value as in prism predict (model=, gpus=, parallel.tp=, train_tokens=), plus "
+                       "pue=1.2 (energy overhead) and plot=PATH.png. --show-config lists every key."),
+    "search": dict(
+        run=_search, help="rank every parallel layout of a GPU count by predicted step time; Pareto fronts",
+        description="Enumerate the layouts of exactly gpus GPUs (dp·tp·pp·cp = gpus; tp within a node, cp a "
+                    "power of two, pp up to the layers, interleaved 1F1B where the layers split evenly, "
+                    "micro-batches 1/2/4/8, recompute none/selective/full, sharding none/distributed optimizer/"
+                    "ZeRO-3, sequence parallel with tp) at a fixed global batch (parallel.global_batch_size, or "
+                    "prism predict's default), drop the invalid ones and those that do not fit in memory "
+                    "(counted by reason), and rank the rest by rank_by (p50, or p90/p95 to rank by risk, or "
+                    "mean) of the predicted step time. Every layout is screened with few draws; the best "
+                    "(at least top) are then composed with 1000 draws as prism predict does. Shows the top "
+                    "layouts and the Pareto fronts of rank_by vs memory per GPU and of p50 vs risk (p95/p50); "
+                    "--json gives every ranked layout; plot=PATH.png draws both fronts.",
+        examples=["prism search model=llama3-70b hardware=h100-sxm gpus=1024",
+                  "prism search model=llama3-70b hardware=h100-sxm gpus=1024 rank_by=p95 top=5 plot=runs/search.png",
+                  "prism search model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.global_batch_size=512 --json",
+                  "prism search model=llama3-8b hardware=h100-sxm gpus=16 --json | jq '.top_layouts[0]'"]),
     "predict-batch": dict(
         run=_predict_batch, help="predict every workload of a table in the e2e CSV layout",
         description="Read workloads in the column layout of ../shared/data/e2e/e2e_training_visible.csv "
@@ -347,6 +426,20 @@ VERBS = {
                     "hardware, op, pass and dtype, the distinct shapes, rows, repeats and the "
                     "range of per-shape median latencies.",
         examples=["prism samples samples/cpu", "prism samples samples/cpu --json"], positional="path"),
+    "import-microbench": dict(
+        run=_import_microbench, help="import published GPU microbenchmarks (GEMM, FlashAttention, NCCL) as samples",
+        description="Turn the published microbenchmarks of ../shared/data/microbench (OpenXLA's H100/B200 GEMM and "
+                    "collective tables, FlashAttention-2 on H100, nccl-tests on a DGX H100) into one run per "
+                    "hardware, out/microbench-<hardware>.parquet, tagged origin=microbench:<source>. Models "
+                    "trained on it (prism train) rest on 'microbenchmarks', the middle evidence tier between "
+                    "measured samples and the spec-only prior; their collectives cover one node only. Rows "
+                    "faster than the profile's peak are left out and counted.",
+        examples=["prism import-microbench ../shared/data/microbench out=samples/microbench",
+                  "prism train samples=samples/microbench/microbench-h100-sxm.parquet hardware=h100-sxm",
+                  "prism import-microbench ../shared/data/microbench out=samples/microbench hardware=b200 --json"],
+        positional="path", positional_help="the microbench folder, e.g. ../shared/data/microbench",
+        overrides=True, overrides_help="out=DIR (required); hardware=h100-sxm,b200 (default: both); "
+                       "output=json is the same as --json"),
     "import-ett": dict(
         run=_import_ett, help="import estimate-train-time (arXiv 2509.22832) samples into the sample store",
         description="Convert one cluster folder of the estimate-train-time layout "

@@ -40,7 +40,7 @@ from predictor.errors import PrismError
 from predictor.features import floor_us
 from predictor.operator_models import ModelSet
 from predictor.regressor import DEFAULT_QUANTILES
-from predictor.schedule import simulate_pipeline
+from predictor.schedule import steady_pipeline
 from predictor.vocabulary import OPS
 
 #: Share of link bandwidth NCCL reaches on large messages (nccl-tests bus bandwidth on
@@ -298,14 +298,10 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
     # sending stage's forward (backward) rather than a free delay.
     fwd = [f + p2p[i] for i, f in enumerate(fwd)]
     bwd = [b + (p2p[i - 1] if i else 0.0) for i, b in enumerate(bwd)]
-    f = np.broadcast_to(np.stack(fwd)[:, None, :], (par.pp, m, draws))
-    b = np.broadcast_to(np.stack(bwd)[:, None, :], (par.pp, m, draws))
-    links = 0.0
     schedule = "1f1b" if par.schedule in ("1f1b", "zero_bubble") else par.schedule
-    if schedule == "interleaved":  # each rank's layers split into vpp chunks
-        f = np.broadcast_to((f / par.vpp)[:, None], (par.pp, par.vpp, m, draws))
-        b = np.broadcast_to((b / par.vpp)[:, None], (par.pp, par.vpp, m, draws))
-    pipe = simulate_pipeline(f, b, links, links, schedule=schedule, vpp=par.vpp if schedule == "interleaved" else 1)
+    # every micro-batch repeats its stage's draw, so the schedule's steady state can be skipped
+    pipe = steady_pipeline(np.stack(fwd), np.stack(bwd), m, schedule=schedule,
+                           vpp=par.vpp if schedule == "interleaved" else 1)
     finish = pipe.rank_end + np.stack(dp_exposed) + np.stack(opt)
     step_us = finish.max(axis=0)
     slowest = int(np.argmax([np.median(x) for x in finish]))

@@ -131,6 +131,44 @@ def with_default_batch(par: ParallelConfig) -> ParallelConfig:
     return par
 
 
+def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
+           dp_group: int, dp_topo, pp_topo) -> StageWork:
+    """``stage`` (its layers' calls given) with the ends of the model it holds, its pipeline
+    send and its once-per-step calls: DP gradient reduction, ZeRO gathers, optimizer step."""
+    ends = []
+    if first:
+        ends.append(OpUse("embedding", {"tokens": tokens, "hidden": model.hidden_size, "vocab": vocab}))
+    if last:
+        sp_tokens = tokens // par.tp if par.sequence_parallel else tokens
+        ends += [OpUse(model.norm, {"tokens": sp_tokens, "hidden": model.hidden_size}),
+                 OpUse("gemm", {"m": tokens, "n": vocab, "k": model.hidden_size}),
+                 OpUse("cross_entropy", {"tokens": tokens, "vocab": vocab})]
+    stage.forward += [_call(u, "fwd", 1) for u in ends]
+    stage.backward += [_call(u, "bwd", 1) for u in ends]
+    layers = stage.layers
+    if not last:
+        sent = tokens * model.hidden_size * ACT_BYTES // (par.tp if par.sequence_parallel else 1)
+        stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
+    sharded = par.sharding != "none"
+    if dp_group > 1:
+        buckets = max(1, math.ceil(params / BUCKET_PARAMS))
+        grad_op = "reduce_scatter" if sharded else "all_reduce"
+        stage.step.append(_collective(grad_op, params / buckets * GRAD_BYTES, dp_group, buckets, "dp", dp_topo))
+        if sharded:  # updated bf16 weights gathered back after the sharded step
+            stage.step.append(_collective("all_gather", params / buckets * WEIGHT_BYTES, dp_group,
+                                          buckets, "dp", dp_topo))
+        if par.sharding in ("zero3", "fsdp"):
+            per_layer = params / max(layers, 1) * WEIGHT_BYTES
+            gather = _collective("all_gather", per_layer, dp_group, layers, "dp", dp_topo)
+            stage.forward.append(gather)
+            stage.backward.append(gather)
+    opt_params = params // dp_group if sharded else params
+    tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
+    stage.step.append(Call("optimizer_step", "step", tuple(sorted(
+        {"params": max(opt_params, 1), "tensors": tensors, "optimizer": "adamw"}.items())), 1, "optimizer"))
+    return stage
+
+
 def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus: int | None = None,
               seq: int | None = None) -> Workload:
     """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``."""
@@ -147,42 +185,19 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
     vocab = padded_vocab(model.vocab_size, par.tp) // par.tp  # vocabulary-parallel shard
-    stages = []
     params_per_stage = stage_parameters(model, par)  # one GPU's TP shard of each stage
+    layer_calls: dict[int, tuple[list[Call], list[Call]]] = {}  # stages hold at most two layer counts
+    built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
+    stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp)):
         first, last = i == 0, i == par.pp - 1
-        fwd, bwd = _layer_calls(model, par, seq, tp_topo, cp_topo, layers)
-        ends = []
-        if first:
-            ends.append(OpUse("embedding", {"tokens": tokens, "hidden": model.hidden_size, "vocab": vocab}))
-        if last:
-            sp_tokens = tokens // par.tp if par.sequence_parallel else tokens
-            ends += [OpUse(model.norm, {"tokens": sp_tokens, "hidden": model.hidden_size}),
-                     OpUse("gemm", {"m": tokens, "n": vocab, "k": model.hidden_size}),
-                     OpUse("cross_entropy", {"tokens": tokens, "vocab": vocab})]
-        fwd += [_call(u, "fwd", 1) for u in ends]
-        bwd += [_call(u, "bwd", 1) for u in ends]
-        stage = StageWork(i, layers, fwd, bwd)
-        if not last:
-            sent = tokens * model.hidden_size * ACT_BYTES // (par.tp if par.sequence_parallel else 1)
-            stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
-        params = params_per_stage[i]
-        sharded = par.sharding != "none"
-        if dp_group > 1:
-            buckets = max(1, math.ceil(params / BUCKET_PARAMS))
-            grad_op = "reduce_scatter" if sharded else "all_reduce"
-            stage.step.append(_collective(grad_op, params / buckets * GRAD_BYTES, dp_group, buckets, "dp", dp_topo))
-            if sharded:  # updated bf16 weights gathered back after the sharded step
-                stage.step.append(_collective("all_gather", params / buckets * WEIGHT_BYTES, dp_group,
-                                              buckets, "dp", dp_topo))
-            if par.sharding in ("zero3", "fsdp"):
-                per_layer = params / max(layers, 1) * WEIGHT_BYTES
-                gather = _collective("all_gather", per_layer, dp_group, layers, "dp", dp_topo)
-                stage.forward.append(gather)
-                stage.backward.append(gather)
-        opt_params = params // dp_group if sharded else params
-        tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
-        stage.step.append(Call("optimizer_step", "step", tuple(sorted(
-            {"params": max(opt_params, 1), "tensors": tensors, "optimizer": "adamw"}.items())), 1, "optimizer"))
-        stages.append(stage)
+        key = (layers, first, last, params_per_stage[i])
+        if key not in built:
+            if layers not in layer_calls:
+                layer_calls[layers] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers)
+            fwd, bwd = (list(calls) for calls in layer_calls[layers])  # copies: the ends are appended below
+            built[key] = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
+                                tokens, vocab, dp_group, dp_topo, pp_topo)
+        twin = built[key]
+        stages.append(StageWork(i, layers, list(twin.forward), list(twin.backward), twin.p2p, list(twin.step)))
     return Workload(model, par, hw, gpus, seq, micro_batches, stages)

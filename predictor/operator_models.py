@@ -232,7 +232,10 @@ class ModelSet:
                 if hashlib.sha256(file.read_bytes()).hexdigest() != f["sha256"]:
                     raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
                                      f"truncated); retrain with prism train")
-                boosters[part] = xgb.Booster(model_file=str(file))
+                # Queries come in small batches: one thread beats a thread per core, which
+                # spends more time synchronising than predicting (2.7 s vs 5-6 s for a
+                # four-profile prism compare on 2 busy cores).
+                boosters[part] = xgb.Booster(params={"nthread": 1}, model_file=str(file))
             if entry["features"] != feature_names(entry["op"]):
                 raise PrismError(f"{key}: trained on features {entry['features']}, this PRISM "
                                  f"computes {feature_names(entry['op'])}; retrain with prism train")

@@ -301,3 +301,112 @@ def pipeline_time(fwd, bwd, p2p_fwd=0.0, p2p_bwd=0.0, schedule: str = "1f1b", vp
     array([33.])
     """
     return simulate_pipeline(fwd, bwd, p2p_fwd, p2p_bwd, schedule, vpp).makespan
+
+
+def _walk_repeated(fwd: np.ndarray, bwd: np.ndarray, m: int, schedule: str, vpp: int) -> np.ndarray:
+    """(pp, S) rank ends of ``m`` micro-batches that all take the same (pp, S) stage times."""
+    pp, s = fwd.shape
+    if schedule == "interleaved":
+        shape = (pp, vpp, m, s)
+        f, b = (np.broadcast_to((a / vpp)[:, None, None, :], shape) for a in (fwd, bwd))
+    else:
+        f, b = (np.broadcast_to(a[:, None, :], (pp, m, s)) for a in (fwd, bwd))
+    return simulate_pipeline(f, b, schedule=schedule, vpp=vpp).rank_end
+
+
+def _one_f_one_b_rounds(fwd: np.ndarray, bwd: np.ndarray, m: int) -> np.ndarray:
+    """(pp, S) rank ends of 1F1B with repeated (pp, S) stage times, one round at a time.
+
+    Round k is every rank's k-th backward with the forward its order puts before it (rank
+    i's ``F(w_i + k)``, ``w_i = min(pp - i - 1, m)`` warm-up forwards, while it has any
+    left). A round's forwards wait for the rank before's forward of the previous round;
+    its backwards run up the ranks, which a reversed running maximum does for all ranks at
+    once. The warm-up forwards flow down the ranks like identical jobs through a flow
+    shop: rank i finishes its j-th at ``sum(fwd[:i+1]) + j·max(fwd[:i+1])``. Where the
+    state (each rank's last backward and the forward it waits for) has shifted by one
+    amount over pp rounds, the rounds repeat (a max-plus linear recurrence), so whole
+    periods are skipped up to the cool-down.
+    """
+    pp, s = fwd.shape
+    w = np.minimum(pp - 1 - np.arange(pp), m)
+    reach, pace = np.cumsum(fwd, axis=0), np.maximum.accumulate(fwd, axis=0)
+    prev = np.where(w[:, None] > 0, reach + (w[:, None] - 1) * pace, 0.0)  # last warm-up forward
+    wait = np.zeros((pp, s))
+    wait[1:] = reach[:-1] + w[1:, None] * pace[:-1]  # rank i's first steady forward needs F_{i-1}(w_i)
+    below = np.cumsum(bwd[::-1], axis=0)[::-1]  # sum of bwd over ranks i..pp-1
+    below_next = np.vstack([below[1:], np.zeros((1, s))])
+    steady_until = m - pp  # the last round in which every rank still runs a forward
+    snapshot, k = None, 0
+    while k < m:
+        active = (w + k < m)[:, None]
+        fe = np.maximum(prev, wait) + fwd
+        after = np.where(active, fe, prev)
+        prev = np.maximum.accumulate((after - below_next)[::-1], axis=0)[::-1] + below
+        wait = np.vstack([np.zeros((1, s)), fe[:-1]])
+        if pp <= k < steady_until and (k + 1) % pp == 0:
+            state = np.concatenate([prev, wait[1:]])
+            shift = None if snapshot is None else state - snapshot
+            if shift is not None and np.all(np.abs(shift - shift[:1]) <= 1e-9 * np.abs(state)):
+                periods = (steady_until - k) // pp  # whole periods left before the cool-down
+                prev += periods * shift[0]
+                wait[1:] += periods * shift[0]
+                k += periods * pp
+                snapshot = None
+            else:
+                snapshot = state
+        k += 1
+    return prev
+
+
+def steady_pipeline(fwd, bwd, m, schedule: str = "1f1b", vpp: int = 1) -> PipelineResult:
+    """:func:`simulate_pipeline` for stage times that every micro-batch repeats, as the
+    composer's are, without walking every micro-batch op by op.
+
+    fwd, bwd: (pp, S) forward and backward time of one micro-batch on each rank (all its
+    model chunks; each of the ``vpp`` chunks takes 1/vpp of it). m: the micro-batch count,
+    one int or one per draw (an (S,) array, so that layouts with the same pp and vpp can be
+    stacked along the draws).
+
+    1F1B is walked a round at a time over all ranks at once (:func:`_one_f_one_b_rounds`).
+    The other schedules settle into a steady state in which every micro-batch adds the
+    same period to every rank's end: the slowest rank's ``fwd + bwd`` (interleaved; the
+    largest cycle mean of the dependency graph) or the slowest forward plus the slowest
+    backward (GPipe). Their walk stops at ``2·pp`` micro-batches and at ``3·pp``; where
+    every rank's end grew by exactly ``pp`` periods in between, the steady state has been
+    reached and the ends at ``m`` follow by adding the remaining periods. Draws that have
+    not settled are tried again from four times as many micro-batches, and walked in full
+    once that is not fewer than ``m``. Either way the result is the full walk's (to
+    rounding): tests/test_schedule.py compares the two over random stage times.
+    """
+    fwd, bwd = np.asarray(fwd, dtype=float), np.asarray(bwd, dtype=float)
+    pp, s = fwd.shape
+    counts = np.broadcast_to(np.asarray(m, dtype=int), (s,))
+    for value in np.unique(counts):
+        name = _check_schedule(schedule, pp, int(value), vpp)
+    vpp = vpp if name == "interleaved" else 1
+    end = np.empty((pp, s))
+    if name == "1f1b":
+        for value in np.unique(counts):
+            cols = np.flatnonzero(counts == value)
+            end[:, cols] = _one_f_one_b_rounds(fwd[:, cols], bwd[:, cols], int(value))
+        return PipelineResult(makespan=end.max(axis=0), busy=counts * (fwd + bwd), rank_end=end)
+    period = fwd.max(axis=0) + bwd.max(axis=0) if name == "gpipe" else (fwd + bwd).max(axis=0)
+    todo = np.arange(s)
+    short = 2 * pp  # a multiple of pp, as the interleaved schedule needs
+    while todo.size:
+        full = counts[todo] <= short + pp
+        for value in np.unique(counts[todo[full]]):  # too few micro-batches to skip any: walk them all
+            cols = todo[full][counts[todo[full]] == value]
+            end[:, cols] = _walk_repeated(fwd[:, cols], bwd[:, cols], int(value), name, vpp)
+        todo = todo[~full]
+        if not todo.size:
+            break
+        first = _walk_repeated(fwd[:, todo], bwd[:, todo], short, name, vpp)
+        second = _walk_repeated(fwd[:, todo], bwd[:, todo], short + pp, name, vpp)
+        grown = second - first - pp * period[todo]
+        settled = np.all(np.abs(grown) <= 1e-9 * second, axis=0)
+        cols = todo[settled]
+        end[:, cols] = second[:, settled] + (counts[cols] - short - pp) * period[cols]
+        todo = todo[~settled]
+        short *= 4  # few tries: one that fails costs as much as its walk, and the full walk is the last
+    return PipelineResult(makespan=end.max(axis=0), busy=counts * (fwd + bwd), rank_end=end)

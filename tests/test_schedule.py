@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from predictor.errors import PrismError
-from predictor.schedule import SCHEDULES, pipeline_time, rank_orders, simulate_pipeline
+from predictor.schedule import SCHEDULES, pipeline_time, rank_orders, simulate_pipeline, steady_pipeline
 
 
 # --------------------------------------------------------------------------- reference
@@ -285,3 +285,59 @@ def test_cost_1f1b_pp8_m64_S2000():
     dt = time.perf_counter() - t0
     print(f"\n1F1B pp={pp} m={m} S={S}: {1e3 * dt:.1f} ms ({2 * pp * m} nodes)")
     assert out.shape == (S,) and np.all(out >= (m + pp - 1) * 2.5)
+
+
+# --------------------------------------------------------------------------- repeated stage times
+
+def _full_walk(f, b, m, schedule, vpp):
+    """simulate_pipeline over every micro-batch, each repeating the (pp, S) stage times."""
+    pp, s = f.shape
+    if schedule == "interleaved":
+        return simulate_pipeline(np.broadcast_to((f / vpp)[:, None, None], (pp, vpp, m, s)),
+                                 np.broadcast_to((b / vpp)[:, None, None], (pp, vpp, m, s)),
+                                 schedule=schedule, vpp=vpp).rank_end
+    return simulate_pipeline(np.broadcast_to(f[:, None], (pp, m, s)), np.broadcast_to(b[:, None], (pp, m, s)),
+                             schedule=schedule).rank_end
+
+
+@pytest.mark.parametrize("kind", ["random", "near-equal", "uneven layers"])
+def test_steady_pipeline_equals_the_full_walk(kind):
+    """Skipping the steady state (and 1F1B's round-at-a-time walk) changes nothing but
+    rounding, including stage times whose slowest ranks are near-equal (late to settle)."""
+    rng = np.random.default_rng(zlib.crc32(kind.encode()))
+    for _ in range(40):
+        schedule = str(rng.choice(["1f1b", "interleaved", "gpipe"]))
+        pp = int(rng.choice([2, 3, 4, 8])) if schedule == "interleaved" else int(rng.choice([1, 2, 3, 4, 8]))
+        vpp = int(rng.choice([2, 3])) if schedule == "interleaved" else 1
+        m = pp * int(rng.integers(1, 12)) if schedule == "interleaved" else int(rng.integers(1, 60))
+        if kind == "random":
+            f, b = rng.uniform(0.5, 2, (pp, 6)), rng.uniform(0.5, 4, (pp, 6))
+        elif kind == "near-equal":
+            f = 1 + rng.uniform(0, 0.01, (pp, 6))
+            b = 2 * f + rng.uniform(0, 0.01, (pp, 6))
+        else:  # some ranks hold one more layer, as 80 layers on 32 stages
+            f = rng.choice([1.0, 1.5], size=(pp, 1)) * (1 + rng.uniform(0, 0.02, (pp, 6)))
+            b = 2 * f
+        got = steady_pipeline(f, b, m, schedule, vpp)
+        np.testing.assert_allclose(got.rank_end, _full_walk(f, b, m, schedule, vpp), rtol=1e-12)
+        np.testing.assert_allclose(got.busy, m * (f + b))
+
+
+def test_steady_pipeline_takes_a_micro_batch_count_per_draw():
+    rng = np.random.default_rng(3)
+    f = rng.uniform(1, 2, (4, 12))
+    counts = rng.choice([4, 8, 40, 400], 12)
+    got = steady_pipeline(f, 2 * f, counts, "interleaved", 2).rank_end
+    for i, m in enumerate(counts):
+        np.testing.assert_allclose(got[:, i], _full_walk(f[:, [i]], 2 * f[:, [i]], int(m), "interleaved", 2)[:, 0],
+                                   rtol=1e-12)
+    with pytest.raises(PrismError, match="multiple of pp"):
+        steady_pipeline(f, f, 6, "interleaved", 2)
+
+
+def test_steady_pipeline_cost_does_not_grow_with_micro_batches():
+    f = np.ones((8, 1000))
+    t0 = time.perf_counter()
+    steady_pipeline(f, 2 * f, 100_000, "interleaved", 4)
+    steady_pipeline(f, 2 * f, 100_000, "1f1b")
+    assert time.perf_counter() - t0 < 2.0
