@@ -18,9 +18,7 @@ inter-node network; the notes say where).
 """
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from predictor.config import CONF_DIR, HardwareConfig, group_options, load_config, section
 from predictor.errors import PrismError
+from predictor.figures import save_figure
 from predictor.operator_models import TIERS
 from predictor.predict import Prediction, predict
 
@@ -333,11 +332,5 @@ def plot_comparison(c: Comparison, path) -> Path:
         ax.set(ylabel=ylabel, title=f"{title}: median, p5-p95 band")
     cost.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${_compact(v)}" if v else "0"))
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        fig.savefig(tmp, format="png", dpi=110)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    save_figure(fig, path)
     return path

@@ -47,7 +47,6 @@ sequence parallelism whenever tp > 1. The global batch stays fixed: the configur
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from dataclasses import asdict, astuple, dataclass, replace
 from pathlib import Path
@@ -61,6 +60,7 @@ from predictor.compose import QuantileCache, _inverse_cdf, _max_of_lognormals, c
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import Workload, decompose
 from predictor.errors import PrismError
+from predictor.figures import save_figure
 from predictor.memory import memory_per_gpu, validate_layout
 from predictor.operator_models import evidence_tier, trained_models
 from predictor.predict import model_flops_per_step, resolve_layout
@@ -562,8 +562,4 @@ def plot_search(r: SearchResult, path) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(f"{r.model} on {r.gpus} x {r.hardware}: {r.counts['ranked']} layouts that fit")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)

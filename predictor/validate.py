@@ -24,6 +24,7 @@ from scipy.stats import ks_2samp
 from predictor.compose import QuantileCache, compose
 from predictor.config import HardwareConfig
 from predictor.errors import PrismError
+from predictor.figures import save_figure
 from predictor.measurements import measured_workloads
 from predictor.operator_models import ModelSet
 
@@ -119,11 +120,7 @@ def plot_cdfs(v: Validation, path) -> Path:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def format_validation(v: Validation) -> str:

@@ -46,6 +46,7 @@ from predictor.compose import COMPONENTS, PER_STEP, QuantileCache, compose, work
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import Workload, decompose
 from predictor.errors import PrismError
+from predictor.figures import save_figure
 from predictor.operator_models import trained_models
 from predictor.predict import SECONDS_PER_DAY, resolve_layout, run_step_draws
 
@@ -344,7 +345,7 @@ def plot_variability(r: VariabilityReport, prefix) -> list[Path]:
            title=f"{r.model} on {r.hardware}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(paths[0], dpi=110)
+    save_figure(fig, paths[0])
 
     fig, ax = plt.subplots(figsize=(6, 4))
     gpus = [row["gpus"] for row in r.scales]
@@ -354,7 +355,7 @@ def plot_variability(r: VariabilityReport, prefix) -> list[Path]:
            title="P(step >= (1 + x) nominal) versus scale")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(paths[1], dpi=110)
+    save_figure(fig, paths[1])
 
     ops, comps = r.attribution["ops"][:r.settings["top_ops"]], r.attribution["components"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
@@ -363,6 +364,5 @@ def plot_variability(r: VariabilityReport, prefix) -> list[Path]:
     right.barh([c["name"] for c in comps][::-1], [c["share"] for c in comps][::-1], color="tab:orange")
     right.set(xlabel="share of variance", title="components")
     fig.tight_layout()
-    fig.savefig(paths[2], dpi=110)
-    plt.close("all")
+    save_figure(fig, paths[2])
     return paths
