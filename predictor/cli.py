@@ -172,10 +172,15 @@ def _evaluate(args) -> int:
 
 
 def _predict(args) -> int:
-    from predictor.predict import format_prediction, predict
+    from predictor.figures import plot_path
+    from predictor.predict import format_prediction, plot_prediction, predict
     cfg = _load(args)
+    png = plot_path(cfg.plot)
     p = predict(cfg)
-    _print(cfg, p.to_dict(), format_prediction(p))
+    if png:
+        plot_prediction(p, png)
+    _print(cfg, p.to_dict() | ({"plot": str(png)} if png else {}),
+           format_prediction(p) + (f"\nplot            {png}" if png else ""))
     return 0
 
 
@@ -190,7 +195,8 @@ def _variability(args) -> int:
 
 
 def _compare(args) -> int:
-    from predictor.compare import compare, format_comparison, plot_comparison, plot_path, split_hardware
+    from predictor.compare import compare, format_comparison, plot_comparison, split_hardware
+    from predictor.figures import plot_path
     names, args.overrides = split_hardware(args.overrides)  # hardware=[a,b] is not a Hydra override
     cfg = _load(args)
     png = plot_path(cfg.plot)
@@ -203,10 +209,11 @@ def _compare(args) -> int:
 
 
 def _search(args) -> int:
+    from predictor.figures import plot_path
     from predictor.search import format_search, plot_search, search
     cfg = _load(args)
     result = search(cfg)
-    png = plot_search(result, cfg.plot) if cfg.plot else None
+    png = plot_search(result, plot_path(cfg.plot)) if cfg.plot else None
     _print(cfg, result.to_dict() | {"plot": str(png) if png else None}, format_search(result) + "\nplot      "
            + (str(png) if png else "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)"))
     return 0
@@ -327,6 +334,8 @@ VERBS = {
         examples=["prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.tp=8",
                   "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512",
                   "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json",
+                  "prism predict model=gpt3-13b hardware=h100-sxm gpus=64 parallel.tp=8 plot=step.png  "
+                  "# CDF + critical path",
                   "prism predict model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "
                   "confidence=0.95"]),
     "variability": dict(

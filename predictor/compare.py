@@ -270,20 +270,6 @@ def format_comparison(c: Comparison) -> str:
     return "\n".join(lines)
 
 
-def plot_path(value) -> Path | None:
-    """``plot=`` as the PNG to write (``.png`` added where no suffix is given), or None."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not str(value).strip():
-        raise PrismError(f"plot={value}: a file to write the figure to, e.g. plot=compare.png")
-    path = Path(str(value))
-    if not path.suffix:
-        return path.with_suffix(".png")
-    if path.suffix.lower() != ".png":
-        raise PrismError(f"plot={value}: the figure is a PNG; give a path ending in .png, e.g. plot=compare.png")
-    return path
-
-
 def plot_comparison(c: Comparison, path) -> Path:
     """Draw the comparison into one PNG at ``path``.
 

@@ -1,9 +1,11 @@
-"""Saving the verbs' plots: one way, atomically."""
+"""The verbs' plots: where they go (``plot=``) and how they are saved (atomically)."""
 from __future__ import annotations
 
 import os
 import uuid
 from pathlib import Path
+
+from predictor.errors import PrismError
 
 
 def save_figure(fig, path) -> Path:
@@ -19,4 +21,18 @@ def save_figure(fig, path) -> Path:
     finally:
         plt.close(fig)
         tmp.unlink(missing_ok=True)
+    return path
+
+
+def plot_path(value) -> Path | None:
+    """``plot=`` as the PNG to write (``.png`` added where no suffix is given), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not str(value).strip():
+        raise PrismError(f"plot={value}: a file to write the figure to, e.g. plot=step.png")
+    path = Path(str(value))
+    if not path.suffix:
+        return path.with_suffix(".png")
+    if path.suffix.lower() != ".png":
+        raise PrismError(f"plot={value}: the figure is a PNG; give a path ending in .png, e.g. plot=step.png")
     return path

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig
@@ -10,6 +11,7 @@ from predictor.compose import PER_STEP, REPORT_QUANTILES, QuantileCache, compose
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
+from predictor.figures import save_figure
 from predictor.memory import memory_per_gpu
 from predictor.operator_models import TIERS, evidence_tier, trained_models
 from predictor.workload import layer_parameters
@@ -174,3 +176,26 @@ def format_prediction(p: Prediction) -> str:
                      f"+{c['op_overhead_us']:.0f} us per op, +{c['tp_overhead_us']:.0f} us per op under tp "
                      f"(prism calibrate)")
     return "\n".join(lines)
+
+
+def plot_prediction(p: Prediction, path) -> Path:
+    """A PNG of one prediction: the step-time CDF with its p5/p50/p95 (and the target, if
+    any), and the median critical path split into compute, exposed communication and bubble."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
+    left.plot(p.cdf["t_s"], p.cdf["p"], color="tab:blue")
+    for key, style in (("p5", ":"), ("p50", "-"), ("p95", ":")):
+        left.axvline(p.step_time_s[key], color="tab:blue", linestyle=style, alpha=0.6)
+    if p.prob_below:
+        left.axvline(p.prob_below["t_s"], color="tab:red", label=f"target: P = {p.prob_below['p']:.2f}")
+        left.legend()
+    left.set(xlabel="step time (s)", ylabel="P(step <= t)",
+             title=f"{p.model} on {p.gpus} x {p.hardware} ({p.tier})")
+    parts = list(p.breakdown_s)
+    right.barh(parts[::-1], [p.breakdown_s[k] for k in parts][::-1], color="tab:orange")
+    right.set(xlabel="seconds (median, slowest stage)", title="critical path")
+    fig.tight_layout()
+    return save_figure(fig, path)

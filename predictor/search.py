@@ -541,10 +541,6 @@ def plot_search(r: SearchResult, path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    if not path.suffix:
-        path = path.with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
     stat = np.array([x[f"{r.rank_by}_s"] for x in r.layouts])
     memory = np.array([x["memory_gib"] for x in r.layouts])
     p50 = np.array([x["p50_s"] for x in r.layouts])

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from predictor.cli import main
-from predictor.compare import compare, format_comparison, gpu_profiles, plot_path, split_hardware
+from predictor.compare import compare, format_comparison, gpu_profiles, split_hardware
+from predictor.figures import plot_path
 from predictor.config import group_options, load_config
 from predictor.errors import PrismError
 from predictor.predict import predict

@@ -60,3 +60,15 @@ def test_predict_batch_reports_errors_per_row(shared_data):
     table.loc[table.index[0], "gpu"] = "Voodoo5"
     result = predict_table(table, draws=100)
     assert "Voodoo5" in result.pred_status.iloc[0] and result.pred_status.iloc[1] == "ok"
+
+
+def test_predict_draws_its_plot_when_asked(tmp_path, capsys):
+    from predictor.cli import main
+    png = tmp_path / "step"
+    assert main(["predict", "model=gpt3-1.3b", "hardware=a100-sxm4-80gb", "gpus=8", "target_step_s=1",
+                 f"plot={png}", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plot"] == str(png.with_suffix(".png"))
+    assert png.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["predict", "model=gpt3-1.3b", "hardware=a100-sxm4-80gb", "gpus=8", "plot=step.svg"]) == 2
+    assert "plot=step.svg" in capsys.readouterr().err
