@@ -89,41 +89,46 @@ def _samples(args) -> int:
     return 0
 
 
-def _import_ett(args) -> int:
-    from predictor.importers.ett import import_ett
-    settings = {}
-    for text in args.overrides:  # not Hydra keys: this verb composes no configuration
+def _importer_settings(args, verb: str, defaults: dict, usage: str, example: str) -> dict:
+    """The key=value settings of an import verb (not Hydra keys: importers compose no
+    configuration): ``out`` is required, ``output=json`` is the same as --json."""
+    settings = dict(defaults)
+    for text in args.overrides:
         key, sep, value = text.partition("=")
-        if not sep or not value or key not in ("out", "output"):
-            raise PrismError(f"{text!r}: import-ett takes out=DIR (required) and output=json|table")
+        if not sep or not value or key not in ("out", "output", *defaults):
+            raise PrismError(f"{text!r}: {verb} takes {usage}")
         settings[key] = value
     if "out" not in settings:
-        raise PrismError("out=DIR is required: the sample store to write the run into, e.g. out=samples/ett")
-    report = import_ett(args.path, settings["out"])
-    if args.json or settings.get("output") == "json":
-        print(json.dumps(asdict(report), indent=2, default=str))
+        raise PrismError(f"out=DIR is required: the sample store to write into, e.g. {example}")
+    settings["json"] = args.json or settings.get("output") == "json"
+    return settings
+
+
+def _print_reports(reports, as_json: bool) -> None:
+    """One import report, or a list of them, as JSON (the same shape) or as tables."""
+    many = reports if isinstance(reports, list) else [reports]
+    if as_json:
+        payload = [asdict(r) for r in many]
+        print(json.dumps(payload if isinstance(reports, list) else payload[0], indent=2, default=str))
     else:
-        print(report.table())
+        print("\n".join(r.table() for r in many))
+
+
+def _import_ett(args) -> int:
+    from predictor.importers.ett import import_ett
+    settings = _importer_settings(args, "import-ett", {}, "out=DIR (required) and output=json|table",
+                                  "out=samples/ett")
+    _print_reports(import_ett(args.path, settings["out"]), settings["json"])
     return 0
 
 
 def _import_microbench(args) -> int:
     from predictor.importers.microbench import SOURCES, import_microbench
-    settings = {"hardware": ",".join(SOURCES)}
-    for text in args.overrides:  # not Hydra keys: this verb composes no configuration
-        key, sep, value = text.partition("=")
-        if not sep or not value or key not in ("out", "hardware", "output"):
-            raise PrismError(f"{text!r}: import-microbench takes out=DIR (required), hardware=NAME[,NAME] "
-                             f"and output=json|table")
-        settings[key] = value
-    if "out" not in settings:
-        raise PrismError("out=DIR is required: the sample store to write microbench-<hardware>.parquet into, "
-                         "e.g. out=samples/microbench")
+    settings = _importer_settings(args, "import-microbench", {"hardware": ",".join(SOURCES)},
+                                  "out=DIR (required), hardware=NAME[,NAME] and output=json|table",
+                                  "out=samples/microbench")
     reports = [import_microbench(args.path, h, settings["out"]) for h in settings["hardware"].split(",")]
-    if args.json or settings.get("output") == "json":
-        print(json.dumps([asdict(r) for r in reports], indent=2, default=str))
-    else:
-        print("\n".join(r.table() for r in reports))
+    _print_reports(reports, settings["json"])
     return 0
 
 

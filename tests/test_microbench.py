@@ -115,3 +115,14 @@ def test_unknown_hardware_is_named():
     from predictor.errors import PrismError
     with pytest.raises(PrismError, match="hardware=a100-sxm4-80gb"):
         import_microbench(MICROBENCH, "a100-sxm4-80gb", "unused")
+
+
+def test_cli_imports_each_named_hardware(tmp_path, capsys):
+    import json
+
+    from predictor.cli import main
+    assert main(["import-microbench", str(MICROBENCH), f"out={tmp_path}", "hardware=b200", "--json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert [r["hardware"] for r in reports] == ["b200"] and (tmp_path / "microbench-b200.parquet").exists()
+    assert main(["import-microbench", str(MICROBENCH), "hardware=b200"]) == 2
+    assert "out=DIR is required" in capsys.readouterr().err
