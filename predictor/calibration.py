@@ -41,6 +41,7 @@ class Calibration:
     tp_overhead_us: float = 0.0
     layouts: int = 0  # how many measured layouts it was fitted on
     rms_log_error: float = 0.0  # of the fit on those layouts
+    source: str = "measured steps"  # or "trace": op_overhead_us read from profiled steps
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -291,7 +291,7 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
             dp_time = dp_time + gather_time
         dp_exposed.append(dp_time)
         opt.append(total_us([c for c in st.step if c.role == "optimizer"], speed)[0])
-        compute_med.append(np.median((fc + bc) * work.micro_batches))
+        compute_med.append(np.median((fc + bc) * work.micro_batches + opt[-1]))  # the optimizer is compute
         comm_med.append(np.median((fm + bm) * work.micro_batches))
     # Megatron's pipeline sends are blocking (send_forward_recv_backward ...): the sender
     # is busy until its activation (gradient) has arrived, so a transfer is part of the
@@ -308,7 +308,7 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
     return StepDistribution(
         draws=step_us / 1e6,
         compute_s=compute_med[slowest] / 1e6,
-        exposed_comm_s=float(np.median(step_us - pipe.busy[slowest]) / 1e6
-                             - np.median(pipe.idle[slowest]) / 1e6 + comm_med[slowest] / 1e6),
+        exposed_comm_s=max(float(np.median(step_us - pipe.busy[slowest]) - np.median(pipe.idle[slowest])
+                                 - np.median(opt[slowest]) + comm_med[slowest]) / 1e6, 0.0),
         bubble_s=float(np.median(pipe.idle[slowest]) / 1e6),
         basis={f"{c.op}/{c.pass_}": b_ for c, b_ in zip(unique, basis)})

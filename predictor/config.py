@@ -180,6 +180,8 @@ class MeasureConfig:
     device: str  # auto | cpu | cuda
     timeout_s: float
     seed: int = 0
+    trace_dir: Optional[str] = None  # also write torch.profiler traces of trace_steps more steps here
+    trace_steps: int = 3
 
 
 @dataclass

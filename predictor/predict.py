@@ -172,9 +172,13 @@ def format_prediction(p: Prediction) -> str:
     lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
     if p.calibration:
         c = p.calibration
-        lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute x{c['compute_scale']:.2f}, "
-                     f"+{c['op_overhead_us']:.0f} us per op, +{c['tp_overhead_us']:.0f} us per op under tp "
-                     f"(prism calibrate)")
+        if c.get("source") == "trace":
+            lines.append(f"calibrated      +{c['op_overhead_us']:.0f} us per op: framework time measured in the "
+                         f"profiled steps of the imported traces (prism import-trace)")
+        else:
+            lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute "
+                         f"x{c['compute_scale']:.2f}, +{c['op_overhead_us']:.0f} us per op, "
+                         f"+{c['tp_overhead_us']:.0f} us per op under tp (prism calibrate)")
     return "\n".join(lines)
 
 

@@ -222,7 +222,9 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
         workdir = Path(tmp)
         job = {"model": asdict(model), "parallel": asdict(par), "steps": mc.steps, "warmup": mc.warmup,
                "threads_per_rank": mc.threads_per_rank, "backend": backend, "device": device,
-               "seed": mc.seed, "results_dir": str(workdir)}
+               "seed": mc.seed, "results_dir": str(workdir),
+               "trace_dir": str(Path(mc.trace_dir).resolve()) if mc.trace_dir else None,
+               "trace_steps": mc.trace_steps}
         bar = tqdm(total=mc.warmup + mc.steps, desc=lid, unit="step", disable=not progress, file=sys.stderr)
 
         def show_progress():

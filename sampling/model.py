@@ -18,6 +18,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from predictor.config import ModelConfig
@@ -76,7 +77,10 @@ class Block(nn.Module):
         k = k.view(b, s, kv, m.head_dim).transpose(1, 2)
         v = v.view(b, s, kv, m.head_dim).transpose(1, 2)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            with record_function("prism::rope"):  # names the composite for `prism import-trace`
+                q = apply_rope(q, *rope)
+            with record_function("prism::rope"):
+                k = apply_rope(k, *rope)
         attend = partial(F.scaled_dot_product_attention, is_causal=True, enable_gqa=kv != heads)
         if self.recompute == "selective":
             a = checkpoint(attend, q, k, v, use_reentrant=False)
@@ -86,7 +90,8 @@ class Block(nn.Module):
         h = self.up(self.norm2(x))
         if m.activation == "swiglu":
             gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
+            with record_function("prism::swiglu"):
+                h = F.silu(gate) * up
         else:
             h = F.gelu(h, approximate="tanh")
         return x + self.down(h)
