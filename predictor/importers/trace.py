@@ -45,6 +45,7 @@ charged this way (kernels run asynchronously to the CPU); the figure is reported
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -58,7 +59,7 @@ import pandas as pd
 
 from predictor import store
 from predictor.calibration import Calibration
-from predictor.config import match_hardware
+from predictor.config import load_hardware, match_hardware
 from predictor.errors import PrismError
 from predictor.importers.chrome_json import TraceStream
 from predictor.vocabulary import DTYPE_BYTES, OPS
@@ -198,6 +199,7 @@ class _Instance:
     cpu_us: dict = field(default_factory=lambda: defaultdict(float))
     gpu_us: dict = field(default_factory=lambda: defaultdict(float))
     nested: int = 0
+    ranks: list | None = None  # a collective's global ranks, where the trace gives them
 
 
 @dataclass
@@ -400,7 +402,9 @@ class _TraceReader:
         if op == "send_recv":
             group = 2
         shape = {"message_bytes": int(message), "group_size": group}
-        return _Instance(op, shape, dtype), "step", False
+        instance = _Instance(op, shape, dtype)
+        instance.ranks = _ranks(args.get("Process Group Ranks"))
+        return instance, "step", False
 
     @staticmethod
     def _count_parameters(instance: _Instance, name: str, args: dict) -> None:
@@ -422,6 +426,25 @@ class _TraceReader:
     def _unknown(self, name: str, dur: float, parent: _Frame) -> None:
         self.unknown_ops[name] += 1
         self.unknown_ms[name] += dur / 1e3
+
+
+def _ranks(value) -> list | None:
+    """``Process Group Ranks`` as a list (Kineto writes a list or its string form)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return [int(r) for r in value] if isinstance(value, list) and value else None
+
+
+def _topology(group: int, ranks: list | None, ranks_per_host: int) -> dict:
+    """The nodes a group spans and its ranks per node: from its ranks where given, else
+    assuming consecutive ranks (tensor parallel innermost, as Megatron lays them out)."""
+    if ranks:
+        per_node = Counter(r // ranks_per_host for r in ranks)
+        return {"ranks_per_node": max(per_node.values()), "nodes": len(per_node)}
+    return {"ranks_per_node": min(group, ranks_per_host), "nodes": max(1, math.ceil(group / ranks_per_host))}
 
 
 def _is_op(name: str) -> bool:
@@ -484,9 +507,13 @@ def import_trace(paths, out, hardware: str | None = None, progress: bool = False
                              f"give the conf/hardware profile of the machine traced, e.g. hardware=local-cpu")
     frames, unknown_ops, unknown_ms, unknown_k, unknown_k_ms, skipped = [], Counter(), Counter(), Counter(), \
         Counter(), Counter()
+    world = int((metadata.get("distributedInfo") or {}).get("world_size", len(readers)))
+    hosts = {r.metadata.get("host_name") for r in readers}
+    # GPUs per host from the profile; a CPU job traced on one host has every rank there
+    ranks_per_host = load_hardware(hardware).node.gpus_per_node if kind == "gpu" or len(hosts) > 1 else world
     steps = []
     for reader in readers:
-        frame = _rows(reader, kind, unknown_k, unknown_k_ms, skipped)
+        frame = _rows(reader, kind, ranks_per_host, unknown_k, unknown_k_ms, skipped)
         frames.append(frame)
         unknown_ops.update(reader.unknown_ops)
         unknown_ms.update(reader.unknown_ms)
@@ -501,7 +528,6 @@ def import_trace(paths, out, hardware: str | None = None, progress: bool = False
     overhead = None
     if len(steps) and kind == "cpu" and instances.sum():
         overhead = float(max(step_us.sum() - attributed.sum(), 0.0) / instances.sum())
-    world = int((metadata.get("distributedInfo") or {}).get("world_size", len(readers)))
     run_id = f"trace-{hardware}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
     run_file = None
     if len(rows):
@@ -529,8 +555,8 @@ def import_trace(paths, out, hardware: str | None = None, progress: bool = False
         elapsed_s=time.monotonic() - start)
 
 
-def _rows(reader: _TraceReader, kind: str, unknown_kernels: Counter, unknown_kernel_ms: Counter,
-          skipped: Counter) -> pd.DataFrame:
+def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, unknown_kernels: Counter,
+          unknown_kernel_ms: Counter, skipped: Counter) -> pd.DataFrame:
     """One row per (instance, pass) of one rank's trace; GPU latencies from its kernels."""
     if kind == "gpu":
         for ext, name, dur in reader.kernels:
@@ -552,6 +578,8 @@ def _rows(reader: _TraceReader, kind: str, unknown_kernels: Counter, unknown_ker
                 skipped["gloo collectives of a job with several process groups (group unknown)"] += 1
                 continue
             shape["group_size"] = group
+        if "group_size" in shape:
+            shape.update(_topology(shape["group_size"], inst.ranks, ranks_per_host))
         latencies = inst.gpu_us if kind == "gpu" else inst.cpu_us
         for pass_, us in latencies.items():
             if us > 0:

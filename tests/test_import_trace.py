@@ -1,0 +1,207 @@
+"""`prism import-trace`: profiler traces of the reference workload become sample rows.
+
+The traces are recorded here, by `prism measure measure.trace_dir=...` on the tiny model
+with two gloo ranks (one traced step each), so every test reads what PyTorch really writes.
+"""
+import gzip
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from predictor.config import load_config, load_model
+from predictor.errors import PrismError
+from predictor.importers.chrome_json import TraceStream
+from predictor.importers.trace import import_trace, trace_calibration
+from predictor.workload import parameter_tensors
+
+MODEL = load_model("tiny")  # 2 layers, llama-style: rope, swiglu, rmsnorm
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    pytest.importorskip("torch")
+    from sampling.measure import measure
+    folder = tmp_path_factory.mktemp("traces")
+    measure(load_config(["model=tiny", "parallel.dp=2", "measure.steps=1", "measure.warmup=1",
+                         f"measure.trace_dir={folder}", "measure.trace_steps=1",
+                         f"out={folder / 'measured.parquet'}"]), progress=False)
+    return sorted(folder.glob("rank*.json"))
+
+
+@pytest.fixture(scope="module")
+def imported(traces, tmp_path_factory):
+    out = tmp_path_factory.mktemp("store")
+    report = import_trace(traces, out, hardware="local-cpu")
+    return report, pd.read_parquet(report.run_file), out
+
+
+def test_reference_traces_map_every_call_of_a_step(traces, imported):
+    report, rows, _ = imported
+    assert [t.name for t in traces] == ["rank0.step0.json", "rank1.step0.json"]
+    assert report.kind == "cpu" and report.steps == 2 and set(rows.origin) == {"trace"}
+    calls = rows.groupby(["op", "pass"]).size().to_dict()
+    per_step = 2 * 4  # two ranks x four micro-batches
+    layers = MODEL.num_layers
+    assert calls[("gemm", "fwd")] == calls[("gemm", "bwd")] == per_step * (4 * layers + 1)  # qkv, out, up, down; head
+    assert calls[("attention", "fwd")] == calls[("attention", "bwd")] == per_step * layers
+    assert calls[("rope", "fwd")] == per_step * 2 * layers  # q and k, one prism::rope region each
+    assert calls[("swiglu", "fwd")] == per_step * layers
+    assert calls[("rmsnorm", "fwd")] == per_step * (2 * layers + 1)
+    assert calls[("residual_add", "fwd")] == per_step * 2 * layers
+    assert calls[("embedding", "bwd")] == calls[("cross_entropy", "fwd")] == per_step
+    assert calls[("optimizer_step", "step")] == 2
+    assert (rows.latency_us > 0).all()
+
+
+def test_shapes_are_the_models(imported):
+    _, rows, _ = imported
+    h, t = MODEL.hidden_size, MODEL.seq_length  # micro-batch 1
+    gemm = {tuple(r) for r in rows[rows.op == "gemm"][["m", "n", "k"]].astype(int).to_numpy()}
+    qkv = (MODEL.num_heads + 2 * MODEL.num_kv_heads) * MODEL.head_dim
+    assert gemm == {(t, qkv, h), (t, h, MODEL.num_heads * MODEL.head_dim), (t, 2 * MODEL.ffn_hidden_size, h),
+                    (t, h, MODEL.ffn_hidden_size), (t, MODEL.vocab_size, h)}
+    att = rows[rows.op == "attention"].iloc[0]
+    assert (att.batch, att.heads, att.kv_heads, att.seq_q, att.head_dim, bool(att.causal)) == \
+        (1, MODEL.num_heads, MODEL.num_kv_heads, t, MODEL.head_dim, True)
+    assert set(rows[rows.op == "rope"].heads) == {MODEL.num_heads, MODEL.num_kv_heads}
+    assert set(rows[rows.op == "swiglu"].hidden) == {MODEL.ffn_hidden_size}
+    opt = rows[rows.op == "optimizer_step"].iloc[0]
+    assert opt.tensors == parameter_tensors(MODEL)
+    assert set(rows.dtype) == {"float32"}
+    # the DDP gradient all-reduce: gloo's buffer, the job's one 2-rank group
+    ar = rows[rows.op == "all_reduce"]
+    assert len(ar) and set(ar.group_size) == {2} and (ar.message_bytes % 4 == 0).all()
+    assert set(ar.ranks_per_node) == {2} and set(ar.nodes) == {1}  # both ranks on this host
+
+
+def test_unknown_ops_are_counted_and_steps_mostly_explained(imported):
+    report, _, _ = imported
+    names = {u["name"] for u in report.unknown_ops}
+    assert "torch::autograd::AccumulateGrad" in names  # real work outside the vocabulary: reported
+    assert all(u["calls"] > 0 and u["total_ms"] >= 0 for u in report.unknown_ops)
+    assert 0.5 < report.attributed_share <= 1.0
+    assert report.op_overhead_us > 0
+
+
+def test_train_stores_the_traced_framework_time(imported, tmp_path):
+    report, _, store = imported
+    cal = trace_calibration(store, "local-cpu")
+    assert cal.source == "trace" and cal.op_overhead_us == pytest.approx(report.op_overhead_us)
+    assert trace_calibration(store, "a100-sxm4-80gb") is None
+
+
+def test_cli_reads_files_then_settings(traces, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "predictor.cli", "import-trace", *map(str, traces),
+                          f"out={tmp_path}", "hardware=local-cpu", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert payload["rows"] > 0 and payload["files"] == 2
+    missing = subprocess.run([sys.executable, "-m", "predictor.cli", "import-trace", str(traces[0])],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "out=DIR is required" in missing.stderr
+
+
+def test_cpu_trace_needs_a_hardware(traces, tmp_path):
+    with pytest.raises(PrismError, match="hardware=NAME is required"):
+        import_trace(traces[:1], tmp_path)
+
+
+# -- bad input: one clear error each -------------------------------------------------------
+@pytest.mark.parametrize("text, message", [
+    ('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur"', "truncated"),
+    ('{"schemaVersion": 1, "traceEvents": [{"ph": "X"}, ', "truncated"),
+    ('{"traceEvents": [{"ph": "X", "ts": 1,, }]}', "not valid JSON"),
+    ("name,latency\ngemm,3\n", "not a JSON object"),
+    ('[{"ph": "X", "name": "x"}]', "JSON array"),
+    ('{"displayTimeUnit": "ms", "otherData": {}}', "without a traceEvents array"),
+    ('{"traceEvents": [1, 2]}', "not an event object"),
+    ('{"traceEvents": [{"ph": "X", "cat": "blink", "name": "Paint", "ts": 1, "dur": 2}]}', "without PyTorch operator"),
+])
+def test_bad_files_give_one_clear_error(tmp_path, text, message):
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    with pytest.raises(PrismError, match=message) as err:
+        import_trace([path], tmp_path / "out", hardware="local-cpu")
+    assert str(path) in str(err.value)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.parquet"))
+
+
+def test_truncated_real_trace_and_gzip(traces, tmp_path):
+    data = traces[0].read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(PrismError, match="truncated"):
+        import_trace([cut], tmp_path / "out", hardware="local-cpu")
+    packed = tmp_path / "rank0.json.gz"
+    packed.write_bytes(gzip.compress(data))
+    plain = [e for e in json.loads(data)["traceEvents"]]
+    assert list(TraceStream(packed).events()) == plain
+
+
+def test_stream_reads_across_chunk_boundaries(tmp_path, monkeypatch):
+    import predictor.importers.chrome_json as cj
+    monkeypatch.setattr(cj, "_CHUNK", 7)  # every value straddles a chunk
+    doc = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": f"op{i}", "ts": 1.5 * i, "dur": 12345.678,
+                                                 "args": {"Input Dims": [[i, 3]], "s": "é"}} for i in range(50)],
+           "traceName": "t", "baseTimeNanoseconds": 1234567890123}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False))
+    stream = TraceStream(path)
+    assert list(stream.events()) == doc["traceEvents"]
+    assert stream.metadata == {k: v for k, v in doc.items() if k != "traceEvents"}
+
+
+# -- GPU traces: kernels charged to the op that launched them ---------------------------------
+def _gpu_trace(path):
+    """A minimal Kineto GPU trace: a linear's forward and its backward node, the kernels each
+    launched (linked by External id), an NCCL all-reduce, and a kernel of no recognised op."""
+    def op(name, ts, dur, ext, **args):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"External id": ext, **args}}
+
+    def kernel(name, ts, dur, ext):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"External id": ext, "device": 0, "stream": 7}}
+    bf16 = ["c10::BFloat16", "c10::BFloat16", ""]
+    events = [
+        op("aten::linear", 0, 50, 1, **{"Input Dims": [[2, 1024, 4096], [8192, 4096], []], "Input type": bf16,
+                                        "Sequence number": 10, "Fwd thread id": 0}),
+        op("aten::matmul", 5, 40, 2, **{"Sequence number": 10, "Fwd thread id": 0}),
+        op("aten::mm", 10, 30, 3, **{"Input Dims": [[2048, 4096], [4096, 8192]], "Input type": bf16[:2],
+                                     "Sequence number": 10, "Fwd thread id": 0}),
+        op("aten::mul", 60, 5, 4, **{"Input Dims": [[8]], "Input type": ["float"]}),
+        op("autograd::engine::evaluate_function: MmBackward0", 100, 80, 5,
+           **{"Sequence number": 10, "Fwd thread id": 1}),
+        op("MmBackward0", 101, 78, 6, **{"Sequence number": 10, "Fwd thread id": 1}),
+        op("aten::mm", 105, 30, 7, **{"Input Dims": [[2048, 8192], [8192, 4096]], "Input type": bf16[:2]}),
+        op("aten::mm", 140, 30, 8, **{"Input Dims": [[8192, 2048], [2048, 4096]], "Input type": bf16[:2]}),
+        op("record_param_comms", 200, 10, 9, **{"Collective name": "allreduce", "In msg nelems": 1 << 20,
+                                                "Out msg nelems": 1 << 20, "Group size": 8, "dtype": "BFloat16",
+                                                "Process Group Ranks": "[0, 8, 16, 24, 32, 40, 48, 56]"}),
+        kernel("sm90_xmma_gemm_bf16", 20, 120.0, 3),
+        kernel("sm90_xmma_gemm_bf16_dgrad", 300, 110.0, 7),
+        kernel("sm90_xmma_gemm_bf16_wgrad", 420, 130.0, 8),
+        kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 600, 400.0, 9),
+        kernel("elementwise_kernel<mul>", 70, 3.0, 4),
+    ]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+           "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8}, "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_gpu_trace_times_ops_by_their_kernels(tmp_path):
+    report = import_trace([_gpu_trace(tmp_path / "gpu.json")], tmp_path / "out")
+    rows = pd.read_parquet(report.run_file).set_index(["op", "pass"])
+    assert report.kind == "gpu" and report.hardware == "h100-sxm"
+    gemm_f, gemm_b = rows.loc[("gemm", "fwd")], rows.loc[("gemm", "bwd")]
+    assert (gemm_f.m, gemm_f.n, gemm_f.k, gemm_f["dtype"]) == (2048, 8192, 4096, "bfloat16")
+    assert gemm_f.latency_us == 120.0 and gemm_b.latency_us == 240.0  # dX + dW kernels
+    ar = rows.loc[("all_reduce", "step")]
+    assert (ar.message_bytes, ar.group_size, ar.latency_us) == (2 << 20, 8, 400.0)
+    assert (ar.ranks_per_node, ar.nodes) == (1, 8)  # "Process Group Ranks" 0, 8, ...: one per node
+    assert [k["name"] for k in report.unknown_kernels] == ["elementwise_kernel<mul>"]
+    assert report.op_overhead_us is None  # GPU steps are not charged to CPU framework time
