@@ -198,7 +198,6 @@ class _Instance:
     dtype: str | None
     cpu_us: dict = field(default_factory=lambda: defaultdict(float))
     gpu_us: dict = field(default_factory=lambda: defaultdict(float))
-    nested: int = 0
     ranks: list | None = None  # a collective's global ranks, where the trace gives them
 
 
@@ -299,8 +298,7 @@ class _TraceReader:
         while stack and stack[-1].end <= ts:
             stack.pop()
         parent = stack[-1] if stack else _Frame(math.inf, None, False, False)
-        step = _STEP.match(name)
-        if step:
+        if _STEP.match(name):
             self.steps.append({"tid": e.get("tid"), "start": ts, "end": ts + dur, "attributed_us": 0.0,
                                "compute_instances": 0})
             stack.append(_Frame(ts + dur, None, False, False))
@@ -308,7 +306,6 @@ class _TraceReader:
         owner, frame = parent.owner, None
         if owner is not None:
             instance, pass_ = owner
-            instance.nested += 1
             if instance.shape is None and pass_ == "fwd" and _dims(args):  # a prism:: region's first op
                 first = _dims(args)[0]
                 instance.shape = _region_shape(instance.op, name, first) if first else None
