@@ -12,6 +12,7 @@ import argparse
 import json
 import signal
 import sys
+from pathlib import Path
 from dataclasses import asdict
 from importlib import import_module
 
@@ -122,6 +123,19 @@ def _import_ett(args) -> int:
     return 0
 
 
+def _import_trace(args) -> int:
+    from predictor.importers.trace import import_trace
+    # FILE... and key=value share the command line: a token with "=" that is no file is a setting
+    args.overrides = [t for t in args.path if "=" in t and not Path(t).exists()]
+    files = [t for t in args.path if t not in args.overrides]
+    settings = _importer_settings(args, "import-trace", {"hardware": None},
+                                  "FILE... out=DIR (required), hardware=NAME and output=json|table",
+                                  "out=samples/trace")
+    report = import_trace(files, settings["out"], settings["hardware"], progress=sys.stderr.isatty())
+    _print_reports(report, settings["json"])
+    return 0
+
+
 def _import_microbench(args) -> int:
     from predictor.importers.microbench import SOURCES, import_microbench
     settings = _importer_settings(args, "import-microbench", {"hardware": ",".join(SOURCES)},
@@ -144,6 +158,7 @@ def _train(args) -> int:
     import time
 
     from predictor.config import RegressorConfig, section
+    from predictor.importers.trace import trace_calibration
     from predictor.operator_models import models_dir, train
     cfg = _load(args)
     hw, samples = _hardware_and_samples(cfg)
@@ -152,13 +167,20 @@ def _train(args) -> int:
     models = train(samples, hw, rc, n_jobs=2)
     elapsed = time.perf_counter() - t0
     directory = models.save(models_dir(cfg.models_dir) / hw.name)
+    calibration = trace_calibration(cfg.samples, hw.name)
+    if calibration is not None:  # framework time around the ops, measured in the traced steps
+        models.save_calibration(directory, calibration)
     rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
              "calibration_shapes": m.info["calibration_shapes"],
              "kib": round(sum((directory / f["file"]).stat().st_size
                               for f in models.manifest["models"][f"{op}/{p}"]["files"].values()) / 1024)}
             for (op, p), m in sorted(models.models.items())]
     table = pd_table(rows) + f"\n{len(rows)} models for {hw.name} in {directory} ({elapsed:.1f} s)"
-    _print(cfg, {"hardware": hw.name, "models_dir": str(directory), "seconds": elapsed, "models": rows}, table)
+    if calibration is not None:
+        table += (f"\nframework time {calibration.op_overhead_us:.1f} us per compute call, from the traced steps "
+                  f"(stored as the models' calibration)")
+    _print(cfg, {"hardware": hw.name, "models_dir": str(directory), "seconds": elapsed, "models": rows,
+                 "calibration": calibration.to_dict() if calibration else None}, table)
     return 0
 
 
@@ -190,12 +212,19 @@ def _predict(args) -> int:
 
 
 def _variability(args) -> int:
+    from predictor.figures import plot_path
     from predictor.variability import format_variability, plot_variability, variability
     cfg = _load(args)
+    if cfg.out:
+        raise PrismError(f"out={cfg.out}: prism variability writes its figure to plot=PATH.png, "
+                         "e.g. plot=variability.png")
+    png = plot_path(cfg.plot)
     report = variability(cfg)
-    pngs = plot_variability(report, cfg.out or f"variability-{report.model}-{report.gpus}")
-    _print(cfg, report.to_dict() | {"plots": [str(p) for p in pngs]},
-           format_variability(report) + "\nplots   " + "  ".join(str(p) for p in pngs))
+    if png:
+        plot_variability(report, png)
+    _print(cfg, report.to_dict() | {"plot": str(png) if png else None}, format_variability(report) + "\nplot    "
+           + (str(png) if png else "none (plot=variability.png draws the CDF, slowdown vs scale, variance "
+                                   "shares and slow-node placements)"))
     return 0
 
 
@@ -352,11 +381,11 @@ VERBS = {
                     "(3) the median step with analysis.slow_nodes nodes analysis.slow_factor times slower, "
                     "placed in one pipeline stage or spread over stages and dp replicas; (4) days to train "
                     "train_tokens with the hardware's interruption rate, restart cost and checkpoint interval "
-                    "(Monte Carlo), and the goodput. Writes <out>-cdf.png, <out>-scale.png and "
-                    "<out>-attribution.png (default out: variability-<model>-<gpus>).",
+                    "(Monte Carlo), and the goodput. plot=PATH.png draws one figure: the step-time CDF, "
+                    "slowdown versus scale, the variance shares and the slow-node placements.",
         examples=["prism variability model=llama3-70b hardware=h100-sxm gpus=65536 parallel.tp=8 parallel.pp=8 --json",
                   "prism variability model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "
-                  "out=runs/var",
+                  "plot=runs/variability.png",
                   "prism variability model=gpt3-13b hardware=a100-sxm4-80gb gpus=512 parallel.tp=8 "
                   "analysis.slow_nodes=2 analysis.slow_factor=1.2 analysis.scales=[64,512,4096]"]),
     "compare": dict(
@@ -454,6 +483,24 @@ VERBS = {
         positional="path", positional_help="the microbench folder, e.g. ../shared/data/microbench",
         overrides=True, overrides_help="out=DIR (required); hardware=h100-sxm,b200 (default: both); "
                        "output=json is the same as --json"),
+    "import-trace": dict(
+        run=_import_trace, help="import PyTorch profiler (Kineto) traces of a real job as samples",
+        description="Read torch.profiler traces (Chrome-trace JSON or .json.gz, one file per rank, recorded with "
+                    "record_shapes=True) as a stream and write every recognised call as one sample row, timed "
+                    "in situ, into out/trace-<hardware>-<time>.parquet (origin=trace): linear/mm -> gemm, "
+                    "SDPA -> attention, rms_norm, layer_norm, embedding, cross_entropy, residual adds, the "
+                    "Adam step, NCCL and gloo collectives, and prism::<op> record_function regions (RoPE, "
+                    "SwiGLU). A call's backward row gathers every autograd node its forward created. GPU "
+                    "traces are timed by their kernels, CPU traces by op wall time. Unrecognised ops and "
+                    "kernels are counted and listed by time. Where the trace marks profiler steps, the step "
+                    "time no recognised op explains is reported as framework time per call, and `prism train` "
+                    "stores it with the models.",
+        examples=["prism import-trace traces/rank0.json traces/rank1.json out=samples/trace hardware=local-cpu",
+                  "prism import-trace run/*.json.gz out=samples/trace       # GPU traces name their device",
+                  "prism train samples=samples/trace hardware=local-cpu models_dir=runs/trace-models",
+                  "prism measure model=small out=runs/m.parquet measure.trace_dir=traces   # record some"],
+        positional="path", nargs="+", positional_help="trace files, then out=DIR (required), hardware=NAME "
+                                                      "(required for CPU traces) and output=json|table"),
     "import-ett": dict(
         run=_import_ett, help="import estimate-train-time (arXiv 2509.22832) samples into the sample store",
         description="Convert one cluster folder of the estimate-train-time layout "
@@ -485,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="examples:\n  " + "\n  ".join(verb["examples"]),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if "positional" in verb:
-            p.add_argument(verb["positional"], help=verb.get(
+            p.add_argument(verb["positional"], nargs=verb.get("nargs"), help=verb.get(
                 "positional_help", "sample store: a folder of runs or one .parquet file"))
         if "positional" not in verb or verb.get("overrides"):  # a positional verb may take key=value too
             p.add_argument("overrides", nargs="*", metavar="key=value",

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from predictor.config import CONF_DIR, HardwareConfig, group_options, load_config, section
 from predictor.errors import PrismError
-from predictor.figures import save_figure
+from predictor.figures import new_figure, save_figure
 from predictor.operator_models import TIERS
 from predictor.predict import Prediction, predict
 
@@ -270,29 +270,18 @@ def format_comparison(c: Comparison) -> str:
     return "\n".join(lines)
 
 
-def plot_comparison(c: Comparison, path) -> Path:
-    """Draw the comparison into one PNG at ``path``.
+def comparison_figure(c: Comparison):
+    """The comparison as one figure (a :class:`~matplotlib.figure.Figure`).
 
     Three panels: the step-time CDFs of every profile; the days to train; the cost (bars
     at the median, whiskers over p5-p95; profiles without a price get no bar). Profiles
-    whose job does not fit in memory are hatched. The file is written to a temporary name
-    beside ``path`` and renamed, so a reader never sees a half-written PNG.
-
-    Returns
-    -------
-    Path
-        ``path``.
+    whose job does not fit in memory are hatched.
     """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     labels = [r.hardware + ("" if r.fits else "\n(does not fit)") for r in c.results]
     colors = [f"C{i}" for i in range(len(c.results))]
-    fig, (cdf, days, cost) = plt.subplots(1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [1.4, 1, 1]})
+    fig, (cdf, days, cost) = new_figure(1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [1.4, 1, 1]})
     for r, color in zip(c.results, colors):
         cdf.plot(r.cdf["t_s"], r.cdf["p"], color=color, ls="-" if r.fits else "--",
                  label=f"{r.hardware} ({r.tier}{'' if r.fits else ', does not fit'})")
@@ -318,5 +307,16 @@ def plot_comparison(c: Comparison, path) -> Path:
         ax.set(ylabel=ylabel, title=f"{title}: median, p5-p95 band")
     cost.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${_compact(v)}" if v else "0"))
     fig.tight_layout()
-    save_figure(fig, path)
-    return path
+    return fig
+
+
+def plot_comparison(c: Comparison, path) -> Path:
+    """:func:`comparison_figure` written to the PNG ``path``: to a temporary name beside it,
+    then renamed, so a reader never sees a half-written PNG.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    return save_figure(comparison_figure(c), path)

@@ -1,4 +1,5 @@
-"""The verbs' plots: where they go (``plot=``) and how they are saved (atomically)."""
+"""The verbs' plots: where they go (``plot=``), how they are drawn and how they are saved
+(atomically)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,19 @@ import uuid
 from pathlib import Path
 
 from predictor.errors import PrismError
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, figsize=None, **subplots):
+    """A figure and its axes (``Figure.subplots``), drawn without pyplot.
+
+    Drawing off-screen through pyplot needs ``matplotlib.use("Agg")``, which switches the
+    caller's backend too (a notebook's inline figures stop showing); a bare
+    :class:`~matplotlib.figure.Figure` leaves the backend alone, saves to a file
+    (:func:`save_figure`) and shows in a notebook as the value of a cell.
+    """
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **subplots)
 
 
 def save_figure(fig, path) -> Path:

@@ -11,7 +11,7 @@ from predictor.compose import PER_STEP, REPORT_QUANTILES, QuantileCache, compose
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import decompose, with_default_batch
 from predictor.errors import PrismError
-from predictor.figures import save_figure
+from predictor.figures import new_figure, save_figure
 from predictor.memory import memory_per_gpu
 from predictor.operator_models import TIERS, evidence_tier, trained_models
 from predictor.workload import layer_parameters
@@ -185,11 +185,7 @@ def format_prediction(p: Prediction) -> str:
 def plot_prediction(p: Prediction, path) -> Path:
     """A PNG of one prediction: the step-time CDF with its p5/p50/p95 (and the target, if
     any), and the median critical path split into compute, exposed communication and bubble."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
+    fig, (left, right) = new_figure(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
     left.plot(p.cdf["t_s"], p.cdf["p"], color="tab:blue")
     for key, style in (("p5", ":"), ("p50", "-"), ("p95", ":")):
         left.axvline(p.step_time_s[key], color="tab:blue", linestyle=style, alpha=0.6)

@@ -60,7 +60,7 @@ from predictor.compose import QuantileCache, _inverse_cdf, _max_of_lognormals, c
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import Workload, decompose
 from predictor.errors import PrismError
-from predictor.figures import save_figure
+from predictor.figures import new_figure, save_figure
 from predictor.memory import memory_per_gpu, validate_layout
 from predictor.operator_models import evidence_tier, trained_models
 from predictor.predict import model_flops_per_step, resolve_layout
@@ -537,15 +537,11 @@ def format_search(r: SearchResult) -> str:
 def plot_search(r: SearchResult, path) -> Path:
     """A PNG of every ranked layout: ``rank_by`` against memory per GPU, and p50 against
     risk, each with its Pareto front; written atomically (temporary file, then renamed)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     stat = np.array([x[f"{r.rank_by}_s"] for x in r.layouts])
     memory = np.array([x["memory_gib"] for x in r.layouts])
     p50 = np.array([x["p50_s"] for x in r.layouts])
     risk = np.array([x["risk"] for x in r.layouts])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = new_figure(1, 2, figsize=(11, 4.2))
     for ax, x, y, front, xlabel, ylabel in (
             (axes[0], memory, stat, r.front_memory, "memory per GPU (GiB)", f"step time {r.rank_by} (s)"),
             (axes[1], p50, risk, r.front_risk, "step time p50 (s)", "risk p95 / p50")):

@@ -24,7 +24,7 @@ from scipy.stats import ks_2samp
 from predictor.compose import QuantileCache, compose
 from predictor.config import HardwareConfig
 from predictor.errors import PrismError
-from predictor.figures import save_figure
+from predictor.figures import new_figure, save_figure
 from predictor.measurements import measured_workloads
 from predictor.operator_models import ModelSet
 
@@ -99,16 +99,12 @@ def validate(measured: pd.DataFrame, hw: HardwareConfig, models: ModelSet | None
     return Validation(scores, meas, pred)
 
 
-def plot_cdfs(v: Validation, path) -> Path:
+def cdf_figure(v: Validation):
     """One panel per layout: the predicted CDF (line) over the measured steps' ECDF (steps)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     n = len(v.scores)
     cols = min(4, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    fig, axes = new_figure(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, s in zip(axes.flat, v.scores):
         d, t = np.sort(v.predicted[s.layout_id]), np.sort(v.measured[s.layout_id])
         ax.plot(d * 1e3, np.linspace(0, 1, len(d)), label="predicted")
@@ -120,7 +116,12 @@ def plot_cdfs(v: Validation, path) -> Path:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
+
+
+def plot_cdfs(v: Validation, path) -> Path:
+    """:func:`cdf_figure` written to the PNG ``path`` (atomically)."""
+    return save_figure(cdf_figure(v), path)
 
 
 def format_validation(v: Validation) -> str:

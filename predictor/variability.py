@@ -46,7 +46,7 @@ from predictor.compose import COMPONENTS, PER_STEP, QuantileCache, compose, work
 from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, section
 from predictor.decompose import Workload, decompose
 from predictor.errors import PrismError
-from predictor.figures import save_figure
+from predictor.figures import new_figure, save_figure
 from predictor.operator_models import trained_models
 from predictor.predict import SECONDS_PER_DAY, resolve_layout, run_step_draws
 
@@ -325,44 +325,51 @@ def format_variability(r: VariabilityReport) -> str:
     return "\n".join(lines)
 
 
-def plot_variability(r: VariabilityReport, prefix) -> list[Path]:
-    """Three PNGs: ``<prefix>-cdf.png`` (the step-time CDF against the nominal step),
-    ``<prefix>-scale.png`` (slowdown probability versus GPU count) and
-    ``<prefix>-attribution.png`` (variance shares of ops and components)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def variability_figure(r: VariabilityReport):
+    """The report as one figure of four panels: the step-time CDF against the nominal step
+    and its slowdown thresholds; P(slowdown >= x) versus GPU count; the shares of the
+    step-time variance (the ``top_ops`` op residuals, then the components); the median step
+    with the slow nodes in each placement, relative to none."""
+    fig, ((cdf, scale), (shares, placed)) = new_figure(2, 2, figsize=(12, 8))
+    fig.suptitle(f"{r.model} on {r.gpus} x {r.hardware}   "
+                 + " ".join(f"{k}={r.layout[k]}" for k in ("dp", "tp", "pp", "cp")))
 
-    prefix = str(prefix).removesuffix(".png")
-    paths = [Path(f"{prefix}-{name}.png") for name in ("cdf", "scale", "attribution")]
-    paths[0].parent.mkdir(parents=True, exist_ok=True)
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(r.cdf["t_s"], r.cdf["p"], label=f"{r.gpus} GPUs")
+    cdf.plot(r.cdf["t_s"], r.cdf["p"], label=f"{r.gpus} GPUs")
     for x in [0.0] + list(r.settings["thresholds"]):
-        ax.axvline(r.nominal_s * (1 + x), color="grey", ls=":" if x else "--", lw=1)
-    ax.set(xlabel="step time (s); dashed: nominal, dotted: nominal x (1 + threshold)", ylabel="P(step <= t)",
-           title=f"{r.model} on {r.hardware}")
-    ax.legend()
-    fig.tight_layout()
-    save_figure(fig, paths[0])
+        cdf.axvline(r.nominal_s * (1 + x), color="grey", ls=":" if x else "--", lw=1)
+    cdf.set(xlabel="step time (s); dashed: nominal, dotted: nominal x (1 + x)", ylabel="P(step <= t)",
+            title="step-time distribution")
+    cdf.legend(fontsize=8)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
     gpus = [row["gpus"] for row in r.scales]
     for x in r.scales[0]["p_slowdown"]:
-        ax.plot(gpus, [row["p_slowdown"][x] for row in r.scales], marker="o", label=f"slowdown >= {x}")
-    ax.set(xscale="log", xlabel="GPUs", ylabel="probability", ylim=(-0.02, 1.02),
-           title="P(step >= (1 + x) nominal) versus scale")
-    ax.legend()
-    fig.tight_layout()
-    save_figure(fig, paths[1])
+        scale.plot(gpus, [row["p_slowdown"][x] for row in r.scales], marker="o", label=f"slowdown >= {x}")
+    scale.axvline(r.gpus, color="grey", ls="--", lw=1, label=f"this job: {r.gpus} GPUs")
+    scale.set(xscale="log", xlabel="GPUs (tp, pp, cp and micro-batches per replica fixed)", ylabel="probability",
+              ylim=(-0.02, 1.02), title="P(step >= (1 + x) nominal) versus scale")
+    scale.legend(fontsize=8)
 
     ops, comps = r.attribution["ops"][:r.settings["top_ops"]], r.attribution["components"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
-    left.barh([o["name"] for o in ops][::-1], [o["share"] for o in ops][::-1])
-    left.set(xlabel="share of variance (op residuals)", title="ops")
-    right.barh([c["name"] for c in comps][::-1], [c["share"] for c in comps][::-1], color="tab:orange")
-    right.set(xlabel="share of variance", title="components")
+    names = [f"op {o['name']}" for o in ops] + [f"component {c['name']}" for c in comps]
+    values = [o["share"] for o in ops] + [c["share"] for c in comps]
+    colors = ["tab:blue"] * len(ops) + ["tab:orange"] * len(comps)
+    shares.barh(names[::-1], values[::-1], color=colors[::-1])
+    shares.tick_params(axis="y", labelsize=8)
+    shares.set(xlabel="share of step-time variance (held at its median; ops and components each sum to 1)",
+               title="what drives the spread")
+
+    labels = [f"{p['placement']}\n{p['slow_gpus_per_stage']}" for p in r.placements[1:]]
+    slower = [100 * (p["vs_no_slow_nodes"] - 1) for p in r.placements[1:]]
+    placed.barh(labels[::-1], slower[::-1], color="tab:red")
+    if not labels:
+        placed.text(0.5, 0.5, "no slow nodes placed (analysis.slow_nodes=0)", ha="center", transform=placed.transAxes)
+    placed.tick_params(axis="y", labelsize=7)
+    placed.set(xlabel="median step slower than with no slow nodes (%)",
+               title=f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']}): slow GPUs per stage")
     fig.tight_layout()
-    save_figure(fig, paths[2])
-    return paths
+    return fig
+
+
+def plot_variability(r: VariabilityReport, path) -> Path:
+    """:func:`variability_figure` written to the PNG ``path`` (atomically)."""
+    return save_figure(variability_figure(r), path)

@@ -122,10 +122,23 @@ def test_shortcut_agrees_with_drawing_every_gpu(gpus):
     assert max(map(abs, c["p_slowdown_diff"].values())) < 0.02
 
 
-def test_cli_interface_writes_json_and_plots(tmp_path, capsys):
-    rc = main(["variability", *LAYOUT, "gpus=65536", *FAST, f"out={tmp_path}/v", "--json"])
+def test_cli_interface_writes_json_and_one_plot(tmp_path, capsys):
+    png = tmp_path / "figs" / "v"
+    rc = main(["variability", *LAYOUT, "gpus=65536", *FAST, f"plot={png}", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["gpus"] == 65536 and out["scales"][-1]["gpus"] == 65536
     assert {"attribution", "placements", "time_to_train", "nominal_s"} <= set(out)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["v-attribution.png", "v-cdf.png", "v-scale.png"]
+    assert out["plot"] == str(png.with_suffix(".png"))
+    assert png.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in png.parent.iterdir()] == ["v.png"]  # one figure, the temporary file renamed
+
+
+def test_cli_draws_no_plot_unless_asked_and_refuses_out(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["variability", *LAYOUT, "gpus=64", *FAST, "analysis.scales=[64]"]) == 0
+    assert "plot    none (plot=variability.png" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
+    assert main(["variability", *LAYOUT, "gpus=64", *FAST, "out=runs/v"]) == 2  # one way to ask: plot=
+    assert "out=runs/v" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+    assert main(["variability", *LAYOUT, "gpus=64", *FAST, "plot=v.svg"]) == 2
+    assert "plot=v.svg" in capsys.readouterr().err
