@@ -6,6 +6,8 @@ Every failure becomes one :class:`PrismError` that names the key and the fix.
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import re
 from dataclasses import dataclass, field
@@ -257,13 +259,23 @@ def match_hardware(gpu: str) -> str | None:
     def norm(text):
         return re.sub(r"\s+", "", str(text)).lower()
     key, best = norm(gpu), (0, None)
-    for name in group_options("hardware"):
-        device = OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml").get("device") or {}
-        for candidate in [device.get("name", "")] + list(device.get("match") or []):
+    for name, candidates in _device_names():
+        for candidate in candidates:
             c = norm(candidate)
             if c and c in key and len(c) > best[0]:
                 best = (len(c), name)
     return best[1]
+
+
+@functools.lru_cache(maxsize=1)
+def _device_names() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each hardware profile's device name and ``match`` aliases, read once per process
+    (batch predictions match a GPU name per row)."""
+    entries = []
+    for name in group_options("hardware"):
+        device = OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml").get("device") or {}
+        entries.append((name, (str(device.get("name", "")), *map(str, device.get("match") or []))))
+    return tuple(entries)
 
 
 def load_model(name: str) -> ModelConfig:
