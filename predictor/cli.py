@@ -499,7 +499,7 @@ VERBS = {
                   "prism import-trace run/*.json.gz out=samples/trace       # GPU traces name their device",
                   "prism train samples=samples/trace hardware=local-cpu models_dir=runs/trace-models",
                   "prism measure model=small out=runs/m.parquet measure.trace_dir=traces   # record some"],
-        positional="path", nargs="+", positional_help="trace files, then out=DIR (required), hardware=NAME "
+        positional="path", nargs="+", metavar="FILE", positional_help="trace files, then out=DIR (required), hardware=NAME "
                                                       "(required for CPU traces) and output=json|table"),
     "import-ett": dict(
         run=_import_ett, help="import estimate-train-time (arXiv 2509.22832) samples into the sample store",
@@ -532,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="examples:\n  " + "\n  ".join(verb["examples"]),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if "positional" in verb:
-            p.add_argument(verb["positional"], nargs=verb.get("nargs"), help=verb.get(
+            p.add_argument(verb["positional"], nargs=verb.get("nargs"), metavar=verb.get("metavar"), help=verb.get(
                 "positional_help", "sample store: a folder of runs or one .parquet file"))
         if "positional" not in verb or verb.get("overrides"):  # a positional verb may take key=value too
             p.add_argument("overrides", nargs="*", metavar="key=value",
