@@ -303,7 +303,7 @@ def comparison_figure(c: Comparison):
                 bar.set_hatch("//")
             if b is None:
                 ax.annotate("no price", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.set_xticks(list(x), labels, fontsize=7, rotation=40, ha="right", rotation_mode="anchor")  # long profile names
         ax.set(ylabel=ylabel, title=f"{title}: median, p5-p95 band")
     cost.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${_compact(v)}" if v else "0"))
     fig.tight_layout()
