@@ -205,3 +205,8 @@ def test_gpu_trace_times_ops_by_their_kernels(tmp_path):
     assert (ar.ranks_per_node, ar.nodes) == (1, 8)  # "Process Group Ranks" 0, 8, ...: one per node
     assert [k["name"] for k in report.unknown_kernels] == ["elementwise_kernel<mul>"]
     assert report.op_overhead_us is None  # GPU steps are not charged to CPU framework time
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(PrismError, match="no such trace file"):
+        import_trace([tmp_path / "rank0.json"], tmp_path / "out", hardware="local-cpu")
