@@ -128,10 +128,15 @@ def _import_trace(args) -> int:
     # FILE... and key=value share the command line: a token with "=" that is no file is a setting
     args.overrides = [t for t in args.path if "=" in t and not Path(t).exists()]
     files = [t for t in args.path if t not in args.overrides]
-    settings = _importer_settings(args, "import-trace", {"hardware": None},
-                                  "FILE... out=DIR (required), hardware=NAME and output=json|table",
-                                  "out=samples/trace")
-    report = import_trace(files, settings["out"], settings["hardware"], progress=sys.stderr.isatty())
+    settings = _importer_settings(args, "import-trace", {"hardware": None, "profiler_cost_us": None},
+                                  "FILE... out=DIR (required), hardware=NAME, profiler_cost_us=US and "
+                                  "output=json|table", "out=samples/trace")
+    cost = settings["profiler_cost_us"]
+    try:
+        cost = None if cost is None else float(cost)
+    except ValueError:
+        raise PrismError(f"profiler_cost_us={cost}: give microseconds per recorded event, e.g. 0.5") from None
+    report = import_trace(files, settings["out"], settings["hardware"], cost, progress=sys.stderr.isatty())
     _print_reports(report, settings["json"])
     return 0
 
@@ -500,7 +505,9 @@ VERBS = {
                   "prism train samples=samples/trace hardware=local-cpu models_dir=runs/trace-models",
                   "prism measure model=small out=runs/m.parquet measure.trace_dir=traces   # record some"],
         positional="path", nargs="+", metavar="FILE", positional_help="trace files, then out=DIR (required), hardware=NAME "
-                                                      "(required for CPU traces) and output=json|table"),
+                                                      "(required for CPU traces), profiler_cost_us=US (CPU "
+                                                      "traces: the profiler's cost per recorded event; default: "
+                                                      "the one prism measure records) and output=json|table"),
     "import-ett": dict(
         run=_import_ett, help="import estimate-train-time (arXiv 2509.22832) samples into the sample store",
         description="Convert one cluster folder of the estimate-train-time layout "

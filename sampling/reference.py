@@ -24,8 +24,9 @@ kept. Rank 0 writes the number of steps done to ``progress`` for the front-end's
 
 With ``trace_dir`` set, each rank then profiles ``trace_steps`` more steps with
 ``torch.profiler`` (``record_shapes=True``, what ``prism import-trace`` reads) and writes
-``<trace_dir>/rank<r>.step<k>.json``. Every traced step is its own profiler cycle (one
-untraced step, one warm-up, one recorded): on CPU, a recording that runs on for several
+``<trace_dir>/rank<r>.step<k>.json``, with the profiler's cost per recorded op on this
+CPU (:func:`profiler_cost_us`) in the trace's metadata. Every traced step is its own
+profiler cycle (one untraced step, one warm-up, one recorded): on CPU, a recording that runs on for several
 steps slows the memory-bound ops of the later ones (+45% step time on the ``small``
 model from the third recorded step on, measured here), so one-step cycles keep the
 traced steps as fast as untraced ones.
@@ -147,6 +148,28 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
 
 
+def profiler_cost_us(calls: int = 4000, rounds: int = 3) -> float:
+    """What recording one op costs on this CPU: the median over ``rounds`` of the extra wall
+    time of ``calls`` tiny ops under ``torch.profiler`` (``record_shapes=True``) per event
+    recorded. ``prism import-trace`` takes it off the traced timings."""
+    x, y = torch.ones(4), torch.ones(4)
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            torch.add(x, y)
+        return time.perf_counter() - t0
+
+    run()  # warm-up
+    costs = []
+    for _ in range(rounds):
+        bare = run()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            traced = run()
+        costs.append(max(traced - bare, 0.0) / max(len(prof.events()), 1) * 1e6)
+    return float(sorted(costs)[len(costs) // 2])
+
+
 def trace_steps(trainer: Trainer, device: torch.device, folder: Path, rank: int, steps: int) -> None:
     """Profile ``steps`` more steps, one profiler cycle each (see the module doc)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -160,9 +183,11 @@ def trace_steps(trainer: Trainer, device: torch.device, folder: Path, rank: int,
         os.replace(tmp, path)
         written.append(path)
 
+    cost = json.dumps(profiler_cost_us())
     cycle = schedule(wait=1, warmup=1, active=1, repeat=steps)
     with profile(activities=activities, record_shapes=True, schedule=cycle, on_trace_ready=export) as prof:
         for _ in range(3 * steps):
+            prof.add_metadata_json("prism_profiler_cost_us", cost)  # for prism import-trace
             dist.barrier()
             trainer.step()
             _sync(device)

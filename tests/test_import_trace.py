@@ -86,6 +86,19 @@ def test_unknown_ops_are_counted_and_steps_mostly_explained(imported):
     assert report.op_overhead_us > 0
 
 
+def test_the_recorded_profiler_cost_comes_off_every_cpu_timing(traces, imported, tmp_path):
+    report, rows, _ = imported
+    assert 0 < report.profiler_cost_us < 20  # measured by the recorder, stored in each trace
+    raw = import_trace(traces, tmp_path, hardware="local-cpu", profiler_cost_us=0.0)
+    raw_rows = pd.read_parquet(raw.run_file)
+    key = ["op", "pass"]
+    assert raw_rows.groupby(key).size().equals(rows.groupby(key).size())
+    # a call with events recorded inside it is faster once their cost is taken off
+    assert (rows.groupby(key).latency_us.sum() <= raw_rows.groupby(key).latency_us.sum()).all()
+    assert rows[rows.op == "gemm"].latency_us.sum() < raw_rows[raw_rows.op == "gemm"].latency_us.sum()
+    assert raw.op_overhead_us > report.op_overhead_us
+
+
 def test_train_stores_the_traced_framework_time(imported, tmp_path):
     report, _, store = imported
     cal = trace_calibration(store, "local-cpu")

@@ -36,12 +36,23 @@ and backward nodes with their total time, and GPU kernels no recognised op launc
 Profiler steps
 --------------
 Where the trace marks steps (``ProfilerStep#N``, from ``prof.step()``), the importer also
-measures how much of each step the recognised instances leave unexplained (views,
-copies, autograd's own bookkeeping, Python). Spread over the compute instances, that is
-the in-situ framework time per op (:class:`~predictor.calibration.Calibration`'s
-``op_overhead_us``); it is stored in the run metadata and ``prism train`` puts it in the
-trained models' manifest (:func:`trace_calibration`). On GPU traces steps are not
-charged this way (kernels run asynchronously to the CPU); the figure is reported only.
+measures how much of each step the recognised calls leave unexplained (views, copies,
+autograd's own bookkeeping, Python). Divided by the step's compute calls (a call's
+forward and its backward are one each, as the composer counts them) and taken as the
+median over steps, that is the in-situ framework time per call
+(:class:`~predictor.calibration.Calibration`'s ``op_overhead_us``); it is stored in the
+run metadata and ``prism train`` puts it in the trained models' manifest
+(:func:`trace_calibration`). GPU traces get no such figure: their kernels run
+asynchronously to the CPU that records the steps.
+
+The profiler's own cost
+-----------------------
+On a CPU trace every recorded event costs wall time inside its parent's duration and the
+step's. ``prism measure`` measures that cost per event on the machine it traces
+(:func:`sampling.reference.profiler_cost_us`) and writes it into each trace
+(``prism_profiler_cost_us``); the importer takes it off every call per event recorded
+inside it, and off the framework time per event recorded outside the calls. For other
+traces give it as ``profiler_cost_us=`` (the report says when it is not known).
 """
 from __future__ import annotations
 
@@ -197,6 +208,7 @@ class _Instance:
     shape: dict | None
     dtype: str | None
     cpu_us: dict = field(default_factory=lambda: defaultdict(float))
+    nested: dict = field(default_factory=lambda: defaultdict(int))  # events recorded inside, per pass
     gpu_us: dict = field(default_factory=lambda: defaultdict(float))
     ranks: list | None = None  # a collective's global ranks, where the trace gives them
 
@@ -226,6 +238,7 @@ class TraceReport:
     steps: int
     step_ms_median: float | None
     attributed_share: float | None  # of the profiled step time, in recognised instances
+    profiler_cost_us: float | None  # per recorded event, taken off CPU timings (None: not known)
     op_overhead_us: float | None  # unexplained step time per compute instance (CPU traces)
     unknown_ops: list[dict] = field(default_factory=list)  # {name, calls, total_ms}
     unknown_kernels: list[dict] = field(default_factory=list)
@@ -241,6 +254,10 @@ class TraceReport:
         if self.steps:
             lines.append(f"steps          {self.steps} profiled, median {self.step_ms_median:.1f} ms; recognised "
                          f"ops cover {self.attributed_share:.0%} of it")
+        if self.kind == "cpu":
+            lines.append(f"profiler cost  {self.profiler_cost_us:.2f} us per recorded event, taken off every timing"
+                         if self.profiler_cost_us is not None else
+                         "profiler cost  not known: CPU timings include the profiler's own (give profiler_cost_us=)")
         if self.op_overhead_us is not None:
             lines.append(f"framework time {self.op_overhead_us:.1f} us per compute call (the rest of the step, "
                          f"stored for prism train)")
@@ -300,12 +317,13 @@ class _TraceReader:
         parent = stack[-1] if stack else _Frame(math.inf, None, False, False)
         if _STEP.match(name):
             self.steps.append({"tid": e.get("tid"), "start": ts, "end": ts + dur, "attributed_us": 0.0,
-                               "compute_instances": 0})
+                               "compute_instances": 0, "loose_events": 0})
             stack.append(_Frame(ts + dur, None, False, False))
             return
         owner, frame = parent.owner, None
         if owner is not None:
             instance, pass_ = owner
+            instance.nested[pass_] += 1
             if instance.shape is None and pass_ == "fwd" and _dims(args):  # a prism:: region's first op
                 first = _dims(args)[0]
                 instance.shape = _region_shape(instance.op, name, first) if first else None
@@ -316,7 +334,10 @@ class _TraceReader:
                 self._count_parameters(instance, name, args)
             frame = _Frame(ts + dur, owner, parent.backward, False)
         else:
-            frame = self._new_owner(name, args, ts, dur, parent)
+            frame = self._new_owner(name, args, ts, dur, parent, e.get("tid"))
+            step = self._step_at(ts, e.get("tid"))
+            if step is not None:  # its recording cost lands outside every recognised call
+                step["loose_events"] += 1
         seq, fwd_tid = args.get("Sequence number"), args.get("Fwd thread id")
         if seq is not None and fwd_tid == 0 and not frame.backward:
             # The last forward op recorded with a sequence number is the one that created the node.
@@ -327,27 +348,29 @@ class _TraceReader:
             self.ext_owner[args["External id"]] = frame.owner
         stack.append(frame)
 
-    def _new_owner(self, name: str, args: dict, ts: float, dur: float, parent: _Frame) -> _Frame:
+    def _new_owner(self, name: str, args: dict, ts: float, dur: float, parent: _Frame, tid) -> _Frame:
         end = ts + dur
         if name.startswith(_BACKWARD):
             instance = self.seq_owner.pop(args.get("Sequence number"), None)
             if instance is None:
-                self._unknown(name[len(_BACKWARD):], dur, parent)
+                self._unknown(name[len(_BACKWARD):], dur)
                 return _Frame(end, None, True, True)
+            first_node = "bwd" not in instance.cpu_us  # a call's backward is one call however many nodes
             instance.cpu_us["bwd"] += dur
-            self._charge(ts, dur, 1)
+            self._charge(ts, dur, calls=int(first_node), tid=tid)
             return _Frame(end, (instance, "bwd"), True, False)
         if parent.backward:  # ops inside a backward node we could not attribute
             return _Frame(end, None, True, True)
         mapped = self._forward(name, args)
         if mapped is None:
             if not parent.unknown and _is_op(name):
-                self._unknown(name, dur, parent)
+                self._unknown(name, dur)
             return _Frame(end, None, False, parent.unknown or _is_op(name))
         instance, pass_, compute = mapped
         instance.cpu_us[pass_] += dur
         self.instances.append(instance)
-        self._charge(ts, dur, 1 if compute else 0, thread_local=compute)
+        if compute:  # collectives run on their own threads, overlapping the step: not charged
+            self._charge(ts, dur, calls=1, tid=tid)
         return _Frame(end, (instance, pass_), False, False)
 
     def _forward(self, name: str, args: dict):
@@ -387,8 +410,7 @@ class _TraceReader:
             group = None  # the process group: known once the whole file is read (_rows)
             message = _numel(dims[0]) * DTYPE_BYTES.get(dtype or "float32", 4)
         else:
-            op = _COLLECTIVES.get(str(args.get("Collective name", "")).lstrip("_").replace("_base", "")) \
-                or _COLLECTIVES.get(str(args.get("Collective name", "")))
+            op = _COLLECTIVES.get(str(args.get("Collective name", "")))
             if op is None:
                 self.skipped[f"collective {args.get('Collective name')!r} (not in the vocabulary)"] += 1
                 return None
@@ -410,17 +432,21 @@ class _TraceReader:
         instance.shape["tensors"] += len(tensors)
         instance.shape["params"] += sum(_numel(t) for t in tensors)
 
-    def _charge(self, ts: float, dur: float, instances: int, thread_local: bool = True) -> None:
-        """Add a top-level instance's time to the profiler step it ran in."""
-        if not thread_local:
-            return  # collectives run on their own threads, overlapping the step
+    def _step_at(self, ts: float, tid) -> dict | None:
+        """The profiler step of thread ``tid`` running at ``ts`` (the latest first: events come in order)."""
         for step in reversed(self.steps):
-            if step["start"] <= ts < step["end"]:
-                step["attributed_us"] += dur
-                step["compute_instances"] += instances
-                return
+            if step["start"] <= ts < step["end"] and step["tid"] == tid:
+                return step
+        return None
 
-    def _unknown(self, name: str, dur: float, parent: _Frame) -> None:
+    def _charge(self, ts: float, dur: float, calls: int, tid) -> None:
+        """Add a recognised call's time (and count) to the profiler step it ran in."""
+        step = self._step_at(ts, tid)
+        if step is not None:
+            step["attributed_us"] += dur
+            step["compute_instances"] += calls
+
+    def _unknown(self, name: str, dur: float) -> None:
         self.unknown_ops[name] += 1
         self.unknown_ms[name] += dur / 1e3
 
@@ -461,7 +487,8 @@ def _group_size(metadata: dict) -> int | None:
     return None
 
 
-def import_trace(paths, out, hardware: str | None = None, progress: bool = False) -> TraceReport:
+def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: float | None = None,
+                 progress: bool = False) -> TraceReport:
     """Read profiler traces (one file per rank) and write their calls as one sample run.
 
     Parameters
@@ -470,6 +497,10 @@ def import_trace(paths, out, hardware: str | None = None, progress: bool = False
     out : the sample store (a folder) to write ``trace-<hardware>-<stamp>.parquet`` into.
     hardware : profile of the device traced; default: matched from the trace's GPU name
         (required for CPU traces, which name no device).
+    profiler_cost_us : what recording one event costs on the traced CPU; default: the value
+        ``prism measure`` writes into its traces (``prism_profiler_cost_us``), else none.
+        On CPU traces it is taken off every call per event recorded inside it, and off the
+        framework time per event recorded outside the calls.
     progress : show a progress bar over the files.
 
     Returns
@@ -488,12 +519,12 @@ def import_trace(paths, out, hardware: str | None = None, progress: bool = False
     paths = [Path(p) for p in paths]
     if not paths:
         raise PrismError("import-trace: no trace files given; pass the JSON files torch.profiler exported")
-    readers, metadata = [], {}
-    size = sum(p.stat().st_size for p in paths if p.is_file())
+    readers = []
     for path in tqdm(paths, desc="traces", unit="file", disable=not progress):
         reader = _TraceReader(path)
-        metadata = reader.read() or metadata
+        reader.read()
         readers.append(reader)
+    metadata = readers[0].metadata
     device_props = metadata.get("deviceProperties") or []
     device_name = str(device_props[0].get("name")) if device_props else "cpu"
     kind = "gpu" if any(r.kernels for r in readers) else "cpu"
@@ -502,29 +533,30 @@ def import_trace(paths, out, hardware: str | None = None, progress: bool = False
         if hardware is None:
             raise PrismError(f"hardware=NAME is required: the trace names no known GPU (device {device_name!r}); "
                              f"give the conf/hardware profile of the machine traced, e.g. hardware=local-cpu")
-    frames, unknown_ops, unknown_ms, unknown_k, unknown_k_ms, skipped = [], Counter(), Counter(), Counter(), \
-        Counter(), Counter()
+    if profiler_cost_us is None:
+        recorded = metadata.get("prism_profiler_cost_us")
+        profiler_cost_us = float(recorded) if recorded is not None else None
+    cost = (profiler_cost_us or 0.0) if kind == "cpu" else 0.0  # kernel times do not include it
     world = int((metadata.get("distributedInfo") or {}).get("world_size", len(readers)))
     hosts = {r.metadata.get("host_name") for r in readers}
     # GPUs per host from the profile; a CPU job traced on one host has every rank there
     ranks_per_host = load_hardware(hardware).node.gpus_per_node if kind == "gpu" or len(hosts) > 1 else world
-    steps = []
+    unknown_ops, unknown_ms, unknown_kernels, unknown_kernel_ms, skipped = (Counter() for _ in range(5))
+    frames, steps = [], []
     for reader in readers:
-        frame = _rows(reader, kind, ranks_per_host, unknown_k, unknown_k_ms, skipped)
-        frames.append(frame)
+        frames.append(_rows(reader, kind, ranks_per_host, cost, unknown_kernels, unknown_kernel_ms, skipped))
         unknown_ops.update(reader.unknown_ops)
         unknown_ms.update(reader.unknown_ms)
         skipped.update(reader.skipped)
         main = Counter(s["tid"] for s in reader.steps).most_common(1)
         steps += [s for s in reader.steps if main and s["tid"] == main[0][0]]
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    rows = pd.concat(frames, ignore_index=True)
     step_us = np.array([s["end"] - s["start"] for s in steps])
     attributed = np.array([s["attributed_us"] for s in steps])
     instances = np.array([s["compute_instances"] for s in steps])
+    profiler_us = cost * np.array([s["loose_events"] for s in steps], dtype=float)
     share = float(attributed.sum() / step_us.sum()) if len(steps) else None
-    overhead = None
-    if len(steps) and kind == "cpu" and instances.sum():
-        overhead = float(max(step_us.sum() - attributed.sum(), 0.0) / instances.sum())
+    overhead = framework_us_per_call(step_us - profiler_us, attributed, instances) if kind == "cpu" else None
     run_id = f"trace-{hardware}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
     run_file = None
     if len(rows):
@@ -535,26 +567,30 @@ def import_trace(paths, out, hardware: str | None = None, progress: bool = False
         rows["repeat"] = rows.groupby(["op", "pass", "dtype"] + [c for c in store.SHAPE_COLUMNS
                                                                  if c in rows], dropna=False).cumcount()
         meta = {"importer": "trace", "importer_version": IMPORTER_VERSION, "hardware": hardware,
-                "files": [str(p) for p in paths],
-                "kind": kind, "steps": len(steps), "step_us": step_us.tolist(),
+                "files": [str(p) for p in paths], "kind": kind, "profiler_cost_us": profiler_cost_us,
+                "steps": len(steps), "step_us": step_us.tolist(), "profiler_us": profiler_us.tolist(),
                 "attributed_us": attributed.tolist(), "compute_instances": instances.tolist(),
                 "op_overhead_us": overhead}
         run_file = str(store.write_run(rows, out, run_id, meta))
-    by_time = lambda c, ms: [{"name": n, "calls": c[n], "total_ms": round(ms[n], 3)}  # noqa: E731
-                             for n, _ in ms.most_common()]
     return TraceReport(
         run_file=run_file, run_id=run_id, hardware=hardware, device_name=device_name, files=len(paths),
-        trace_mb=size / 1e6, events=sum(r.events for r in readers), rows=len(rows),
-        rows_per_op=dict(Counter(rows["op"])) if len(rows) else {}, kind=kind, steps=len(steps),
-        step_ms_median=float(np.median(step_us) / 1e3) if len(steps) else None, attributed_share=share,
-        op_overhead_us=overhead, unknown_ops=by_time(unknown_ops, unknown_ms),
-        unknown_kernels=by_time(unknown_k, unknown_k_ms), skipped=dict(skipped),
+        trace_mb=sum(p.stat().st_size for p in paths) / 1e6, events=sum(r.events for r in readers),
+        rows=len(rows), rows_per_op=dict(Counter(rows["op"])) if len(rows) else {}, kind=kind,
+        steps=len(steps), step_ms_median=float(np.median(step_us) / 1e3) if len(steps) else None,
+        attributed_share=share, profiler_cost_us=profiler_cost_us if kind == "cpu" else None,
+        op_overhead_us=overhead, unknown_ops=_by_time(unknown_ops, unknown_ms),
+        unknown_kernels=_by_time(unknown_kernels, unknown_kernel_ms), skipped=dict(skipped),
         elapsed_s=time.monotonic() - start)
 
 
-def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, unknown_kernels: Counter,
+def _by_time(calls: Counter, ms: Counter) -> list[dict]:
+    return [{"name": n, "calls": calls[n], "total_ms": round(ms[n], 3)} for n, _ in ms.most_common()]
+
+
+def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, unknown_kernels: Counter,
           unknown_kernel_ms: Counter, skipped: Counter) -> pd.DataFrame:
-    """One row per (instance, pass) of one rank's trace; GPU latencies from its kernels."""
+    """One row per (instance, pass) of one rank's trace; GPU latencies from its kernels, CPU
+    ones less ``cost_us`` per profiler event recorded inside the call."""
     if kind == "gpu":
         for ext, name, dur in reader.kernels:
             owner = reader.ext_owner.get(ext)
@@ -577,32 +613,41 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, unknown_kernels:
             shape["group_size"] = group
         if "group_size" in shape:
             shape.update(_topology(shape["group_size"], inst.ranks, ranks_per_host))
-        latencies = inst.gpu_us if kind == "gpu" else inst.cpu_us
+        latencies = inst.gpu_us if kind == "gpu" else {
+            p: us - cost_us * inst.nested[p] for p, us in inst.cpu_us.items()}
         for pass_, us in latencies.items():
             if us > 0:
                 rows.append({"op": inst.op, "pass": pass_, "dtype": inst.dtype or "float32",
                              "latency_us": us, **shape})
             else:
                 skipped[f"{inst.op} {pass_} calls without time"] += 1
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["op", "pass", "dtype", "latency_us"] if not rows else None)
 
 
 def trace_calibration(path, hardware: str) -> Calibration | None:
     """The framework time per compute call that the CPU traces in a store measured.
 
-    Sums over every ``trace`` run of ``hardware`` in the store at ``path``: the profiled
-    steps' time not inside a recognised instance, over the compute instances of those
-    steps. None when the store holds no such run (GPU traces are never charged this way).
+    Over every profiled step of the ``trace`` runs of ``hardware`` in the store at ``path``
+    (:func:`framework_us_per_call`). None when the store holds no such run (GPU traces are never charged this way).
     """
-    unexplained = instances = 0.0
+    step_us, attributed_us, calls = [], [], []
     for run in store.run_files(path):
         meta = store.read_run_metadata(run)
         if meta.get("importer") != "trace" or meta.get("kind") != "cpu" or not meta.get("steps"):
             continue
         if meta.get("hardware", hardware) != hardware:
             continue
-        unexplained += max(sum(meta["step_us"]) - sum(meta["attributed_us"]), 0.0)
-        instances += sum(meta["compute_instances"])
-    if not instances:
+        step_us += np.subtract(meta["step_us"], meta["profiler_us"]).tolist()
+        attributed_us += meta["attributed_us"]
+        calls += meta["compute_instances"]
+    overhead = framework_us_per_call(np.array(step_us), np.array(attributed_us), np.array(calls))
+    return None if overhead is None else Calibration(op_overhead_us=overhead, source="trace")
+
+
+def framework_us_per_call(step_us: np.ndarray, attributed_us: np.ndarray, calls: np.ndarray) -> float | None:
+    """The median over profiled steps of the step time no recognised call explains, per
+    recognised compute call (the median: a profiler cycle's first step can run slow)."""
+    keep = calls > 0
+    if not keep.any():
         return None
-    return Calibration(op_overhead_us=unexplained / instances, source="trace")
+    return float(np.median(np.maximum(step_us[keep] - attributed_us[keep], 0.0) / calls[keep]))
