@@ -13,11 +13,13 @@ import time
 
 import numpy as np
 
-from predictor.compose import QuantileCache, compose, workload_calls
-from predictor.config import HardwareConfig, ParallelConfig, load_config, load_model, section
-from predictor.decompose import decompose
-from predictor.errors import PrismError
-from predictor.operator_models import ModelSet, models_dir
+from predictor.engine.compose import QuantileCache, compose, workload_calls
+from predictor.app.config import load_config
+from predictor.core.specs import HardwareConfig, ParallelConfig
+from predictor.core.profiles import load_model, section
+from predictor.workload.decompose import decompose
+from predictor.core.errors import PrismError
+from predictor.latency.artifacts import ModelSet, models_dir
 
 DRAWS = 500
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from predictor.batch import GPT_VOCAB, predict_table
+from predictor.analyses.batch import GPT_VOCAB, predict_table
 
 E2E = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.batch import predict_table
+from predictor.analyses.batch import predict_table
 
 E2E = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e"
 SETS = ("torchtitan", "megatronlm_readme_h100", "neusight_dist")

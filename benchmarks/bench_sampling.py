@@ -13,16 +13,16 @@ import time
 import numpy as np
 import torch
 
-from predictor.config import load_model
-from predictor.summary import summarize
-from predictor.vocabulary import COLLECTIVE_OPS, COMPUTE_OPS
+from predictor.core.profiles import load_model
+from predictor.data.summary import summarize
+from predictor.core.ops import COLLECTIVE_OPS, COMPUTE_OPS
 from sampling.model import Transformer
 
 
 def bench_quick(extra):
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "predictor.cli", "sample", "hardware=local-cpu",
+        subprocess.run([sys.executable, "-m", "predictor.app.cli", "sample", "hardware=local-cpu",
                         "sampling=quick", f"output_dir={out}", *extra],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall = time.perf_counter() - t0

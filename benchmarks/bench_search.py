@@ -9,9 +9,9 @@ on a 2-core machine), and prints its counts and wall time.
 (2) vtrain_multi (../shared/data/e2e: Megatron-LM on 64-512 A100, rows sharing model and
 GPU count): per group, the layout predicted fastest (median step) against the measured
 step times: is it the measured fastest, or within 5% of it? The issue wants at least 80%
-of the groups to pass. Ranked twice: by :func:`predictor.batch.predict_table` (the
+of the groups to pass. Ranked twice: by :func:`predictor.analyses.batch.predict_table` (the
 composer per row, as ``prism predict-batch``) and by
-:func:`predictor.search.rank_layouts` (the search's screen, then the composer for the
+:func:`predictor.analyses.search.rank_layouts` (the search's screen, then the composer for the
 best), which should agree.
 """
 from __future__ import annotations
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.batch import predict_table, row_workload
-from predictor.decompose import decompose
-from predictor.errors import PrismError
-from predictor.operator_models import trained_models
-from predictor.search import rank_layouts
+from predictor.analyses.batch import predict_table, row_workload
+from predictor.workload.decompose import decompose
+from predictor.core.errors import PrismError
+from predictor.latency.artifacts import trained_models
+from predictor.analyses.search import rank_layouts
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E = ROOT.parent / "shared" / "data" / "e2e" / "e2e_training_visible.csv"
@@ -40,7 +40,7 @@ WITHIN = 0.05
 def time_search() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "predictor.cli", *COMMAND[1:]], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "predictor.app.cli", *COMMAND[1:]], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=True)
     wall = time.perf_counter() - t0
     out = json.loads(done.stdout)

@@ -29,15 +29,16 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from predictor.calibration import Calibration  # noqa: E402
-from predictor.compose import compose  # noqa: E402
-from predictor.config import (HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig,  # noqa: E402
-                              load_config, section)
-from predictor.decompose import decompose  # noqa: E402
-from predictor.importers.trace import import_trace, trace_calibration  # noqa: E402
-from predictor.operator_models import ModelSet, train  # noqa: E402
-from predictor.predict import predict, resolve_layout  # noqa: E402
-from predictor.store import read_samples  # noqa: E402
+from predictor.latency.calibration import Calibration  # noqa: E402
+from predictor.engine.compose import compose  # noqa: E402
+from predictor.app.config import load_config
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig
+from predictor.core.profiles import section
+from predictor.workload.decompose import decompose  # noqa: E402
+from predictor.data.importers.trace import import_trace, trace_calibration  # noqa: E402
+from predictor.latency.artifacts import ModelSet, train  # noqa: E402
+from predictor.analyses.predict import predict, resolve_layout  # noqa: E402
+from predictor.data.store import read_samples  # noqa: E402
 
 LAYOUTS = {  # the reference workload on this machine: one rank, and two data-parallel gloo ranks
     "small dp1": ["model=small"],
@@ -115,7 +116,7 @@ def big_trace(source: Path, work: Path, size_mb: float) -> dict:
     path = work / "big.json"
     events = write_big_trace(source, path, size_mb)
     child = ("import json, resource, sys, time; sys.path.insert(0, %r)\n"
-             "from predictor.importers.trace import import_trace\n"
+             "from predictor.data.importers.trace import import_trace\n"
              "t = time.perf_counter(); r = import_trace([%r], %r, hardware='local-cpu')\n"
              "print(json.dumps({'seconds': time.perf_counter() - t, 'rows': r.rows, 'events': r.events,\n"
              "  'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))"

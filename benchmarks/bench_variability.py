@@ -14,12 +14,14 @@ from __future__ import annotations
 import tempfile
 import time
 
-from predictor.compose import QuantileCache
-from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
-from predictor.decompose import decompose
-from predictor.operator_models import trained_models
-from predictor.predict import resolve_layout
-from predictor.variability import analysis_settings, format_variability, plot_variability, shortcut_check, variability
+from predictor.engine.compose import QuantileCache
+from predictor.app.config import load_config
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.profiles import section
+from predictor.workload.decompose import decompose
+from predictor.latency.artifacts import trained_models
+from predictor.analyses.predict import resolve_layout
+from predictor.analyses.variability import analysis_settings, format_variability, plot_variability, shortcut_check, variability
 
 LAYOUT = ["model=llama3-70b", "hardware=h100-sxm", "gpus=65536", "parallel.tp=8", "parallel.pp=8"]
 BUDGET_S = 10.0

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.config import load_hardware
-from predictor.operator_models import ModelSet
+from predictor.core.profiles import load_hardware
+from predictor.latency.artifacts import ModelSet
 
 #: CPU layouts: world size <= 2 (one core per rank). Two model sizes (tiny 0.6 M, small
 #: 9 M parameters), three sequence lengths, dp / tp / pp (1F1B and GPipe, 4+ micro-batches),
@@ -64,7 +64,7 @@ GPU_LAYOUTS = [
 
 def prism(*args: str, capture: bool = False) -> str:
     """Run one `prism` verb in a fresh interpreter; stop the suite if it fails."""
-    cmd = [sys.executable, "-m", "predictor.cli", *args]
+    cmd = [sys.executable, "-m", "predictor.app.cli", *args]
     print("$ prism " + " ".join(args), flush=True)
     done = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None, text=True)
     if done.returncode:

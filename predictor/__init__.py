@@ -1,6 +1,6 @@
 """PRISM's CPU-only side: it reads samples and model artifacts, never torch.
 
-Verbs are plain functions (``predictor.summary.summarize``, ...) and CLI commands
-(``prism <verb> key=value ...``, see ``predictor.cli``).
+Verbs are plain functions (``predictor.data.summary.summarize``, ...) and CLI commands
+(``prism <verb> key=value ...``, see ``predictor.app.cli``).
 """
 __version__ = "0.1.0"

@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 import torch
 import torch.distributed as dist
 
-from predictor.store import RunWriter
-from predictor.vocabulary import DTYPE_BYTES
+from predictor.data.store import RunWriter
+from predictor.core.ops import DTYPE_BYTES
 from sampling.kernels import TORCH_DTYPES
 
 

@@ -12,8 +12,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from predictor.errors import PrismError
-from predictor.vocabulary import OPS, unknown_op_message
+from predictor.core.errors import PrismError
+from predictor.core.ops import OPS, unknown_op_message
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -3,7 +3,7 @@
 :func:`measure` resolves the model, the layout and ``cfg.measure``, runs the reference
 workload (:mod:`sampling.reference`) under ``torchrun`` with ``dp·tp·pp`` ranks (gloo on
 CPU, NCCL on CUDA) and writes one row per timed step and rank to ``cfg.out``
-(:func:`predictor.measurements.write_measurements`: atomic, other layouts in the file
+(:func:`predictor.data.measurements.write_measurements`: atomic, other layouts in the file
 kept). Nothing is written until every rank has finished; Ctrl-C, SIGTERM or
 ``measure.timeout_s`` stop torchrun and leave the file as it was.
 """
@@ -28,11 +28,13 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from predictor.config import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig, load_model, section
-from predictor.errors import PrismError
-from predictor.measurements import step_times, write_measurements
-from predictor.memory import _divisors, validate_layout
-from predictor.predict import resolve_layout
+from predictor.core.specs import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
+
+from predictor.core.profiles import load_model, section
+from predictor.core.errors import PrismError
+from predictor.data.measurements import step_times, write_measurements
+from predictor.workload.memory import _divisors, validate_layout
+from predictor.analyses.predict import resolve_layout
 from sampling.runner import _device
 
 #: What the reference workload runs (:mod:`sampling.reference`); other values are refused.
@@ -92,7 +94,7 @@ def layout_id(model: ModelConfig, par: ParallelConfig) -> str:
 def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
     """Raise :class:`PrismError` naming the field if the reference workload cannot run
     ``par`` (with its global batch resolved): the general rules of
-    :func:`~predictor.memory.validate_layout`, then what this workload leaves out."""
+    :func:`~predictor.workload.memory.validate_layout`, then what this workload leaves out."""
     validate_layout(model, par)
     if par.cp != 1:
         raise PrismError(f"parallel.cp={par.cp}: the reference workload has no context parallelism; "

@@ -21,7 +21,7 @@ from torch import nn
 from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
-from predictor.config import ModelConfig
+from predictor.core.specs import ModelConfig
 
 
 class Norm(nn.Module):

@@ -1,7 +1,7 @@
 """Sampling plans: which shapes to time, in which order, within a time budget.
 
 "Lightweight means targeted" (DESIGN.md): a plan first takes the shapes its target
-models need (:func:`predictor.workload.model_ops` for each micro-batch size and TP
+models need (:func:`predictor.workload.layers.model_ops` for each micro-batch size and TP
 degree), then fills up to ``shapes_per_op`` with a scrambled Sobol design, log-uniform
 in a box around those targets. Every shape whose roofline-estimated call exceeds
 ``max_call_ms`` is left out; the cap is halved until the whole plan's estimate fits
@@ -20,11 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import qmc
 
-from predictor.config import HardwareConfig, SamplingConfig, load_model
-from predictor.errors import PrismError
-from predictor.vocabulary import (BUS_FACTOR, DTYPE_BYTES, OPS, OPTIMIZERS, bytes_moved,
+from predictor.core.specs import HardwareConfig, SamplingConfig
+
+from predictor.core.profiles import load_model
+from predictor.core.errors import PrismError
+from predictor.core.ops import (BUS_FACTOR, DTYPE_BYTES, OPS, OPTIMIZERS, bytes_moved,
                                   flops, unknown_op_message)
-from predictor.workload import model_ops
+from predictor.workload.layers import model_ops
 
 # Measured kernels on a CPU run far below the roofline; assume 25% of it, plus a fixed
 # per-call overhead, so the budget estimate errs on the slow side.

@@ -49,8 +49,8 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from predictor.config import ModelConfig, ParallelConfig
-from predictor.memory import layers_per_stage
+from predictor.core.specs import ModelConfig, ParallelConfig
+from predictor.workload.memory import layers_per_stage
 from sampling.collectives import _sync, worker_main
 from sampling.model import Transformer
 

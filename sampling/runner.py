@@ -24,10 +24,11 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from predictor import store
-from predictor.config import HardwareConfig, SamplingConfig, section
-from predictor.errors import PrismError
-from predictor.vocabulary import OPS
+from predictor.data import store
+from predictor.core.specs import HardwareConfig, SamplingConfig
+from predictor.core.profiles import section
+from predictor.core.errors import PrismError
+from predictor.core.ops import OPS
 from sampling import kernels
 from sampling.plan import Plan, Task, make_plan, task_key
 from sampling.timers import make_timer

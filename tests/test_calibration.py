@@ -4,14 +4,15 @@ import shutil
 import numpy as np
 import pytest
 
-from predictor.calibration import Calibration, fit_calibration
-from predictor.compose import compose
-from predictor.config import load_hardware
-from predictor.decompose import decompose
-from predictor.errors import PrismError
-from predictor.measurements import layout_configs, read_measurements, step_times
-from predictor.operator_models import ModelSet, models_dir
-from predictor.validate import validate
+from predictor.analyses.calibrate import fit_calibration
+from predictor.latency.calibration import Calibration
+from predictor.engine.compose import compose
+from predictor.core.profiles import load_hardware
+from predictor.workload.decompose import decompose
+from predictor.core.errors import PrismError
+from predictor.data.measurements import layout_configs, read_measurements, step_times
+from predictor.latency.artifacts import ModelSet, models_dir
+from predictor.analyses.validate import validate
 from tests.conftest import ROOT
 
 MEASURED = ROOT / "measurements" / "local-cpu-suite.parquet"

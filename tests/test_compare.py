@@ -3,12 +3,13 @@ import json
 
 import pytest
 
-from predictor.cli import main
-from predictor.compare import compare, format_comparison, gpu_profiles, split_hardware
-from predictor.figures import plot_path
-from predictor.config import group_options, load_config
-from predictor.errors import PrismError
-from predictor.predict import predict
+from predictor.app.cli import main
+from predictor.analyses.compare import compare, format_comparison, gpu_profiles, split_hardware
+from predictor.app.figures import plot_path
+from predictor.app.config import load_config
+from predictor.core.profiles import group_options
+from predictor.core.errors import PrismError
+from predictor.analyses.predict import predict
 
 JOB = ["model=gpt3-1.3b", "gpus=64", "parallel.tp=2", "parallel.pp=2"]
 FOUR = ["a100-sxm4-80gb", "h100-sxm", "gh200", "b200"]

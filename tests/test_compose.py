@@ -3,11 +3,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.compose import COMPONENTS, compose
-from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
-from predictor.decompose import decompose
-from predictor.errors import PrismError
-from predictor.operator_models import ModelSet, models_dir
+from predictor.engine.compose import COMPONENTS, compose
+from predictor.app.config import load_config
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.profiles import section
+from predictor.workload.decompose import decompose
+from predictor.core.errors import PrismError
+from predictor.latency.artifacts import ModelSet, models_dir
 
 
 def _setup(*overrides, hardware="a100-sxm4-80gb", model="gpt3-2.7b"):

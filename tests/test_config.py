@@ -1,9 +1,12 @@
 import pytest
 
-from predictor.config import (HardwareConfig, ModelConfig, SamplingConfig, group_options,
-                              load_config, load_model, section)
-from predictor.errors import PrismError
-from predictor.workload import parameter_count
+from predictor.app.config import load_config
+
+from predictor.core.specs import HardwareConfig, ModelConfig, SamplingConfig
+
+from predictor.core.profiles import group_options, load_model, section
+from predictor.core.errors import PrismError
+from predictor.workload.layers import parameter_count
 
 # Published sizes (billions) the model configs must reproduce.
 PUBLISHED_B = {"gpt3-1.3b": 1.3, "gpt3-2.7b": 2.7, "gpt3-6.7b": 6.7, "gpt3-13b": 13, "gpt3-175b": 175,

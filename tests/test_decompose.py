@@ -1,11 +1,15 @@
 """The decomposition of a training step: FLOPs, collectives and placement."""
 import pytest
 
-from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
-from predictor.decompose import decompose, group_topology
-from predictor.errors import PrismError
-from predictor.predict import model_flops_per_step
-from predictor.vocabulary import flops
+from predictor.app.config import load_config
+
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+
+from predictor.core.profiles import section
+from predictor.workload.decompose import decompose, group_topology
+from predictor.core.errors import PrismError
+from predictor.analyses.predict import model_flops_per_step
+from predictor.core.ops import flops
 
 
 def _workload(*overrides, model="gpt3-13b", hardware="a100-sxm4-80gb"):

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from predictor.figures import new_figure, save_figure  # noqa: E402
+from predictor.app.figures import new_figure, save_figure  # noqa: E402
 
 
 def test_save_writes_a_png_and_no_temporary_file(tmp_path):
@@ -30,7 +30,7 @@ def test_the_verbs_figures_leave_the_callers_backend_alone(tmp_path):
     """A notebook keeps its inline backend: figures are drawn without pyplot (new_figure)."""
     import numpy as np
 
-    from predictor.validate import Validation, plot_cdfs, score
+    from predictor.analyses.validate import Validation, plot_cdfs, score
 
     rng = np.random.default_rng(0)
     measured, predicted = rng.lognormal(0, 0.1, 30), rng.lognormal(0.05, 0.1, 500)

@@ -10,12 +10,12 @@ import math
 import pandas as pd
 import pytest
 
-from predictor import store
-from predictor.cli import main
-from predictor.errors import PrismError
-from predictor.importers.ett import (LEFT_OUT, ImportReport, ett_baseline, first_stage_params, import_ett,
+from predictor.data import store
+from predictor.app.cli import main
+from predictor.core.errors import PrismError
+from predictor.data.importers.ett import (LEFT_OUT, ImportReport, ett_baseline, first_stage_params, import_ett,
                                      partition_vocab)
-from predictor.vocabulary import OPS
+from predictor.core.ops import OPS
 
 A100 = "NVIDIAA100-SXM4-80GB"
 _IMPORTS = {}

@@ -11,11 +11,13 @@ import sys
 import pandas as pd
 import pytest
 
-from predictor.config import load_config, load_model
-from predictor.errors import PrismError
-from predictor.importers.chrome_json import TraceStream
-from predictor.importers.trace import import_trace, trace_calibration
-from predictor.workload import parameter_tensors
+from predictor.app.config import load_config
+
+from predictor.core.profiles import load_model
+from predictor.core.errors import PrismError
+from predictor.data.importers.chrome_json import TraceStream
+from predictor.data.importers.trace import import_trace, trace_calibration
+from predictor.workload.layers import parameter_tensors
 
 MODEL = load_model("tiny")  # 2 layers, llama-style: rope, swiglu, rmsnorm
 
@@ -107,12 +109,12 @@ def test_train_stores_the_traced_framework_time(imported, tmp_path):
 
 
 def test_cli_reads_files_then_settings(traces, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "predictor.cli", "import-trace", *map(str, traces),
+    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "import-trace", *map(str, traces),
                           f"out={tmp_path}", "hardware=local-cpu", "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout)
     assert payload["rows"] > 0 and payload["files"] == 2
-    missing = subprocess.run([sys.executable, "-m", "predictor.cli", "import-trace", str(traces[0])],
+    missing = subprocess.run([sys.executable, "-m", "predictor.app.cli", "import-trace", str(traces[0])],
                              capture_output=True, text=True)
     assert missing.returncode != 0 and "out=DIR is required" in missing.stderr
 
@@ -155,7 +157,7 @@ def test_truncated_real_trace_and_gzip(traces, tmp_path):
 
 
 def test_stream_reads_across_chunk_boundaries(tmp_path, monkeypatch):
-    import predictor.importers.chrome_json as cj
+    import predictor.data.importers.chrome_json as cj
     monkeypatch.setattr(cj, "_CHUNK", 7)  # every value straddles a chunk
     doc = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": f"op{i}", "ts": 1.5 * i, "dur": 12345.678,
                                                  "args": {"Input Dims": [[i, 3]], "s": "é"}} for i in range(50)],

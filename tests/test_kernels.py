@@ -3,9 +3,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from predictor.config import load_model  # noqa: E402
-from predictor.vocabulary import COMPUTE_OPS, OPS  # noqa: E402
-from predictor.workload import model_ops, parameter_count  # noqa: E402
+from predictor.core.profiles import load_model
+from predictor.core.ops import COMPUTE_OPS, OPS  # noqa: E402
+from predictor.workload.layers import model_ops, parameter_count  # noqa: E402
 from sampling import kernels  # noqa: E402
 from sampling.model import Transformer  # noqa: E402
 from sampling.timers import CpuTimer  # noqa: E402

@@ -2,12 +2,14 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from predictor.compose import compose
-from predictor.config import HardwareConfig, ParallelConfig, load_config, load_model, section
-from predictor.decompose import decompose
-from predictor.errors import PrismError
-from predictor.memory import memory_per_gpu
-from predictor.operator_models import ModelSet, models_dir
+from predictor.engine.compose import compose
+from predictor.app.config import load_config
+from predictor.core.specs import HardwareConfig, ParallelConfig
+from predictor.core.profiles import load_model, section
+from predictor.workload.decompose import decompose
+from predictor.core.errors import PrismError
+from predictor.workload.memory import memory_per_gpu
+from predictor.latency.artifacts import ModelSet, models_dir
 
 HW = section(load_config(["hardware=a100-sxm4-80gb"]), "hardware", HardwareConfig)
 MODELS = ModelSet.load(models_dir() / HW.name, HW)

@@ -5,9 +5,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from predictor.config import ModelConfig, ParallelConfig, load_config, load_model, section  # noqa: E402
-from predictor.errors import PrismError  # noqa: E402
-from predictor.measurements import COLUMNS, layout_configs, read_measurements  # noqa: E402
+from predictor.app.config import load_config
+
+from predictor.core.specs import ModelConfig, ParallelConfig
+
+from predictor.core.profiles import load_model, section
+from predictor.core.errors import PrismError  # noqa: E402
+from predictor.data.measurements import COLUMNS, layout_configs, read_measurements  # noqa: E402
 from sampling.measure import layout_id, measure  # noqa: E402
 
 QUICK = ["model=tiny", "measure.steps=3", "measure.warmup=1"]

@@ -3,12 +3,16 @@ from dataclasses import replace
 
 import pytest
 
-from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, load_model, section
-from predictor.errors import PrismError
-from predictor.memory import (GiB, MemoryBreakdown, in_flight_microbatches, layer_activation_bytes,
+from predictor.app.config import load_config
+
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+
+from predictor.core.profiles import load_model, section
+from predictor.core.errors import PrismError
+from predictor.workload.memory import (GiB, MemoryBreakdown, in_flight_microbatches, layer_activation_bytes,
                               layers_per_stage, memory_per_gpu, memory_per_stage,
                               model_state_bytes, padded_vocab, stage_parameters, validate_layout)
-from predictor.workload import layer_parameters, parameter_count
+from predictor.workload.layers import layer_parameters, parameter_count
 
 
 def gpt(h: int, a: int, layers: int, vocab: int = 51200, seq: int = 2048) -> ModelConfig:

@@ -7,13 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.batch import row_precision
-from predictor.compose import call_quantiles, compose
-from predictor.config import ParallelConfig, RegressorConfig, load_config, load_hardware, load_model, section
-from predictor.decompose import Call, decompose
-from predictor.importers.microbench import import_microbench
-from predictor.operator_models import TIERS, evidence_tier, train, trained_models
-from predictor.store import read_samples
+from predictor.analyses.batch import row_precision
+from predictor.engine.compose import call_quantiles, compose
+from predictor.app.config import load_config
+from predictor.core.specs import ParallelConfig, RegressorConfig
+from predictor.core.profiles import load_hardware, load_model, section
+from predictor.workload.decompose import Call, decompose
+from predictor.data.importers.microbench import import_microbench
+from predictor.latency.artifacts import TIERS, evidence_tier, train, trained_models
+from predictor.data.store import read_samples
 
 MICROBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "microbench"
 pytestmark = pytest.mark.skipif(not MICROBENCH.exists(), reason="../shared/data/microbench is not beside the checkout")
@@ -112,7 +114,7 @@ def test_row_precision(text, framework, expected):
 
 
 def test_unknown_hardware_is_named():
-    from predictor.errors import PrismError
+    from predictor.core.errors import PrismError
     with pytest.raises(PrismError, match="hardware=a100-sxm4-80gb"):
         import_microbench(MICROBENCH, "a100-sxm4-80gb", "unused")
 
@@ -120,7 +122,7 @@ def test_unknown_hardware_is_named():
 def test_cli_imports_each_named_hardware(tmp_path, capsys):
     import json
 
-    from predictor.cli import main
+    from predictor.app.cli import main
     assert main(["import-microbench", str(MICROBENCH), f"out={tmp_path}", "hardware=b200", "--json"]) == 0
     reports = json.loads(capsys.readouterr().out)
     assert [r["hardware"] for r in reports] == ["b200"] and (tmp_path / "microbench-b200.parquet").exists()

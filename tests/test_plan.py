@@ -1,8 +1,12 @@
 import pytest
 
-from predictor.config import HardwareConfig, SamplingConfig, load_config, section
-from predictor.errors import PrismError
-from predictor.vocabulary import COLLECTIVE_OPS, COMPUTE_OPS, OPS
+from predictor.app.config import load_config
+
+from predictor.core.specs import HardwareConfig, SamplingConfig
+
+from predictor.core.profiles import section
+from predictor.core.errors import PrismError
+from predictor.core.ops import COLLECTIVE_OPS, COMPUTE_OPS, OPS
 from sampling.plan import make_plan
 
 

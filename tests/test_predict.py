@@ -6,11 +6,11 @@ import sys
 import pandas as pd
 import pytest
 
-from predictor.batch import predict_table
+from predictor.analyses.batch import predict_table
 
 
 def _prism(*args):
-    return subprocess.run([sys.executable, "-m", "predictor.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "predictor.app.cli", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -63,7 +63,7 @@ def test_predict_batch_reports_errors_per_row(shared_data):
 
 
 def test_predict_draws_its_plot_when_asked(tmp_path, capsys):
-    from predictor.cli import main
+    from predictor.app.cli import main
     png = tmp_path / "step"
     assert main(["predict", "model=gpt3-1.3b", "hardware=a100-sxm4-80gb", "gpus=8", "target_step_s=1",
                  f"plot={png}", "--json"]) == 0

@@ -7,12 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.config import HardwareConfig, RegressorConfig, load_config, section
-from predictor.errors import PrismError
-from predictor.importers.ett import import_ett
-from predictor.operator_models import ModelSet, fit_operator_model, shape_groups, train
-from predictor.regressor import QuantileXGBRegressor, conformal_offsets
-from predictor.store import read_samples
+from predictor.app.config import load_config
+
+from predictor.core.specs import HardwareConfig, RegressorConfig
+
+from predictor.core.profiles import section
+from predictor.core.errors import PrismError
+from predictor.data.importers.ett import import_ett
+from predictor.latency.artifacts import ModelSet, fit_operator_model, shape_groups, train
+from predictor.latency.regressor import QuantileXGBRegressor, conformal_offsets
+from predictor.data.store import read_samples
 
 A100 = "a100-sxm4-80gb"
 
@@ -122,7 +126,7 @@ def test_regressor_follows_the_estimator_api():
 
 
 def _prism(*args):
-    return subprocess.run([sys.executable, "-m", "predictor.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "predictor.app.cli", *args], capture_output=True, text=True,
                           timeout=300)
 
 

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from predictor import store  # noqa: E402
-from predictor.cli import main  # noqa: E402
+from predictor.data import store  # noqa: E402
+from predictor.app.cli import main  # noqa: E402
 
 SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10",
               "sampling.shapes_per_op=3", "sampling.message_sizes=2", "sampling.targets=[tiny]",
@@ -19,7 +19,7 @@ SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=1
 
 
 def _prism(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "predictor.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "predictor.app.cli", *args], env=env,
                           capture_output=True, text=True, **kw)
 
 
@@ -46,7 +46,7 @@ def test_sample_writes_every_repeat_with_the_contract_columns(tmp_path, cpu_env)
 def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     args = ["sample", *SMALL_PLAN, "sampling.shapes_per_op=12",
             "sampling.ops=[gemm,attention,layernorm]", f"output_dir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, "-m", "predictor.cli", *args], env=cpu_env,
+    proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args], env=cpu_env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120

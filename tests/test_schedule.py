@@ -1,4 +1,4 @@
-"""Pipeline schedules (predictor.schedule) against closed forms, hand-worked cases and a
+"""Pipeline schedules (predictor.engine.schedule) against closed forms, hand-worked cases and a
 scalar event-driven reference simulation written independently here."""
 import time
 import zlib
@@ -6,14 +6,14 @@ import zlib
 import numpy as np
 import pytest
 
-from predictor.errors import PrismError
-from predictor.schedule import SCHEDULES, pipeline_time, rank_orders, simulate_pipeline, steady_pipeline
+from predictor.core.errors import PrismError
+from predictor.engine.schedule import SCHEDULES, pipeline_time, rank_orders, simulate_pipeline, steady_pipeline
 
 
 # --------------------------------------------------------------------------- reference
 
 def _reference_orders(schedule, pp, m, vpp):
-    """Each rank's op list, derived independently of predictor.schedule.
+    """Each rank's op list, derived independently of predictor.engine.schedule.
 
     1F1B in PyTorch's Schedule1F1B formulation (min(m, pp - i) warm-up forwards, then
     backward/forward pairs), which yields the same sequence as Megatron's (pp - i - 1)

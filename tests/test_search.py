@@ -7,14 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.cli import main
-from predictor.compose import QuantileCache, compose
-from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
-from predictor.decompose import decompose
-from predictor.errors import PrismError
-from predictor.memory import memory_per_gpu
-from predictor.operator_models import trained_models
-from predictor.search import MIN_CP_TOKENS, enumerate_layouts, invalid_reason, pareto_front, screen, search
+from predictor.app.cli import main
+from predictor.engine.compose import QuantileCache, compose
+from predictor.app.config import load_config
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.profiles import section
+from predictor.workload.decompose import decompose
+from predictor.core.errors import PrismError
+from predictor.workload.memory import memory_per_gpu
+from predictor.latency.artifacts import trained_models
+from predictor.analyses.search import MIN_CP_TOKENS, enumerate_layouts, invalid_reason, pareto_front, screen, search
 
 # A small job: tiny's 2 layers and 4 heads keep the layouts few (tp=8 does not divide the
 # heads: invalid); a 4,096-token sequence lets cp reach 4.

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from predictor.validate import score
+from predictor.analyses.validate import score
 
 
 def test_a_distribution_scored_against_itself_is_perfect():
@@ -27,12 +27,12 @@ def test_validate_cli_prints_one_json_object_per_layout(tmp_path, cpu_env):
     import subprocess
     import sys
 
-    from predictor.measurements import read_measurements, write_measurements
+    from predictor.data.measurements import read_measurements, write_measurements
     from tests.conftest import ROOT
     frame = read_measurements(ROOT / "measurements" / "local-cpu-suite.parquet")
     two = frame[frame.layout_id.isin(frame.layout_id.unique()[:2])]
     path = write_measurements(two, tmp_path / "m.parquet")
-    out = subprocess.run([sys.executable, "-m", "predictor.cli", "validate", f"measured={path}", "hardware=local-cpu",
+    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "validate", f"measured={path}", "hardware=local-cpu",
                           f"out={tmp_path / 'cdf.png'}", "--json"], capture_output=True, text=True, env=cpu_env,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -49,7 +49,7 @@ def test_validate_names_a_missing_file_and_a_foreign_hardware(tmp_path, cpu_env)
     import sys
 
     from tests.conftest import ROOT
-    run = lambda *a: subprocess.run([sys.executable, "-m", "predictor.cli", "validate", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "predictor.app.cli", "validate", *a],  # noqa: E731
                                     capture_output=True, text=True, env=cpu_env, timeout=120)
     missing = run(f"measured={tmp_path / 'none.parquet'}", "hardware=local-cpu")
     assert missing.returncode == 2 and "measured=" in missing.stderr and "prism measure" in missing.stderr

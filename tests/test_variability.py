@@ -5,14 +5,16 @@ from dataclasses import replace
 
 import pytest
 
-from predictor.cli import main
-from predictor.compose import QuantileCache, compose
-from predictor.config import HardwareConfig, ModelConfig, ParallelConfig, load_config, section
-from predictor.decompose import decompose
-from predictor.errors import PrismError
-from predictor.operator_models import trained_models
-from predictor.predict import predict, resolve_layout
-from predictor.variability import (analysis_settings, shortcut_check, slow_gpus_per_stage, time_to_train,
+from predictor.app.cli import main
+from predictor.engine.compose import QuantileCache, compose
+from predictor.app.config import load_config
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.profiles import section
+from predictor.workload.decompose import decompose
+from predictor.core.errors import PrismError
+from predictor.latency.artifacts import trained_models
+from predictor.analyses.predict import predict, resolve_layout
+from predictor.analyses.variability import (analysis_settings, shortcut_check, slow_gpus_per_stage, time_to_train,
                                    variability)
 
 LAYOUT = ["model=llama3-70b", "hardware=h100-sxm", "parallel.tp=8", "parallel.pp=8"]

@@ -1,0 +1,64 @@
+"""``prism calibrate``: fit the in-situ calibration (:class:`~predictor.latency.calibration.Calibration`)
+to measured reference steps, and score it honestly by leaving one layout out.
+
+The three numbers are fitted by least squares on ``log(predicted median / measured
+median)`` over the measured layouts, each prediction composed by the engine itself.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from predictor.core.errors import PrismError
+from predictor.core.specs import HardwareConfig
+from predictor.data.measurements import measured_workloads
+from predictor.engine.compose import QuantileCache, compose
+from predictor.latency.calibration import Calibration
+from predictor.workload.decompose import Workload
+
+
+def _fit(works: list[Workload], medians: np.ndarray, models, draws: int) -> Calibration:
+    # the operator quantiles do not depend on the calibration: look them up once for the fit
+    cache = QuantileCache(models, works[0].hardware)
+
+    def residuals(theta):
+        cal = Calibration(*(float(v) for v in np.exp(theta)))
+        pred = [np.median(compose(w, models, draws=draws, seed=0, cache=cache, calibration=cal).draws)
+                for w in works]
+        return np.log(np.asarray(pred) / medians)
+
+    # log-parameters keep every factor positive; bounds keep a poor fit physical
+    fit = least_squares(residuals, x0=np.log([1.0, 5.0, 5.0]), diff_step=1e-3,
+                        bounds=(np.log([0.25, 0.01, 0.01]), np.log([4.0, 1e4, 1e4])))
+    return Calibration(*(float(v) for v in np.exp(fit.x)), layouts=len(works),
+                       rms_log_error=float(np.sqrt(np.mean(fit.fun ** 2))))
+
+
+def _workloads(measured: pd.DataFrame, hw: HardwareConfig) -> tuple[list[str], list[Workload], np.ndarray]:
+    layouts = measured_workloads(measured, hw)
+    return ([lid for lid, _, _ in layouts], [w for _, w, _ in layouts],
+            np.array([np.median(t) for _, _, t in layouts]))
+
+
+def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100) -> Calibration:
+    """Fit the three numbers to every layout of ``measured`` (at least 3 layouts)."""
+    _, works, medians = _workloads(measured, hw)
+    if len(works) < 3:
+        raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
+                         f"measured layouts (prism measure ... out=FILE, several times)")
+    return _fit(works, medians, models, draws)
+
+
+def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100) -> dict:
+    """Leave-one-layout-out: layout_id -> the calibration fitted without it."""
+    ids, works, medians = _workloads(measured, hw)
+    if len(works) < 4:
+        raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4")
+    keep = np.ones(len(works), bool)
+    out = {}
+    for i, layout_id in enumerate(ids):
+        keep[:] = True
+        keep[i] = False
+        out[layout_id] = _fit([w for w, k in zip(works, keep) if k], medians[keep], models, draws)
+    return out

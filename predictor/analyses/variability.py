@@ -1,0 +1,376 @@
+"""``prism variability``: how a layout's step time spreads at scale, and why.
+
+DESIGN.md, "Analyses". Four studies of one layout, each built on the composer
+(:func:`predictor.engine.compose.compose`) with one shared :class:`QuantileCache`:
+
+1. **Slowdown versus scale.** The *nominal* step is the step with every variability
+   component held at its median (``hold=COMPONENTS``: every op at its median latency, every
+   GPU at median speed, the median communication regime). A slowdown of ``x`` is a step of
+   at least ``(1 + x)`` times the nominal one. Its probability is reported for the layout
+   at each GPU count of ``analysis.scales`` with tp, pp, cp and the micro-batches per
+   replica fixed (dp and the global batch grow with the GPU count), so what changes with
+   scale is only the number of GPUs a stage waits for.
+2. **Variance attribution.** Holding one op's residual at its median (``residual:<op>/
+   <pass>``), then each component alone, and measuring how much the step-time variance
+   drops. Variance, not the p5-p95 width: independent contributions to a sum add up in
+   variance, so the drops are comparable shares. Every hold draws the same random
+   numbers, so a drop is what was held and not Monte Carlo noise. Shares are the drops
+   normalised to sum to 1 (over ops, and separately over components); the raw drop, as a
+   fraction of the variance, says how far the parts add up to the whole.
+3. **Slow-node placement.** ``analysis.slow_nodes`` nodes (a node is ``gpus_per_node``
+   consecutive ranks, Megatron's order: tp innermost, then cp, dp, pp) run
+   ``analysis.slow_factor`` times slower. A stage waits for its slowest GPU, and the data-
+   parallel gradient reduction makes every replica wait for the slowest one each step, so
+   what matters is how many slow GPUs each pipeline stage holds; which replica or tp group
+   they sit in does not (a tp group lies within a node whenever tp <= gpus_per_node). The
+   placements compared: all in the first, last or middle stage; spread over stages in the
+   same dp replica; spread over stages and replicas.
+4. **Time to train with failures.** The run's productive days (its mean step, as
+   ``prism predict``: per-step jitter averages out, what persists does not) plus
+   interruptions while it runs: their number is Poisson with mean
+   ``interruptions_per_gpu_day x gpus x productive days`` (failures during a restart count
+   within the restart), each costing ``restart_cost_min`` plus the work since the last
+   checkpoint, uniform on ``[0, checkpoint_interval_min)``. Goodput = productive / total.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from predictor.engine.compose import COMPONENTS, PER_STEP, QuantileCache, compose, workload_calls
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.profiles import section
+from predictor.workload.decompose import Workload, decompose
+from predictor.core.errors import PrismError
+from predictor.app.figures import new_figure, save_figure
+from predictor.latency.artifacts import trained_models
+from predictor.analyses.predict import SECONDS_PER_DAY, resolve_layout, run_step_draws
+
+MINUTES_PER_DAY = 1440.0
+
+
+@dataclass
+class AnalysisConfig:
+    """``analysis:`` in conf/config.yaml."""
+
+    draws: int = 2000
+    thresholds: list[float] = field(default_factory=lambda: [0.05, 0.10, 0.20])
+    scales: list[int] = field(default_factory=lambda: [8, 64, 512, 4096, 16384, 65536])
+    top_ops: int = 8
+    slow_nodes: int = 4
+    slow_factor: float = 1.10
+    runs: int = 4000
+
+
+@dataclass
+class VariabilityReport:
+    model: str
+    hardware: str
+    gpus: int
+    layout: dict
+    nominal_s: float  # every component at its median
+    step_time_s: dict  # p5, p50, p95, mean
+    cdf: dict  # {"t_s": [...], "p": [...]}
+    scales: list[dict]  # per GPU count: nominal, p50, p95, P(slowdown >= x)
+    attribution: dict  # {"ops": [...], "components": [...]}: shares of the step-time variance
+    placements: list[dict]  # per placement of the slow nodes: slow GPUs per stage, p50, p95
+    placement_spread: float  # worst median / best median over the placements
+    time_to_train: dict  # days with failures, productive days, interruptions, goodput
+    settings: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def analysis_settings(cfg: DictConfig) -> AnalysisConfig:
+    """``cfg.analysis`` checked: each bad value raises one PrismError naming its key."""
+    a = section(cfg, "analysis", AnalysisConfig)
+    checks = [
+        ("draws", a.draws >= 100, "must be at least 100, e.g. analysis.draws=2000"),
+        ("runs", a.runs >= 100, "must be at least 100, e.g. analysis.runs=4000"),
+        ("thresholds", bool(a.thresholds) and all(x > 0 for x in a.thresholds),
+         "must be positive slowdowns, e.g. analysis.thresholds=[0.05,0.1,0.2]"),
+        ("scales", bool(a.scales) and all(s >= 1 for s in a.scales),
+         "must be positive GPU counts, e.g. analysis.scales=[64,512,4096]"),
+        ("top_ops", a.top_ops >= 1, "must be at least 1"),
+        ("slow_nodes", a.slow_nodes >= 0, "must be 0 or more nodes"),
+        ("slow_factor", a.slow_factor >= 1, "must be 1 or more, e.g. analysis.slow_factor=1.10 (10 % slower)"),
+    ]
+    for key, ok, fix in checks:
+        if not ok:
+            raise PrismError(f"analysis.{key}={getattr(a, key)}: {fix}")
+    return a
+
+
+def scaled_layout(par: ParallelConfig, micro_batches: int, gpus: int) -> ParallelConfig:
+    """``par`` on ``gpus`` GPUs: tp, pp, cp and the micro-batches per replica kept."""
+    dp = gpus // (par.tp * par.pp * par.cp)
+    return replace(par, dp=dp, global_batch_size=par.micro_batch_size * dp * micro_batches)
+
+
+def scale_points(par: ParallelConfig, scales, gpus: int) -> list[int]:
+    """GPU counts of the scale study: each scale rounded up to a multiple of tp·pp·cp, plus
+    the job's own count."""
+    replica = par.tp * par.pp * par.cp
+    return sorted({math.ceil(s / replica) * replica for s in scales} | {gpus})
+
+
+def slowdown_probability(draws: np.ndarray, nominal: float, thresholds) -> dict:
+    """P(step >= (1 + x) nominal) for each x, keyed like ``"10%"``."""
+    return {f"{x:.0%}": float(np.mean(draws >= (1 + x) * nominal)) for x in thresholds}
+
+
+def nominal_step(work: Workload, models, cache: QuantileCache) -> float:
+    """The step with every variability component at its median (seconds)."""
+    return float(compose(work, models, draws=1, cache=cache, hold=COMPONENTS).draws[0])
+
+
+def _scale_row(work, models, cache, a: AnalysisConfig, seed: int, brute_force=False) -> dict:
+    draws = compose(work, models, draws=a.draws, seed=seed, cache=cache, brute_force=brute_force).draws
+    nominal = nominal_step(work, models, cache)
+    p50, p95 = np.quantile(draws, (0.5, 0.95))
+    return {"gpus": work.gpus, "dp": work.parallel.dp, "nominal_s": nominal, "p50_s": float(p50),
+            "p95_s": float(p95), "p_slowdown": slowdown_probability(draws, nominal, a.thresholds)}
+
+
+def slowdown_vs_scale(model: ModelConfig, work: Workload, models, cache: QuantileCache, a: AnalysisConfig,
+                      seed: int) -> list[dict]:
+    """The slowdown probabilities of ``work``'s layout at each GPU count of ``a.scales``."""
+    rows = []
+    for gpus in scale_points(work.parallel, a.scales, work.gpus):
+        scaled = decompose(model, scaled_layout(work.parallel, work.micro_batches, gpus), work.hardware, gpus)
+        rows.append(_scale_row(scaled, models, cache, a, seed))
+    return rows
+
+
+def shortcut_check(work: Workload, models, cache: QuantileCache, a: AnalysisConfig, seed: int) -> dict:
+    """The order-statistic shortcut against drawing every GPU: p50 and p95 (relative
+    difference) and each slowdown probability (difference in probability)."""
+    short = _scale_row(work, models, cache, a, seed)
+    brute = _scale_row(work, models, cache, a, seed, brute_force=True)
+    return {"gpus": work.gpus, "shortcut": short, "brute_force": brute,
+            "p50_rel_diff": short["p50_s"] / brute["p50_s"] - 1, "p95_rel_diff": short["p95_s"] / brute["p95_s"] - 1,
+            "p_slowdown_diff": {k: v - brute["p_slowdown"][k] for k, v in short["p_slowdown"].items()}}
+
+
+def _variance_drops(work, models, cache, draws: int, seed: int, holds: dict) -> list[dict]:
+    """Each hold's drop in step-time variance: share (normalised, >= 0) and raw fraction."""
+    total = compose(work, models, draws=draws, seed=seed, cache=cache).draws.var()
+    drops = {name: total - compose(work, models, draws=draws, seed=seed, cache=cache, hold=hold).draws.var()
+             for name, hold in holds.items()}
+    positive = sum(max(d, 0.0) for d in drops.values()) or 1.0
+    rows = [{"name": name, "share": max(d, 0.0) / positive, "variance_drop": d / total if total else 0.0}
+            for name, d in drops.items()]
+    return sorted(rows, key=lambda r: -r["share"])
+
+
+def attribution(work: Workload, models, cache: QuantileCache, draws: int, seed: int) -> dict:
+    """Shares of the step-time variance: per op and pass (its residual held), and per
+    component of :data:`COMPONENTS`."""
+    keys = sorted({f"{c.op}/{c.pass_}" for c in workload_calls(work)})
+    return {"ops": _variance_drops(work, models, cache, draws, seed, {k: (f"residual:{k}",) for k in keys}),
+            "components": _variance_drops(work, models, cache, draws, seed, {c: (c,) for c in COMPONENTS})}
+
+
+def _stage_nodes(par: ParallelConfig, gpus_per_node: int, stage: int) -> list[int]:
+    """The nodes holding ranks of pipeline stage ``stage`` (ranks ordered tp, cp, dp, pp)."""
+    per_stage = par.tp * par.cp * par.dp
+    return list(range(stage * per_stage // gpus_per_node, ((stage + 1) * per_stage - 1) // gpus_per_node + 1))
+
+
+def slow_gpus_per_stage(nodes, par: ParallelConfig, gpus_per_node: int) -> tuple[int, ...]:
+    """How many GPUs of each pipeline stage lie on the given nodes."""
+    per_stage, gpus = par.tp * par.cp * par.dp, par.tp * par.cp * par.dp * par.pp
+    counts = [0] * par.pp
+    for n in nodes:
+        for rank in range(n * gpus_per_node, min((n + 1) * gpus_per_node, gpus)):
+            counts[rank // per_stage] += 1
+    return tuple(counts)
+
+
+def placements(par: ParallelConfig, gpus_per_node: int, k: int) -> dict[str, list[int]]:
+    """Named placements of ``k`` slow nodes (node indices); those the layout cannot hold
+    (a stage with fewer than ``k`` nodes) and repeats of an earlier one are left out."""
+    if k == 0:
+        return {}
+    nodes_of = {s: _stage_nodes(par, gpus_per_node, s) for s in range(par.pp)}
+    # k stages evenly apart from the first to the last (repeating when k > pp)
+    spread = [round(i * (par.pp - 1) / max(k - 1, 1)) for i in range(k)]
+
+    def pick(stage: int, j: int):
+        return nodes_of[stage][j] if j < len(nodes_of[stage]) else None
+
+    options = {f"all in stage {s} ({where})": [pick(s, j) for j in range(k)]
+               for where, s in (("first", 0), ("last", par.pp - 1), ("middle", par.pp // 2))}
+    options["spread over stages, same dp replica"] = [pick(s, spread[:i].count(s)) for i, s in enumerate(spread)]
+    options["spread over stages and dp replicas"] = [pick(s, i % len(nodes_of[s])) for i, s in enumerate(spread)]
+    out, seen = {}, set()
+    for name, chosen in options.items():
+        key = frozenset(chosen)
+        if None not in key and len(key) == k and key not in seen:
+            out[name] = chosen
+            seen.add(key)
+    return out
+
+
+def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisConfig, seed: int) -> list[dict]:
+    """Step time of ``work`` with ``a.slow_nodes`` slow nodes in each placement, first row
+    none (every placement draws the same random numbers)."""
+    par, gpn = work.parallel, work.hardware.node.gpus_per_node
+    nodes = math.ceil(work.gpus / gpn)
+    if a.slow_nodes > nodes:
+        raise PrismError(f"analysis.slow_nodes={a.slow_nodes}: the job has only {nodes} nodes "
+                         f"({work.gpus} GPUs / {gpn} per node); choose at most {nodes}")
+    options = {"no slow nodes": []} | placements(par, gpn, a.slow_nodes)
+    rows = []
+    for name, chosen in options.items():
+        slow = slow_gpus_per_stage(chosen, par, gpn)
+        d = compose(work, models, draws=a.draws, seed=seed, cache=cache, slow_gpus=slow,
+                    slow_factor=a.slow_factor).draws
+        rows.append({"placement": name, "nodes": chosen, "slow_gpus_per_stage": list(slow),
+                     "p50_s": float(np.median(d)), "p95_s": float(np.quantile(d, 0.95))})
+    for r in rows:
+        r["vs_no_slow_nodes"] = r["p50_s"] / rows[0]["p50_s"]
+    return rows
+
+
+def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus: int, runs: int,
+                  seed: int) -> dict:
+    """Days to train with interruptions and restarts, over ``runs`` Monte Carlo runs.
+
+    ``run_step_s`` are draws of the run's mean step time (:func:`run_step_draws`).
+    """
+    rng = np.random.default_rng(seed)
+    var = hw.variability
+    productive = rng.choice(run_step_s, size=runs) * steps / SECONDS_PER_DAY
+    failures = rng.poisson(var.interruptions_per_gpu_day * gpus * productive)
+    lost_work = np.bincount(np.repeat(np.arange(runs), failures), minlength=runs,
+                            weights=rng.uniform(0, var.checkpoint_interval_min, failures.sum()))
+    total = productive + (failures * var.restart_cost_min + lost_work) / MINUTES_PER_DAY
+    band = (0.05, 0.5, 0.95)
+
+    def quantiles(x):
+        return {f"p{round(q * 100)}": float(v) for q, v in zip(band, np.quantile(x, band))}
+
+    return {"days": quantiles(total), "productive_days": quantiles(productive),
+            "interruptions": quantiles(failures), "goodput": quantiles(productive / total)}
+
+
+def variability(cfg: DictConfig) -> VariabilityReport:
+    """The four studies of the module docstring for the layout of ``cfg``."""
+    t0 = time.perf_counter()
+    a = analysis_settings(cfg)
+    model = section(cfg, "model", ModelConfig)
+    hw = section(cfg, "hardware", HardwareConfig)
+    par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
+    gpus = par.dp * par.tp * par.pp * par.cp
+    seed = int(cfg.get("seed") or 0)
+    models = trained_models(hw, cfg.get("models_dir"))
+    cache = QuantileCache(models, hw)
+    work = decompose(model, par, hw, gpus)
+    placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
+    full = compose(work, models, draws=a.draws, seed=seed, cache=cache).draws
+    persistent = compose(work, models, draws=a.draws, seed=seed, cache=cache, hold=PER_STEP).draws
+    steps = float(cfg.get("train_tokens") or 1e12) / work.tokens_per_step
+    medians = [r["p50_s"] for r in placed[1:]]
+    return VariabilityReport(
+        model=model.name, hardware=hw.name, gpus=gpus,
+        layout={k: getattr(par, k) for k in ("dp", "tp", "pp", "cp", "micro_batch_size", "global_batch_size")},
+        nominal_s=nominal_step(work, models, cache),
+        step_time_s={f"p{round(q * 100)}": float(np.quantile(full, q)) for q in (0.05, 0.5, 0.95)}
+        | {"mean": float(full.mean())},
+        cdf={"t_s": np.quantile(full, np.linspace(0, 1, 101)).tolist(), "p": np.linspace(0, 1, 101).tolist()},
+        scales=slowdown_vs_scale(model, work, models, cache, a, seed),
+        attribution=attribution(work, models, cache, a.draws, seed),
+        placements=placed, placement_spread=max(medians) / min(medians) if medians else 1.0,
+        time_to_train=time_to_train(run_step_draws(full, persistent), steps, hw, gpus, a.runs, seed)
+        | {"train_tokens": steps * work.tokens_per_step},
+        settings=asdict(a), elapsed_s=time.perf_counter() - t0)
+
+
+def format_variability(r: VariabilityReport) -> str:
+    """The report as a table."""
+    s = r.step_time_s
+    thresholds = list(r.scales[0]["p_slowdown"])
+    lines = [f"{r.model} on {r.gpus} x {r.hardware}   " + " ".join(f"{k}={v}" for k, v in r.layout.items()),
+             f"step (s)        nominal {r.nominal_s:.3f} (every component at its median)   "
+             f"p5 {s['p5']:.3f}  p50 {s['p50']:.3f}  p95 {s['p95']:.3f}  mean {s['mean']:.3f}",
+             "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed",
+             f"{'gpus':>8} {'dp':>6} {'nominal':>8} {'p50':>8} {'p95':>8}  "
+             + "  ".join(f"P(>={x:>3})" for x in thresholds)]
+    for row in r.scales:
+        lines.append(f"{row['gpus']:>8} {row['dp']:>6} {row['nominal_s']:>8.3f} {row['p50_s']:>8.3f} "
+                     f"{row['p95_s']:>8.3f}  " + "  ".join(f"{p:>8.3f}" for p in row["p_slowdown"].values()))
+    top = r.attribution["ops"][:r.settings["top_ops"]]
+    lines += ["", "share of step-time variance (hold one at its median; drop in variance, normalised)",
+              "  components  " + "  ".join(f"{c['name']} {c['share']:.0%}" for c in r.attribution["components"]),
+              "  ops         " + "  ".join(f"{o['name']} {o['share']:.0%}" for o in top)]
+    lines += ["", f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']} compute): "
+              "median step per placement"]
+    for p in r.placements:
+        lines.append(f"  {p['placement']:<38} p50 {p['p50_s']:.3f}  p95 {p['p95_s']:.3f}  "
+                     f"x{p['vs_no_slow_nodes']:.3f}   slow GPUs per stage {p['slow_gpus_per_stage']}")
+    lines.append(f"  worst / best placement: {r.placement_spread:.3f}   (placements with the same slow GPUs per stage "
+                 f"coincide: the dp gradient reduction makes every replica wait for the slowest)")
+    t = r.time_to_train
+    lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {t['days']['p50']:.1f} days "
+              f"(90% band {t['days']['p5']:.1f}-{t['days']['p95']:.1f}), productive {t['productive_days']['p50']:.1f}, "
+              f"{t['interruptions']['p50']:.0f} interruptions, goodput {t['goodput']['p50']:.1%}",
+              f"({r.elapsed_s:.1f} s)"]
+    return "\n".join(lines)
+
+
+def variability_figure(r: VariabilityReport):
+    """The report as one figure of four panels: the step-time CDF against the nominal step
+    and its slowdown thresholds; P(slowdown >= x) versus GPU count; the shares of the
+    step-time variance (the ``top_ops`` op residuals, then the components); the median step
+    with the slow nodes in each placement, relative to none."""
+    fig, ((cdf, scale), (shares, placed)) = new_figure(2, 2, figsize=(12, 8))
+    fig.suptitle(f"{r.model} on {r.gpus} x {r.hardware}   "
+                 + " ".join(f"{k}={r.layout[k]}" for k in ("dp", "tp", "pp", "cp")))
+
+    cdf.plot(r.cdf["t_s"], r.cdf["p"], label=f"{r.gpus} GPUs")
+    for x in [0.0] + list(r.settings["thresholds"]):
+        cdf.axvline(r.nominal_s * (1 + x), color="grey", ls=":" if x else "--", lw=1)
+    cdf.set(xlabel="step time (s); dashed: nominal, dotted: nominal x (1 + x)", ylabel="P(step <= t)",
+            title="step-time distribution")
+    cdf.legend(fontsize=8)
+
+    gpus = [row["gpus"] for row in r.scales]
+    for x in r.scales[0]["p_slowdown"]:
+        scale.plot(gpus, [row["p_slowdown"][x] for row in r.scales], marker="o", label=f"slowdown >= {x}")
+    scale.axvline(r.gpus, color="grey", ls="--", lw=1, label=f"this job: {r.gpus} GPUs")
+    scale.set(xscale="log", xlabel="GPUs (tp, pp, cp and micro-batches per replica fixed)", ylabel="probability",
+              ylim=(-0.02, 1.02), title="P(step >= (1 + x) nominal) versus scale")
+    scale.legend(fontsize=8)
+
+    ops, comps = r.attribution["ops"][:r.settings["top_ops"]], r.attribution["components"]
+    names = [f"op {o['name']}" for o in ops] + [f"component {c['name']}" for c in comps]
+    values = [o["share"] for o in ops] + [c["share"] for c in comps]
+    colors = ["tab:blue"] * len(ops) + ["tab:orange"] * len(comps)
+    shares.barh(names[::-1], values[::-1], color=colors[::-1])
+    shares.tick_params(axis="y", labelsize=8)
+    shares.set(xlabel="share of step-time variance (held at its median; ops and components each sum to 1)",
+               title="what drives the spread")
+
+    labels = [f"{p['placement']}\n{p['slow_gpus_per_stage']}" for p in r.placements[1:]]
+    slower = [100 * (p["vs_no_slow_nodes"] - 1) for p in r.placements[1:]]
+    placed.barh(labels[::-1], slower[::-1], color="tab:red")
+    if not labels:
+        placed.text(0.5, 0.5, "no slow nodes placed (analysis.slow_nodes=0)", ha="center", transform=placed.transAxes)
+    placed.tick_params(axis="y", labelsize=7)
+    placed.set(xlabel="median step slower than with no slow nodes (%)",
+               title=f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']}): slow GPUs per stage")
+    fig.tight_layout()
+    return fig
+
+
+def plot_variability(r: VariabilityReport, path) -> Path:
+    """:func:`variability_figure` written to the PNG ``path`` (atomically)."""
+    return save_figure(variability_figure(r), path)

@@ -1,0 +1,1 @@
+"""The only layer that knows Hydra, the command line, rendering and plots."""

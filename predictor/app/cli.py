@@ -1,0 +1,577 @@
+"""``prism <verb> [key=value ...]``: the command line.
+
+Each verb composes ``conf/`` with Hydra overrides, calls one Python function and prints
+a table (default) or JSON (``--json`` or ``output=json``). Bad input ends with one line
+naming the field and the fix, and exit code 2. Verbs that measure (``sample``) import
+the torch-based :mod:`sampling` package only when they run, so ``predictor`` itself
+never imports torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from dataclasses import asdict
+from importlib import import_module
+
+from omegaconf import OmegaConf
+
+from predictor.core.errors import PrismError
+
+_OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=h100-sxm, "
+                   "model=llama3-8b, sampling=quick) or set any key (sampling.budget_s=60, "
+                   "parallel.tp=8, sampling.ops=[gemm,attention]). --show-config lists every key.")
+
+
+def _load(args):
+    from predictor.app.config import load_config
+    overrides = list(args.overrides)
+    if args.json:
+        overrides.append("output=json")
+    cfg = load_config(overrides)
+    if args.show_config:
+        print(OmegaConf.to_yaml(cfg), end="")
+        raise SystemExit(0)
+    return cfg
+
+
+def _print(cfg, payload, table: str) -> None:
+    if cfg.output == "json":
+        print(json.dumps(payload, indent=2, default=str))
+    else:
+        print(table)
+
+
+def _measuring(verb: str, module: str):
+    """A torch-based module of :mod:`sampling`, imported only when a measuring verb runs."""
+    try:
+        return import_module(module)
+    except ImportError as exc:
+        raise PrismError(f"prism {verb} needs torch ({exc}); install the measuring extra: "
+                         f"pip install -e '.[sampling]'") from None
+
+
+def _sample(args) -> int:
+    cfg = _load(args)
+    runner = _measuring("sample", "sampling.runner")
+    report = runner.run_sampling(cfg, progress=sys.stderr.isatty() or not cfg.output == "json")
+    lines = [f"run file     {report.run_file or '(none: no row measured)'}",
+             f"status       {report.status}",
+             f"rows         {report.rows}  ({report.elapsed_s:.1f} s)",
+             f"resumed      {report.resumed_tasks} task(s) of plan {report.plan_id} were already stored",
+             f"still to do  {report.remaining_tasks} task(s)"]
+    if report.shapes_per_op:
+        lines.append("shapes       " + ", ".join(f"{op} {n}" for op, n in report.shapes_per_op.items()))
+    for r in report.recovered:
+        lines.append(f"recovered    {r} (a run killed before it could close)")
+    for f in report.failures:
+        lines.append(f"failed       {f['task']}: {f['error']}")
+    if report.status == "interrupted":
+        lines.append("interrupted: every flushed row is kept; run the same command again to resume")
+    elif report.status == "budget":
+        lines.append(f"budget spent with {report.remaining_tasks} task(s) left: run again with a larger "
+                     f"sampling.budget_s to measure them (stored shapes are skipped)")
+    elif report.status == "nothing-to-do":
+        lines.append("nothing to do: this plan is already measured (or its budget spent); "
+                     "raise sampling.budget_s or change the plan to measure more")
+    _print(cfg, asdict(report), "\n".join(lines))
+    return 130 if report.status == "interrupted" else 0
+
+
+def _samples(args) -> int:
+    from predictor.data.summary import summarize
+    table = summarize(args.path)
+    if args.json:
+        print(table.to_json(orient="records", indent=2))
+    else:
+        print(table.to_string(index=False) if len(table) else f"{args.path}: no samples")
+    return 0
+
+
+def _importer_settings(args, verb: str, defaults: dict, usage: str, example: str) -> dict:
+    """The key=value settings of an import verb (not Hydra keys: importers compose no
+    configuration): ``out`` is required, ``output=json`` is the same as --json."""
+    settings = dict(defaults)
+    for text in args.overrides:
+        key, sep, value = text.partition("=")
+        if not sep or not value or key not in ("out", "output", *defaults):
+            raise PrismError(f"{text!r}: {verb} takes {usage}")
+        settings[key] = value
+    if "out" not in settings:
+        raise PrismError(f"out=DIR is required: the sample store to write into, e.g. {example}")
+    settings["json"] = args.json or settings.get("output") == "json"
+    return settings
+
+
+def _print_reports(reports, as_json: bool) -> None:
+    """One import report, or a list of them, as JSON (the same shape) or as tables."""
+    many = reports if isinstance(reports, list) else [reports]
+    if as_json:
+        payload = [asdict(r) for r in many]
+        print(json.dumps(payload if isinstance(reports, list) else payload[0], indent=2, default=str))
+    else:
+        print("\n".join(r.table() for r in many))
+
+
+def _import_ett(args) -> int:
+    from predictor.data.importers.ett import import_ett
+    settings = _importer_settings(args, "import-ett", {}, "out=DIR (required) and output=json|table",
+                                  "out=samples/ett")
+    _print_reports(import_ett(args.path, settings["out"]), settings["json"])
+    return 0
+
+
+def _import_trace(args) -> int:
+    from predictor.data.importers.trace import import_trace
+    # FILE... and key=value share the command line: a token with "=" that is no file is a setting
+    args.overrides = [t for t in args.path if "=" in t and not Path(t).exists()]
+    files = [t for t in args.path if t not in args.overrides]
+    settings = _importer_settings(args, "import-trace", {"hardware": None, "profiler_cost_us": None},
+                                  "FILE... out=DIR (required), hardware=NAME, profiler_cost_us=US and "
+                                  "output=json|table", "out=samples/trace")
+    cost = settings["profiler_cost_us"]
+    try:
+        cost = None if cost is None else float(cost)
+    except ValueError:
+        raise PrismError(f"profiler_cost_us={cost}: give microseconds per recorded event, e.g. 0.5") from None
+    report = import_trace(files, settings["out"], settings["hardware"], cost, progress=sys.stderr.isatty())
+    _print_reports(report, settings["json"])
+    return 0
+
+
+def _import_microbench(args) -> int:
+    from predictor.data.importers.microbench import SOURCES, import_microbench
+    settings = _importer_settings(args, "import-microbench", {"hardware": ",".join(SOURCES)},
+                                  "out=DIR (required), hardware=NAME[,NAME] and output=json|table",
+                                  "out=samples/microbench")
+    reports = [import_microbench(args.path, h, settings["out"]) for h in settings["hardware"].split(",")]
+    _print_reports(reports, settings["json"])
+    return 0
+
+
+def _hardware_and_samples(cfg):
+    from predictor.core.specs import HardwareConfig
+    from predictor.core.profiles import section
+    from predictor.data.store import read_samples
+    if not cfg.samples:
+        raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)")
+    return section(cfg, "hardware", HardwareConfig), read_samples(cfg.samples)
+
+
+def _train(args) -> int:
+    import time
+
+    from predictor.core.specs import RegressorConfig
+
+    from predictor.core.profiles import section
+    from predictor.data.importers.trace import trace_calibration
+    from predictor.latency.artifacts import models_dir, train
+    cfg = _load(args)
+    hw, samples = _hardware_and_samples(cfg)
+    rc = section(cfg, "regressor", RegressorConfig)
+    t0 = time.perf_counter()
+    models = train(samples, hw, rc, n_jobs=2)
+    elapsed = time.perf_counter() - t0
+    directory = models.save(models_dir(cfg.models_dir) / hw.name)
+    calibration = trace_calibration(cfg.samples, hw.name)
+    if calibration is not None:  # framework time around the ops, measured in the traced steps
+        models.save_calibration(directory, calibration)
+    rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
+             "calibration_shapes": m.info["calibration_shapes"],
+             "kib": round(sum((directory / f["file"]).stat().st_size
+                              for f in models.manifest["models"][f"{op}/{p}"]["files"].values()) / 1024)}
+            for (op, p), m in sorted(models.models.items())]
+    table = pd_table(rows) + f"\n{len(rows)} models for {hw.name} in {directory} ({elapsed:.1f} s)"
+    if calibration is not None:
+        table += (f"\nframework time {calibration.op_overhead_us:.1f} us per compute call, from the traced steps "
+                  f"(stored as the models' calibration)")
+    _print(cfg, {"hardware": hw.name, "models_dir": str(directory), "seconds": elapsed, "models": rows,
+                 "calibration": calibration.to_dict() if calibration else None}, table)
+    return 0
+
+
+def _evaluate(args) -> int:
+    from predictor.latency.evaluate import evaluate
+    from predictor.latency.artifacts import ModelSet, models_dir
+    cfg = _load(args)
+    hw, samples = _hardware_and_samples(cfg)
+    models = ModelSet.load(models_dir(cfg.models_dir) / hw.name, hw)
+    result = evaluate(models, samples, by=cfg.by)
+    if result.empty:
+        raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name}")
+    _print(cfg, result.to_dict(orient="records"),
+           result.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    return 0
+
+
+def _predict(args) -> int:
+    from predictor.app.figures import plot_path
+    from predictor.analyses.predict import format_prediction, plot_prediction, predict
+    cfg = _load(args)
+    png = plot_path(cfg.plot)
+    p = predict(cfg)
+    if png:
+        plot_prediction(p, png)
+    _print(cfg, p.to_dict() | ({"plot": str(png)} if png else {}),
+           format_prediction(p) + (f"\nplot            {png}" if png else ""))
+    return 0
+
+
+def _variability(args) -> int:
+    from predictor.app.figures import plot_path
+    from predictor.analyses.variability import format_variability, plot_variability, variability
+    cfg = _load(args)
+    if cfg.out:
+        raise PrismError(f"out={cfg.out}: prism variability writes its figure to plot=PATH.png, "
+                         "e.g. plot=variability.png")
+    png = plot_path(cfg.plot)
+    report = variability(cfg)
+    if png:
+        plot_variability(report, png)
+    _print(cfg, report.to_dict() | {"plot": str(png) if png else None}, format_variability(report) + "\nplot    "
+           + (str(png) if png else "none (plot=variability.png draws the CDF, slowdown vs scale, variance "
+                                   "shares and slow-node placements)"))
+    return 0
+
+
+def _compare(args) -> int:
+    from predictor.analyses.compare import compare, format_comparison, plot_comparison, split_hardware
+    from predictor.app.figures import plot_path
+    names, args.overrides = split_hardware(args.overrides)  # hardware=[a,b] is not a Hydra override
+    cfg = _load(args)
+    png = plot_path(cfg.plot)
+    c = compare(args.overrides, names)
+    if png:
+        plot_comparison(c, png)
+    _print(cfg, c.to_dict() | {"plot": str(png) if png else None}, format_comparison(c) + "\nplot  "
+           + (str(png) if png else "none (plot=compare.png draws the step-time CDFs and the time and cost bands)"))
+    return 0
+
+
+def _search(args) -> int:
+    from predictor.app.figures import plot_path
+    from predictor.analyses.search import format_search, plot_search, search
+    cfg = _load(args)
+    result = search(cfg)
+    png = plot_search(result, plot_path(cfg.plot)) if cfg.plot else None
+    _print(cfg, result.to_dict() | {"plot": str(png) if png else None}, format_search(result) + "\nplot      "
+           + (str(png) if png else "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)"))
+    return 0
+
+
+def _predict_batch(args) -> int:
+    from predictor.analyses.batch import predict_batch
+    out = None
+    for text in args.overrides:
+        key, sep, value = text.partition("=")
+        if key != "out" or not value:
+            raise PrismError(f"{text!r}: predict-batch takes out=OUT.csv")
+        out = value
+    if out is None:
+        raise PrismError("out=OUT.csv is required: where to write the table with the predicted columns")
+    result = predict_batch(args.path, out)
+    ok = (result["pred_status"] == "ok").sum()
+    print(f"{out}: {len(result)} rows, {ok} predicted, {len(result) - ok} with an error in pred_status")
+    return 0
+
+
+def _measure(args) -> int:
+    cfg = _load(args)
+    report = _measuring("measure", "sampling.measure").measure(cfg, progress=cfg.output != "json")
+    _print(cfg, report.to_dict(), report.format())
+    return 0
+
+
+def _measured(args):
+    """The config, hardware and measured rows of a verb that reads ``measured=FILE``."""
+    from predictor.core.specs import HardwareConfig
+    from predictor.core.profiles import section
+    from predictor.data.measurements import read_measurements
+    cfg = _load(args)
+    if not cfg.measured:
+        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`")
+    return cfg, section(cfg, "hardware", HardwareConfig), read_measurements(cfg.measured)
+
+
+def _validate(args) -> int:
+    from pathlib import Path
+
+    from predictor.latency.artifacts import trained_models
+    from predictor.analyses.validate import format_validation, plot_cdfs, validate
+    cfg, hw, frame = _measured(args)
+    models = trained_models(hw, cfg.models_dir)
+    result = validate(frame, hw, models, seed=int(cfg.seed))
+    png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
+    plot_cdfs(result, png)
+    if cfg.output == "json":
+        print(json.dumps([s.to_dict() for s in result.scores], indent=2))
+    else:
+        cal = models.calibration if models else None
+        print(format_validation(result) + f"\nCDF plot     {png}\ncalibration  "
+              + (f"{cal}" if cal else "none (operator samples alone; see prism calibrate)"))
+    return 0
+
+
+def _calibrate(args) -> int:
+    from predictor.analyses.calibrate import cross_validate, fit_calibration
+    from predictor.latency.artifacts import ModelSet, models_dir
+    from predictor.analyses.validate import format_validation, validate
+    cfg, hw, frame = _measured(args)
+    directory = models_dir(cfg.models_dir) / hw.name
+    models = ModelSet.load(directory, hw)
+    models.manifest.pop("calibration", None)  # fit against the operator samples alone
+    held_out = validate(frame, hw, models, seed=int(cfg.seed), calibrations=cross_validate(frame, hw, models))
+    cal = fit_calibration(frame, hw, models)
+    models.save_calibration(directory, cal)
+    payload = {"calibration": cal.to_dict(), "stored_in": str(directory), "leave_one_out": held_out.summary(),
+               "layouts": [s.to_dict() for s in held_out.scores]}
+    _print(cfg, payload, "each layout predicted with a calibration fitted on the others (leave one out):\n"
+           + format_validation(held_out) + f"\n\nfitted on all {cal.layouts} layouts: {cal}\nstored in   "
+           f"{directory}/manifest.json (every prediction on {hw.name} with these models uses it)")
+    return 0
+
+
+def pd_table(rows: list[dict]) -> str:
+    import pandas as pd
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+VERBS = {
+    "sample": dict(
+        run=_sample, help="measure operator latencies on this machine into the sample store",
+        description="Time every op of the sampling plan (compute ops in this process, "
+                    "collectives under torchrun) and write every repeat to a new Parquet run "
+                    "in output_dir. Re-running the same command resumes: shapes already "
+                    "stored are skipped. Ctrl-C keeps every flushed row.",
+        examples=["prism sample hardware=local-cpu sampling=quick sampling.budget_s=60 output_dir=samples/cpu",
+                  "prism sample sampling.ops=[gemm,attention] sampling.shapes_per_op=40",
+                  "prism sample hardware=h100-sxm sampling.dtypes=[bfloat16,float16]   # on a GPU host"]),
+    "train": dict(
+        run=_train, help="train the latency-distribution models of one hardware from samples",
+        description="Fit one multi-quantile XGBoost model per (op, pass) present in the samples "
+                    "for the hardware, on log(latency / roofline floor), with conformally "
+                    "calibrated intervals; write <models_dir>/<hardware>/<op>__<pass>.ubj and "
+                    "manifest.json.",
+        examples=["prism train samples=samples/ett hardware=a100-sxm4-80gb",
+                  "prism train samples=samples/cpu hardware=local-cpu",
+                  "prism train samples=samples/cpu regressor.params.n_estimators=300 models_dir=/tmp/models"]),
+    "evaluate": dict(
+        run=_evaluate, help="score trained models on a sample store (MAPE, pinball, coverage)",
+        description="Per op and pass (collectives: per topology, nodes x ranks per node): the "
+                    "median's MAPE against each shape's measured median, the pinball loss on "
+                    "log latency, and the coverage of the 80% and 90% intervals. by=origin "
+                    "groups by where rows came from instead (e.g. ETT's functions).",
+        examples=["prism evaluate samples=samples/ett hardware=a100-sxm4-80gb --json",
+                  "prism evaluate samples=samples/ett hardware=a100-sxm4-80gb by=origin"]),
+    "predict": dict(
+        run=_predict, help="predict the step-time distribution, throughput, memory, time and cost to train",
+        description="Decompose the workload (model + parallel layout + hardware + GPU count) into "
+                    "operator calls, draw their latencies from the trained models (or the network / "
+                    "roofline priors where none apply), walk the pipeline schedule over Monte Carlo "
+                    "draws and report step-time quantiles, the CDF, tokens/s, MFU, memory per GPU, "
+                    "time and cost to train train_tokens with a band, the critical-path breakdown, "
+                    "and what the numbers rest on. gpus=N sets dp = N / (tp·pp·cp). confidence=0.95 "
+                    "also reports the step time and time to train that hold with that probability.",
+        examples=["prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.tp=8",
+                  "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512",
+                  "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json",
+                  "prism predict model=gpt3-13b hardware=h100-sxm gpus=64 parallel.tp=8 plot=step.png  "
+                  "# CDF + critical path",
+                  "prism predict model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "
+                  "confidence=0.95"]),
+    "variability": dict(
+        run=_variability, help="slowdown risk versus scale, what drives the spread, where slow nodes hurt, goodput",
+        description="For one layout: (1) P(step >= (1+x) x nominal step) for x in analysis.thresholds at each "
+                    "GPU count of analysis.scales (tp/pp/cp and micro-batches per replica fixed; nominal = every "
+                    "variability component at its median), with p50/p95; (2) each op's and each variability "
+                    "component's share of the step-time variance (held at its median, the drop in variance); "
+                    "(3) the median step with analysis.slow_nodes nodes analysis.slow_factor times slower, "
+                    "placed in one pipeline stage or spread over stages and dp replicas; (4) days to train "
+                    "train_tokens with the hardware's interruption rate, restart cost and checkpoint interval "
+                    "(Monte Carlo), and the goodput. plot=PATH.png draws one figure: the step-time CDF, "
+                    "slowdown versus scale, the variance shares and the slow-node placements.",
+        examples=["prism variability model=llama3-70b hardware=h100-sxm gpus=65536 parallel.tp=8 parallel.pp=8 --json",
+                  "prism variability model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "
+                  "plot=runs/variability.png",
+                  "prism variability model=gpt3-13b hardware=a100-sxm4-80gb gpus=512 parallel.tp=8 "
+                  "analysis.slow_nodes=2 analysis.slow_factor=1.2 analysis.scales=[64,512,4096]"]),
+    "compare": dict(
+        run=_compare, help="one job on several hardware profiles: step time, time, cost and energy side by side",
+        description="Predict the same model, layout, GPU count and train_tokens on each profile of "
+                    "hardware=[a,b,...] (default: every GPU profile in conf/hardware), each exactly as prism "
+                    "predict does, and show side by side: step time p5/p50/p95 and the speed-up over the first "
+                    "profile, tokens/s, MFU, memory per GPU and whether it fits, days to train, GPU-hours, cost "
+                    "(GPU-hours x hardware.price_per_gpu_hour; none without a price) and energy (GPU-hours x "
+                    "hardware.power_w x pue: rated GPU board power, node CPUs and network excluded; pue, default "
+                    "1.0, adds cooling), each with its p5-p95 band, and the evidence each profile rests on "
+                    "(measured samples, microbenchmarks or the spec-only prior). The layout is the same on "
+                    "every profile. plot=PATH.png also draws the step-time CDFs and the time and cost bands.",
+        examples=["prism compare model=gpt3-175b hardware=[a100-sxm4-80gb,h100-sxm,gh200,b200] gpus=1024 "
+                  "parallel.tp=8 parallel.pp=8",
+                  "prism compare model=llama3-70b gpus=512 parallel.tp=8 parallel.pp=4 train_tokens=15e12 pue=1.2"
+                  "   # every GPU profile",
+                  "prism compare model=gpt3-13b hardware=[a100-sxm4-80gb,h100-sxm] gpus=64 parallel.tp=8 "
+                  "plot=runs/compare.png --json"],
+        overrides_help="hardware=[a,b,...] (or one name): the profiles to compare, the first the speed-up's baseline; "
+                       "every other key=value as in prism predict (model=, gpus=, parallel.tp=, train_tokens=), plus "
+                       "pue=1.2 (energy overhead) and plot=PATH.png. --show-config lists every key."),
+    "search": dict(
+        run=_search, help="rank every parallel layout of a GPU count by predicted step time; Pareto fronts",
+        description="Enumerate the layouts of exactly gpus GPUs (dp·tp·pp·cp = gpus; tp within a node, cp a "
+                    "power of two, pp up to the layers, interleaved 1F1B where the layers split evenly, "
+                    "micro-batches 1/2/4/8, recompute none/selective/full, sharding none/distributed optimizer/"
+                    "ZeRO-3, sequence parallel with tp) at a fixed global batch (parallel.global_batch_size, or "
+                    "prism predict's default), drop the invalid ones and those that do not fit in memory "
+                    "(counted by reason), and rank the rest by rank_by (p50, or p90/p95 to rank by risk, or "
+                    "mean) of the predicted step time. Every layout is screened with few draws; the best "
+                    "(at least top) are then composed with 1000 draws as prism predict does. Shows the top "
+                    "layouts and the Pareto fronts of rank_by vs memory per GPU and of p50 vs risk (p95/p50); "
+                    "--json gives every ranked layout; plot=PATH.png draws both fronts.",
+        examples=["prism search model=llama3-70b hardware=h100-sxm gpus=1024",
+                  "prism search model=llama3-70b hardware=h100-sxm gpus=1024 rank_by=p95 top=5 plot=runs/search.png",
+                  "prism search model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.global_batch_size=512 --json",
+                  "prism search model=llama3-8b hardware=h100-sxm gpus=16 --json | jq '.top_layouts[0]'"]),
+    "predict-batch": dict(
+        run=_predict_batch, help="predict every workload of a table in the e2e CSV layout",
+        description="Read workloads in the column layout of ../shared/data/e2e/e2e_training_visible.csv "
+                    "and write them with pred_iter_time_s_p50/_p5/_p95, pred_mem_gib and pred_status "
+                    "(ok or the error). Blank fields take defaults (micro-batch 1, no cp, 1F1B, ...); "
+                    "the gpu column picks the hardware profile; stated interconnect bandwidths replace "
+                    "the profile's network.",
+        examples=["prism predict-batch ../shared/data/e2e/e2e_training_visible.csv out=predicted.csv"],
+        positional="path", positional_help="a CSV in the e2e table layout", overrides=True,
+        overrides_help="out=OUT.csv (required)"),
+    "measure": dict(
+        run=_measure, help="train the reference workload under torchrun and record every step's time",
+        description="Train the model with PyTorch's own parallelism (DDP or FSDP2 for dp, DTensor "
+                    "tensor parallel for tp, torch.distributed.pipelining 1F1B / GPipe for pp; gloo on "
+                    "CPU, NCCL on CUDA), skip measure.warmup steps, and time measure.steps steps on "
+                    "every rank. The rows (one per step and rank, with the full layout) go to out=FILE; "
+                    "layouts already in the file are kept, a layout measured again is replaced.",
+        examples=["prism measure model=tiny parallel.dp=2 measure.steps=30 out=runs/measured.parquet",
+                  "prism measure model=small parallel.pp=2 parallel.global_batch_size=8 out=runs/measured.parquet",
+                  "prism measure model=tiny parallel.tp=2 parallel.recompute=full out=runs/measured.parquet"]),
+    "validate": dict(
+        run=_validate, help="score predicted step-time distributions against measured ones",
+        description="For every layout of a `prism measure` file, predict the step-time distribution "
+                    "on the given hardware and compare it with the measured steps (the slowest rank "
+                    "of each): absolute % error of the median and of p95, Kolmogorov-Smirnov "
+                    "distance, coverage of the predicted 80% interval. Draws a PNG of predicted vs "
+                    "measured CDFs (out=PNG, default beside the measured file).",
+        examples=["prism validate measured=runs/measured.parquet hardware=local-cpu",
+                  "prism validate measured=runs/measured.parquet hardware=local-cpu --json",
+                  "prism validate measured=runs/measured.parquet models_dir=runs/models out=runs/cdf.png"]),
+    "calibrate": dict(
+        run=_calibrate, help="fit the in-situ calibration of a hardware's models to measured steps",
+        description="Operators timed alone miss what a training step adds around them (framework "
+                    "time per call, DTensor dispatch under tp, caches shared with neighbours). Fit "
+                    "compute_scale, op_overhead_us and tp_overhead_us to the measured layouts of a "
+                    "`prism measure` file, store them in the models' manifest, and report how well "
+                    "each layout is predicted by a calibration fitted on the other layouts only.",
+        examples=["prism calibrate measured=runs/measured.parquet hardware=local-cpu",
+                  "prism calibrate measured=runs/suite/measured.parquet models_dir=runs/suite/models --json"]),
+    "samples": dict(
+        run=_samples, help="summarise a sample store (shapes, rows, repeats per op)",
+        description="Read a folder of sampling runs (or one .parquet file) and list, per "
+                    "hardware, op, pass and dtype, the distinct shapes, rows, repeats and the "
+                    "range of per-shape median latencies.",
+        examples=["prism samples samples/cpu", "prism samples samples/cpu --json"], positional="path"),
+    "import-microbench": dict(
+        run=_import_microbench, help="import published GPU microbenchmarks (GEMM, FlashAttention, NCCL) as samples",
+        description="Turn the published microbenchmarks of ../shared/data/microbench (OpenXLA's H100/B200 GEMM and "
+                    "collective tables, FlashAttention-2 on H100, nccl-tests on a DGX H100) into one run per "
+                    "hardware, out/microbench-<hardware>.parquet, tagged origin=microbench:<source>. Models "
+                    "trained on it (prism train) rest on 'microbenchmarks', the middle evidence tier between "
+                    "measured samples and the spec-only prior; their collectives cover one node only. Rows "
+                    "faster than the profile's peak are left out and counted.",
+        examples=["prism import-microbench ../shared/data/microbench out=samples/microbench",
+                  "prism train samples=samples/microbench/microbench-h100-sxm.parquet hardware=h100-sxm",
+                  "prism import-microbench ../shared/data/microbench out=samples/microbench hardware=b200 --json"],
+        positional="path", positional_help="the microbench folder, e.g. ../shared/data/microbench",
+        overrides=True, overrides_help="out=DIR (required); hardware=h100-sxm,b200 (default: both); "
+                       "output=json is the same as --json"),
+    "import-trace": dict(
+        run=_import_trace, help="import PyTorch profiler (Kineto) traces of a real job as samples",
+        description="Read torch.profiler traces (Chrome-trace JSON or .json.gz, one file per rank, recorded with "
+                    "record_shapes=True) as a stream and write every recognised call as one sample row, timed "
+                    "in situ, into out/trace-<hardware>-<time>.parquet (origin=trace): linear/mm -> gemm, "
+                    "SDPA -> attention, rms_norm, layer_norm, embedding, cross_entropy, residual adds, the "
+                    "Adam step, NCCL and gloo collectives, and prism::<op> record_function regions (RoPE, "
+                    "SwiGLU). A call's backward row gathers every autograd node its forward created. GPU "
+                    "traces are timed by their kernels, CPU traces by op wall time. Unrecognised ops and "
+                    "kernels are counted and listed by time. Where the trace marks profiler steps, the step "
+                    "time no recognised op explains is reported as framework time per call, and `prism train` "
+                    "stores it with the models.",
+        examples=["prism import-trace traces/rank0.json traces/rank1.json out=samples/trace hardware=local-cpu",
+                  "prism import-trace run/*.json.gz out=samples/trace       # GPU traces name their device",
+                  "prism train samples=samples/trace hardware=local-cpu models_dir=runs/trace-models",
+                  "prism measure model=small out=runs/m.parquet measure.trace_dir=traces   # record some"],
+        positional="path", nargs="+", metavar="FILE", positional_help="trace files, then out=DIR (required), hardware=NAME "
+                                                      "(required for CPU traces), profiler_cost_us=US (CPU "
+                                                      "traces: the profiler's cost per recorded event; default: "
+                                                      "the one prism measure records) and output=json|table"),
+    "import-ett": dict(
+        run=_import_ett, help="import estimate-train-time (arXiv 2509.22832) samples into the sample store",
+        description="Convert one cluster folder of the estimate-train-time layout "
+                    "(operator/<GPU>_<function>_fp16.csv, nccl/<GPU>_<function>_fp16[_<nodes>_<gpus>].csv) "
+                    "into one run, out/ett-<cluster>.parquet, with each ETT function mapped onto PRISM's "
+                    "ops (linear1-4 and linear_final -> gemm, flash_atten -> attention, allreduce -> "
+                    "all_reduce, ...) and tagged origin=ett:<cluster>/<function>. Prints rows per op and "
+                    "per function, the files and rows left out and why, and rows that look physically "
+                    "implausible. An existing run is never overwritten. out=DIR is this verb's only "
+                    "setting (plus output=json); it reads no Hydra configuration.",
+        examples=["prism import-ett ../shared/data/ett/Perlmutter out=samples/ett",
+                  "prism import-ett ../shared/data/ett/Vista out=samples/ett --json",
+                  "prism samples samples/ett      # what was imported"],
+        positional="path", positional_help="an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter",
+        overrides=True, overrides_help="out=DIR (required): the sample store to write ett-<cluster>.parquet into; "
+                       "output=json is the same as --json"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prism",
+        description="PRISM predicts the training time of distributed LLM jobs as a probability "
+                    "distribution, from operator samples and quantile regressors.",
+        epilog="Run 'prism <verb> --help' for a verb's settings and examples.")
+    sub = parser.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    for name, verb in VERBS.items():
+        p = sub.add_parser(name, help=verb["help"], description=verb["description"],
+                           epilog="examples:\n  " + "\n  ".join(verb["examples"]),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        if "positional" in verb:
+            p.add_argument(verb["positional"], nargs=verb.get("nargs"), metavar=verb.get("metavar"), help=verb.get(
+                "positional_help", "sample store: a folder of runs or one .parquet file"))
+        if "positional" not in verb or verb.get("overrides"):  # a positional verb may take key=value too
+            p.add_argument("overrides", nargs="*", metavar="key=value",
+                           help=verb.get("overrides_help", _OVERRIDES_HELP))
+        if "positional" not in verb:
+            p.add_argument("--show-config", action="store_true",
+                           help="print the composed configuration and exit")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(run=verb["run"])
+    return parser
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (a scheduler's kill) stops as cleanly as Ctrl-C
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return args.run(args)
+    except PrismError as exc:
+        print(f"prism {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"prism {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

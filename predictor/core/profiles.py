@@ -1,0 +1,86 @@
+"""Profiles and settings stored in ``conf/``: one YAML file per model, hardware, layout,
+sampling plan and regressor, read into the checked dataclasses of
+:mod:`predictor.core.specs`.
+
+``load_model("llama3-70b")`` and ``load_hardware("h100-sxm")`` read one entry;
+``section(node, name, schema)`` checks any OmegaConf node against a dataclass. Every
+failure becomes one :class:`PrismError` that names the key and the fix. OmegaConf, not
+Hydra: composing overrides is the command line's business (:mod:`predictor.app.config`).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from predictor.core.errors import PrismError
+from predictor.core.specs import HardwareConfig, ModelConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
+GROUPS = ("model", "hardware", "parallel", "sampling", "regressor", "measure")
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def section(cfg: DictConfig, name: str, schema: type):
+    """Check ``cfg[name]`` against the dataclass ``schema`` and return an instance."""
+    node = cfg.get(name)
+    if node is None:
+        raise PrismError(f"{name}: missing from the configuration")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", "") or ""
+        msg = str(exc).splitlines()[0]
+        raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}") from None
+
+
+def load_entry(group: str, name: str, schema: type):
+    """One entry of a config group (``conf/<group>/<name>.yaml``), outside any composed config."""
+    path = CONF_DIR / group / f"{name}.yaml"
+    if not path.exists():
+        raise PrismError(f"{group} {name!r}: no conf/{group}/{name}.yaml; "
+                         f"choose one of: {', '.join(group_options(group))}")
+    return section(OmegaConf.create({group: OmegaConf.load(path)}), group, schema)
+
+
+def load_hardware(name: str) -> HardwareConfig:
+    return load_entry("hardware", name, HardwareConfig)
+
+
+def match_hardware(gpu: str) -> str | None:
+    """The ``conf/hardware`` profile whose ``device.name`` or ``device.match`` entry best
+    fits a GPU name (spaces and case ignored). The longest match wins, so
+    ``NVIDIAGH200120GB`` is gh200 (``GH200``), not h200 (``H200``)."""
+    def norm(text):
+        return re.sub(r"\s+", "", str(text)).lower()
+    key, best = norm(gpu), (0, None)
+    for name, candidates in _device_names():
+        for candidate in candidates:
+            c = norm(candidate)
+            if c and c in key and len(c) > best[0]:
+                best = (len(c), name)
+    return best[1]
+
+
+@functools.lru_cache(maxsize=1)
+def _device_names() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each hardware profile's device name and ``match`` aliases, read once per process
+    (batch predictions match a GPU name per row)."""
+    entries = []
+    for name in group_options("hardware"):
+        device = OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml").get("device") or {}
+        entries.append((name, (str(device.get("name", "")), *map(str, device.get("match") or []))))
+    return tuple(entries)
+
+
+def load_model(name: str) -> ModelConfig:
+    return load_entry("model", name, ModelConfig)

@@ -1,0 +1,179 @@
+"""The domain's values: a model, a hardware profile, a parallel layout, and the settings
+of sampling, measuring and regressors, as plain dataclasses.
+
+They know nothing of Hydra or YAML: ``predictor.core.profiles`` reads them from
+``conf/``, the command line (``predictor.app.config``) composes them from overrides, and
+a notebook can build them directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from predictor.core.errors import PrismError
+
+
+@dataclass
+class ModelConfig:
+    """A decoder-only transformer (GPT and Llama families)."""
+
+    name: str
+    family: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_length: int
+    activation: str  # gelu | swiglu
+    norm: str  # layernorm | rmsnorm
+    position: str  # learned | rope
+    tied_embeddings: bool
+
+
+@dataclass
+class DeviceSpec:
+    kind: str  # gpu | cpu
+    name: str
+    match: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MemorySpec:
+    bandwidth: float  # bytes/s
+    capacity_gib: float
+    l2_bytes: int = 0
+
+
+@dataclass
+class LinkSpec:
+    bandwidth: float  # bytes/s per GPU, per direction
+    latency_us: float
+    nics_per_node: Optional[int] = None
+
+
+@dataclass
+class NetworkSpec:
+    name: str
+    intra_node: LinkSpec
+    inter_node: LinkSpec
+
+
+@dataclass
+class NodeSpec:
+    gpus_per_node: int
+
+
+@dataclass
+class VariabilitySpec:
+    spatial_cv: float
+    temporal_cv: float
+    comm_regime_cv: float
+    interruptions_per_gpu_day: float
+    checkpoint_interval_min: float
+    restart_cost_min: float
+
+
+@dataclass
+class HardwareConfig:
+    """A device plus the cluster network it is assumed to sit in."""
+
+    name: str
+    device: DeviceSpec
+    peak_flops: dict[str, Optional[float]]
+    memory: MemorySpec
+    node: NodeSpec
+    network: NetworkSpec
+    price_per_gpu_hour: Optional[float]
+    power_w: Optional[float]
+    variability: VariabilitySpec
+    train_dtype: str = "bfloat16"  # the precision of compute ops when training on it
+    # The linear layers' GEMMs where they run in another precision than train_dtype:
+    # float8 for torchtitan's Float8 linears or Transformer Engine fp8; null = train_dtype.
+    gemm_dtype: Optional[str] = None
+    # Another profile whose operator models this one borrows when it has none of its own:
+    # a GPU with the same compute die (H200 = H100's GH100), so the models' efficiency
+    # relative to the roofline floor carries over; the floor is this profile's.
+    models_from: Optional[str] = None
+
+    def peak(self, dtype: str) -> float:
+        value = self.peak_flops.get(dtype)
+        if not value:
+            raise PrismError(f"hardware.peak_flops.{dtype}: {self.name} has no {dtype} peak; "
+                             f"pick a dtype it supports ({', '.join(k for k, v in self.peak_flops.items() if v)})")
+        return value
+
+
+@dataclass
+class ParallelConfig:
+    """The parallel layout, with torchtitan/Megatron axis names."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    sequence_parallel: bool = False
+    micro_batch_size: int = 1
+    global_batch_size: int = 0  # 0: micro_batch_size x dp x 4·pp
+    recompute: str = "none"  # none | selective | full
+    sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
+    schedule: str = "1f1b"  # 1f1b | interleaved | gpipe | zero_bubble
+    attention: str = "flash"  # flash (fused kernel) | unfused (baddbmm + softmax + bmm)
+    overlap_grad_reduce: bool = True
+    # Sharded optimizers: the updated weights' all-gather runs under the next forward
+    # (Megatron --overlap-param-gather, FSDP prefetch).
+    overlap_param_gather: bool = True
+    # TP collectives run under the layer's GEMMs (Megatron --tp-comm-overlap, torchtitan
+    # async TP); off: they run between them.
+    overlap_tp_comm: bool = False
+
+
+@dataclass
+class SamplingConfig:
+    """A sampling plan: which ops, how many shapes, how long (see conf/sampling/)."""
+
+    name: str
+    budget_s: float
+    collective_share: float
+    repeats: int
+    warmup: int
+    threads: int
+    dtypes: list[str]
+    ops: list[str]
+    shapes_per_op: int
+    message_sizes: int
+    collective_world_size: int
+    max_call_ms: float
+    targets: list[str]
+    micro_batch_sizes: list[int]
+    tp_degrees: list[int]
+    space: dict[str, list]  # column -> [low, high]
+    seed: int = 0
+    flush_every_s: float = 2.0
+
+
+@dataclass
+class MeasureConfig:
+    """How ``prism measure`` times the reference workload (see conf/measure/)."""
+
+    name: str
+    steps: int
+    warmup: int
+    threads_per_rank: int
+    backend: str  # auto | gloo | nccl
+    device: str  # auto | cpu | cuda
+    timeout_s: float
+    seed: int = 0
+    trace_dir: Optional[str] = None  # also write torch.profiler traces of trace_steps more steps here
+    trace_steps: int = 3
+
+
+@dataclass
+class RegressorConfig:
+    name: str
+    quantiles: list[float]
+    params: dict = field(default_factory=dict)

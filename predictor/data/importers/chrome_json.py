@@ -1,0 +1,159 @@
+"""Stream the events of a Chrome-trace JSON file (what ``torch.profiler`` exports).
+
+A profiler trace is one JSON object whose ``traceEvents`` array holds every event; a
+training job's trace can be hundreds of megabytes. :class:`TraceStream` reads it in
+chunks and decodes one event at a time with the standard library's C decoder
+(``json.JSONDecoder.raw_decode``), so memory stays at one chunk plus one event whatever
+the file's size. The other top-level keys (``distributedInfo``, ``deviceProperties``,
+...) are small and kept in :attr:`TraceStream.metadata` as they pass.
+
+Errors are one :class:`~predictor.core.errors.PrismError` naming the file and what is wrong
+with it: not JSON, truncated (the profiler was killed mid-write), not a trace (no
+``traceEvents`` array), or an event that is not an object.
+"""
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+from predictor.core.errors import PrismError
+
+_CHUNK = 1 << 22  # characters read at a time
+_MAX_VALUE = 1 << 26  # an event or metadata value larger than this is not a profiler trace
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+class TraceStream:
+    """The events of one Chrome-trace JSON file (plain or ``.gz``), read incrementally.
+
+    Examples
+    --------
+    >>> stream = TraceStream("rank0.json")                      # doctest: +SKIP
+    >>> n = sum(1 for e in stream.events() if e.get("ph") == "X")  # doctest: +SKIP
+    >>> stream.metadata["distributedInfo"]["world_size"]          # doctest: +SKIP
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.metadata: dict = {}
+        self.bytes_read = 0
+
+    def events(self) -> Iterator[dict]:
+        if not self.path.is_file():
+            raise PrismError(f"{self.path}: no such trace file; pass the JSON files torch.profiler exported")
+        opener = gzip.open if self.path.suffix == ".gz" else open
+        with opener(self.path, "rb") as raw:
+            self._raw, self._decode = raw, codecs.getincrementaldecoder("utf-8")("strict")
+            self._buf, self._pos, self._eof = "", 0, False
+            yield from self._document()
+
+    # -- the document: { "key": value, ..., "traceEvents": [ {event}, ... ], ... } --------
+    def _document(self) -> Iterator[dict]:
+        if self._peek() != "{":
+            what = "a JSON array (a bare list of events)" if self._peek() == "[" else "not a JSON object"
+            self._fail(f"{what}; a PyTorch profiler trace is an object with a traceEvents array")
+        self._pos += 1
+        seen_events, first = False, True
+        while True:
+            if self._peek() == "}":
+                break
+            if not first:
+                self._expect(",")
+            first = False
+            key = self._value("a key")
+            if not isinstance(key, str):
+                self._fail("an object key is not a string")
+            self._expect(":")
+            if key == "traceEvents":
+                if self._peek() != "[":
+                    self._fail("traceEvents is not an array")
+                self._pos += 1
+                yield from self._array()
+                seen_events = True
+            else:
+                self.metadata[key] = self._value(f"the value of {key!r}")
+        if not seen_events:
+            keys = ", ".join(sorted(self.metadata)[:8]) or "none"
+            raise PrismError(f"{self.path}: JSON without a traceEvents array (top-level keys: {keys}); "
+                             f"not a PyTorch profiler trace. Export one with prof.export_chrome_trace(PATH)")
+
+    def _array(self) -> Iterator[dict]:
+        first = True
+        while True:
+            if self._peek() == "]":
+                self._pos += 1
+                return
+            if not first:
+                self._expect(",")
+            event = self._value("an event")
+            if not isinstance(event, dict):
+                self._fail(f"traceEvents holds a {type(event).__name__}, not an event object")
+            first = False
+            yield event
+
+    # -- low level ----------------------------------------------------------------------
+    def _fill(self) -> bool:
+        """Read one more chunk; False at the end of the file."""
+        if self._eof:
+            return False
+        data = self._raw.read(_CHUNK)
+        self.bytes_read += len(data)
+        try:
+            text = self._decode.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            raise PrismError(f"{self.path}: not UTF-8 text ({exc.reason} at byte {self.bytes_read}); "
+                             f"not a PyTorch profiler trace") from None
+        except (OSError, EOFError) as exc:  # a broken .gz
+            raise PrismError(f"{self.path}: cannot be decompressed ({exc}); it is truncated or corrupt") from None
+        if not data:
+            self._eof = True
+        if self._pos > len(self._buf) // 2:
+            self._buf, self._pos = self._buf[self._pos:], 0
+        self._buf += text
+        return bool(data)
+
+    def _peek(self) -> str:
+        """The next non-blank character (reading more as needed); '' at the end."""
+        while True:
+            self._pos = _WS.match(self._buf, self._pos).end()
+            if self._pos < len(self._buf):
+                return self._buf[self._pos]
+            if not self._fill():
+                self._fail("truncated: the file ends inside the JSON document (was the profiler stopped "
+                           "while writing?)")
+
+    def _expect(self, char: str) -> None:
+        c = self._peek()
+        if c != char:
+            self._fail(f"expected {char!r} but found {c!r}")
+        self._pos += 1
+
+    def _value(self, what: str):
+        self._peek()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError as exc:
+                # Incomplete at the end of the buffer: read more and decode again.
+                if len(self._buf) - self._pos > _MAX_VALUE:
+                    self._fail(f"{what} longer than {_MAX_VALUE >> 20} MB ({exc.msg})")
+                if self._fill():
+                    continue
+                if exc.pos >= len(self._buf) - 1 or "Unterminated" in exc.msg:
+                    self._fail(f"truncated: the file ends inside {what}")
+                self._fail(f"not valid JSON in {what}: {exc.msg}", exc.pos)
+            if end == len(self._buf) and not self._eof and self._fill():
+                continue  # a number may go on in the next chunk
+            self._pos = end
+            return value
+
+    def _fail(self, message: str, pos: int | None = None):
+        pos = self._pos if pos is None else pos
+        offset = self.bytes_read - len(self._buf.encode("utf-8", "replace")) + len(
+            self._buf[:pos].encode("utf-8", "replace"))
+        raise PrismError(f"{self.path}: {message} (near byte {max(offset, 0):,})")

@@ -1,0 +1,188 @@
+"""Import published microbenchmarks (``../shared/data/microbench``) into the sample store.
+
+Where a GPU has no operator samples of its own, its published microbenchmarks are the
+next best evidence (``predictor.latency.artifacts.TIERS``): trained on them, the
+floor-relative models learn how far that GPU's GEMMs, attention kernels and NCCL
+collectives stay from its roofline, and follow the floor outside the benchmarked box.
+
+What each source gives, and how it maps onto PRISM's vocabulary:
+
+- ``op_gemm_xla_perf_table.csv`` (OpenXLA's measured GEMM table, ``device_key`` sm_90 =
+  H100, sm_100_B200 = B200): batch 1/2/4 x m, n, k in 256...4096. Batch 1 is ``gemm``,
+  batch 2 and 4 ``bmm``; one median time per shape (``repeat`` 0). ``bf16xbf16->bf16`` is
+  bfloat16; ``f8e4m3fnxf8e4m3fn->bf16`` is float8 (the mixed e4m3/e5m2 rows, used for
+  gradients, are left out: the vocabulary has one float8); ``f32xf32->f32`` is tfloat32,
+  XLA's default precision for f32 dots on these GPUs (the H100 rows reach 403 TFLOP/s,
+  six times the 67 TFLOP/s fp32 peak). A row faster than the profile's peak is a failed
+  measurement (the data README flags H100 fp8) and is left out, counted.
+  The backward pass of a GEMM is two GEMMs (dX = dY·Wᵀ, dW = Xᵀ·dY), so
+  ``bwd(m, n, k) = fwd(m, k, n) + fwd(k, n, m)``, both of which the full grid holds.
+- ``op_flashattention_tflops.csv``: FlashAttention-2 on H100 (what PyTorch's SDPA flash
+  backend runs), forward and forward+backward TFLOP/s by sequence length, head dim and
+  causal mask. Latency = FLOPs / rate with the benchmark's own FLOP count, which is the
+  vocabulary's (4·b·h·s²·d forward, half under a causal mask, backward 2.5x); the
+  backward is the forward+backward time less the forward time of the same shape.
+- ``comm_xla_collective_perf_table.csv`` (OpenXLA, one 8-GPU node: groups of 2, 4, 8)
+  and ``comm_nccl_tests_allreduce.csv`` (the DGX H100 node only): intra-node collectives,
+  ``message_bytes`` = the benchmark's tensor bytes (the full vector for all-reduce, the
+  gathered output for all-gather, the input for reduce-scatter and all-to-all). The
+  2-node nccl-tests rows ran on Google Cloud A3 Mega VMs, another network than any
+  profile's, and are left out; the models' collectives therefore cover one node only
+  (manifest ``collective_scope``) and the composer keeps the network prior between nodes.
+
+Each row's ``origin`` is ``microbench:<source>``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from predictor.data import store
+from predictor.core.specs import HardwareConfig
+from predictor.core.profiles import load_hardware
+from predictor.core.errors import PrismError
+
+#: Hardware profile -> the keys its rows carry in each source.
+SOURCES = {
+    "h100-sxm": {"xla": "sm_90", "flash": "H100-SXM5-80GB", "nccl": "DGX H100"},
+    "b200": {"xla": "sm_100_B200"},
+}
+_XLA_DTYPE = {"bf16xbf16->bf16": "bfloat16", "f8e4m3fnxf8e4m3fn->bf16": "float8", "f32xf32->f32": "tfloat32"}
+_XLA_COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather",
+                   "reduce-scatter": "reduce_scatter", "all-to-all": "all_to_all"}
+_FLASH_IMPLEMENTATION = "FlashAttention-2"
+IMPORTER_VERSION = 1
+
+
+@dataclass
+class MicrobenchReport:
+    """What :func:`import_microbench` wrote and what it left out."""
+
+    hardware: str
+    run_file: str
+    rows: dict = field(default_factory=dict)  # "op/pass" -> rows
+    left_out: dict = field(default_factory=dict)  # reason -> rows
+
+    def table(self) -> str:
+        lines = [f"{self.hardware}: {sum(self.rows.values())} rows -> {self.run_file}"]
+        lines += [f"  {k:24s} {v:6d}" for k, v in sorted(self.rows.items())]
+        lines += [f"  left out: {v} rows, {k}" for k, v in self.left_out.items()]
+        return "\n".join(lines)
+
+
+def _read(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:
+    if not path.exists():
+        raise PrismError(f"{path}: missing; point the import at the shared microbench folder "
+                         f"(../shared/data/microbench)")
+    frame = pd.read_csv(path)
+    missing = [c for c in needed if c not in frame]
+    if missing:
+        raise PrismError(f"{path}: columns {missing} are missing; is this the published layout?")
+    return frame
+
+
+def gemm_rows(table: pd.DataFrame, key: str, hw: HardwareConfig, left_out: dict) -> pd.DataFrame:
+    """Forward rows of one device from the XLA GEMM table, and the backward rows they imply."""
+    t = table[(table.device_key == key) & table.dtype.isin(list(_XLA_DTYPE))].copy()
+    t["dtype"] = t.dtype.map(_XLA_DTYPE)
+    too_fast = t.achieved_flops_per_s > np.array([hw.peak(d) for d in t.dtype])
+    if too_fast.any():
+        left_out["gemm faster than the profile's peak (failed measurement)"] = int(too_fast.sum())
+    t = t[~too_fast]
+    fwd = t.rename(columns={"b": "batch"})[["batch", "m", "n", "k", "dtype", "time_us_derived"]]
+    times = fwd.set_index(["batch", "m", "n", "k", "dtype"]).time_us_derived
+    # bwd(m, n, k) = dX (m, k, n) + dW (k, n, m); both must have survived the filter.
+    dx = times.reindex(pd.MultiIndex.from_arrays([fwd.batch, fwd.m, fwd.k, fwd.n, fwd.dtype])).to_numpy()
+    dw = times.reindex(pd.MultiIndex.from_arrays([fwd.batch, fwd.k, fwd.n, fwd.m, fwd.dtype])).to_numpy()
+    bwd = fwd.assign(time_us_derived=dx + dw).dropna(subset=["time_us_derived"])
+    out = pd.concat([fwd.assign(**{"pass": "fwd"}), bwd.assign(**{"pass": "bwd"})], ignore_index=True)
+    out["op"] = np.where(out.batch == 1, "gemm", "bmm")
+    out.loc[out.op == "gemm", "batch"] = np.nan
+    return out.rename(columns={"time_us_derived": "latency_us"}).assign(origin="microbench:xla-gemm")
+
+
+def attention_rows(table: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """FlashAttention-2 forward and backward latencies of one GPU from the TFLOP/s figures."""
+    t = table[(table.gpu == gpu) & (table.implementation == _FLASH_IMPLEMENTATION)].copy()
+    t["causal"] = t.causal.astype(str).str.lower().isin(["yes", "true", "1"])
+    fwd_flops = 4.0 * t.batch * t.n_heads * t.seqlen ** 2 * t.head_dim * np.where(t.causal, 0.5, 1.0)
+    t["latency_us"] = fwd_flops * np.where(t.pass_type == "fwd", 1.0, 3.5) / (t.tflops.astype(float) * 1e12) * 1e6
+    shape = ["batch", "n_heads", "seqlen", "head_dim", "causal"]
+    both = t[t.pass_type == "fwd"].merge(t[t.pass_type == "fwd+bwd"], on=shape, suffixes=("_f", "_fb"))
+    fwd = t[t.pass_type == "fwd"][shape + ["latency_us"]].assign(**{"pass": "fwd"})
+    bwd = both[shape].assign(latency_us=(both.latency_us_fb - both.latency_us_f).to_numpy(), **{"pass": "bwd"})
+    out = pd.concat([fwd, bwd], ignore_index=True)
+    out = out.rename(columns={"n_heads": "heads", "seqlen": "seq_q"})
+    return out.assign(op="attention", kv_heads=out.heads, seq_kv=out.seq_q, dtype="bfloat16",
+                      origin="microbench:flashattention-2")
+
+
+def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict) -> pd.DataFrame:
+    """Intra-node collectives of one system: the XLA table, and nccl-tests where it has the node."""
+    t = xla[(xla.device_key == keys["xla"]) & xla.opcode.isin(list(_XLA_COLLECTIVE))].copy()
+    size = t.replica_groups.str.extract(r"x\s*(\d+)\s*devices", expand=False).astype(int)
+    frames = [pd.DataFrame({"op": t.opcode.map(_XLA_COLLECTIVE), "message_bytes": t.tensor_bytes,
+                            "group_size": size, "latency_us": t.time_us_derived,
+                            "origin": "microbench:xla-collectives"})]
+    if nccl is not None and "nccl" in keys:
+        n = nccl[nccl.system.str.contains(keys["nccl"], regex=False) & (nccl.nodes == 1)]
+        # nccl-tests prints an out-of-place and an in-place average per size; the larger is
+        # at times a first-call glitch (68 vs 13.5 us at 32 B), so the smaller is kept.
+        frames.append(pd.DataFrame({"op": "all_reduce", "message_bytes": n.size_bytes, "group_size": n.ranks,
+                                    "latency_us": n[["oop_time_us", "ip_time_us"]].min(axis=1),
+                                    "origin": "microbench:nccl-tests"}))
+    out = pd.concat(frames, ignore_index=True)
+    return out.assign(**{"pass": "step"}, ranks_per_node=out.group_size, nodes=1, dtype="float32")
+
+
+def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
+    """Write ``<out_dir>/microbench-<hardware>.parquet`` from the published microbenchmarks.
+
+    Examples
+    --------
+    >>> report = import_microbench("../shared/data/microbench", "h100-sxm", "samples/microbench")  # doctest: +SKIP
+    >>> report.rows["gemm/fwd"]                                                                   # doctest: +SKIP
+    375
+    """
+    if hardware not in SOURCES:
+        raise PrismError(f"hardware={hardware}: no published microbenchmarks for it; those with some: "
+                         f"{', '.join(SOURCES)}")
+    source_dir, keys, hw = Path(source_dir), SOURCES[hardware], load_hardware(hardware)
+    left_out: dict = {}
+    frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv",
+                              ("device_key", "b", "m", "n", "k", "dtype", "achieved_flops_per_s", "time_us_derived")),
+                        keys["xla"], hw, left_out)]
+    if "flash" in keys:
+        frames.append(attention_rows(_read(source_dir / "op_flashattention_tflops.csv",
+                                           ("gpu", "implementation", "pass_type", "causal", "head_dim", "n_heads",
+                                            "seqlen", "batch", "tflops")), keys["flash"]))
+    nccl = _read(source_dir / "comm_nccl_tests_allreduce.csv",
+                 ("system", "ranks", "nodes", "size_bytes", "oop_time_us", "ip_time_us")) if "nccl" in keys else None
+    frames.append(collective_rows(_read(source_dir / "comm_xla_collective_perf_table.csv",
+                                        ("device_key", "opcode", "tensor_bytes", "replica_groups", "time_us_derived")),
+                                  nccl, keys))
+    rows = pd.concat(frames, ignore_index=True)
+    bad = ~(rows.latency_us > 0)
+    if bad.any():
+        left_out["latency missing or not positive"] = int(bad.sum())
+    rows = rows[~bad].copy()
+    if "repeat" not in rows:
+        rows["repeat"] = 0
+    rows["repeat"] = rows["repeat"].fillna(0).astype(int)
+    run_id = f"microbench-{hardware}"
+    rows = rows.assign(hardware=hardware, device_name=hw.device.name, world_size=rows.get("group_size", 1),
+                       run_id=run_id, host="published", timestamp=datetime.now(timezone.utc).isoformat(),
+                       backend="published")
+    rows["world_size"] = rows["world_size"].fillna(1).astype(int)
+    for col in ("ranks_per_node", "nodes"):
+        rows[col] = rows[col].fillna(1).astype(int)
+    path = store.write_run(rows, out_dir, run_id, {
+        "importer": "predictor.data.importers.microbench", "version": IMPORTER_VERSION, "hardware": hardware,
+        "sources": sorted(set(rows.origin)), "left_out": left_out, "collective_scope": "intra-node"})
+    counts = rows.groupby(["op", "pass"]).size()
+    return MicrobenchReport(hardware, str(path), {f"{o}/{p}": int(v) for (o, p), v in counts.items()}, left_out)

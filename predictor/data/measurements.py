@@ -1,0 +1,106 @@
+"""Measured end-to-end step times: the file ``prism measure`` writes and ``prism validate`` reads.
+
+One Parquet file holds one or more layouts, one row per (layout, step, rank):
+
+==================  =======  ==================================================
+column              type     meaning
+==================  =======  ==================================================
+layout_id           string   names the layout (model, axes, batch, recompute ...)
+hardware            string   the conf/hardware profile of the machine measured
+model_json          string   the full :class:`~predictor.core.specs.ModelConfig` as JSON
+parallel_json       string   the full :class:`~predictor.core.specs.ParallelConfig` as JSON
+step                int64    0-based index of a timed step (warm-up steps not stored)
+rank                int64    global rank
+step_time_s         double   this rank's wall time from the step's start barrier to
+                             the end of its optimizer step
+threads_per_rank    int64    torch intra-op threads of each rank
+backend             string   gloo | nccl
+measured_at         string   ISO-8601 UTC time the layout's run started
+==================  =======  ==================================================
+
+A job's step time is the slowest rank's (:func:`step_times`). Writes are atomic (temp
+file + rename): an existing file is only ever replaced by a complete one.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.workload.decompose import Workload, decompose
+from predictor.core.errors import PrismError
+from predictor.data.store import atomic_write_table
+
+SCHEMA = pa.schema([
+    ("layout_id", pa.string()), ("hardware", pa.string()), ("model_json", pa.string()),
+    ("parallel_json", pa.string()), ("step", pa.int64()), ("rank", pa.int64()),
+    ("step_time_s", pa.float64()), ("threads_per_rank", pa.int64()), ("backend", pa.string()),
+    ("measured_at", pa.string()),
+])
+COLUMNS = tuple(SCHEMA.names)
+
+
+def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
+    """Write ``frame`` (the columns of :data:`SCHEMA`) to ``path`` atomically.
+
+    With ``append`` the layouts already in ``path`` are kept, except those measured again
+    (same ``layout_id``), which the new rows replace.
+    """
+    path = Path(path)
+    missing = [c for c in COLUMNS if c not in frame]
+    if missing:
+        raise PrismError(f"measurements: missing column(s) {', '.join(missing)}")
+    frame = frame[list(COLUMNS)]
+    if append and path.exists():
+        old = read_measurements(path)
+        frame = pd.concat([old[~old.layout_id.isin(set(frame.layout_id))], frame], ignore_index=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_table(pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False), path)
+    return path
+
+
+def read_measurements(path) -> pd.DataFrame:
+    """Every row of a measurement file, checked (one clear error naming file and column)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PrismError(f"measured={path}: no such file; write one with `prism measure ... out={path}`")
+    try:
+        frame = pq.read_table(path).to_pandas()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise PrismError(f"measured={path}: not a readable Parquet file ({exc}); it is truncated or corrupt: "
+                         f"measure again") from None
+    missing = [c for c in COLUMNS if c not in frame]
+    if missing:
+        raise PrismError(f"measured={path}: missing column(s) {', '.join(missing)}; not a `prism measure` file")
+    if frame.empty:
+        raise PrismError(f"measured={path}: no rows; measure at least one layout")
+    if (frame.step_time_s <= 0).any() or frame.step_time_s.isna().any():
+        raise PrismError(f"measured={path}: column 'step_time_s' has non-positive or empty values")
+    return frame
+
+
+def layout_configs(frame: pd.DataFrame, layout_id: str) -> tuple[ModelConfig, ParallelConfig]:
+    """The model and layout a measured ``layout_id`` ran."""
+    row = frame[frame.layout_id == layout_id].iloc[0]
+    return ModelConfig(**json.loads(row.model_json)), ParallelConfig(**json.loads(row.parallel_json))
+
+
+def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[str, Workload, np.ndarray]]:
+    """Per measured layout, in file order: its id, its workload on ``hw`` and its step times (s)."""
+    out = []
+    for layout_id, group in step_times(frame).groupby("layout_id", sort=False):
+        model, par = layout_configs(frame, layout_id)
+        out.append((layout_id, decompose(model, par, hw, par.dp * par.tp * par.pp * par.cp),
+                    group.step_time_s.to_numpy()))
+    return out
+
+
+def step_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (layout, step): the slowest rank's time (a step ends when all ranks do)."""
+    return (frame.groupby(["layout_id", "step"], as_index=False, sort=False)
+            .agg(step_time_s=("step_time_s", "max"), hardware=("hardware", "first")))

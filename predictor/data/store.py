@@ -1,0 +1,243 @@
+"""The sample store: Parquet files of timed operator repeats (DESIGN.md, "Sample store").
+
+One file per sampling run, never rewritten; every row is one timed repeat. A run in
+progress writes its rows as small, complete Parquet *parts* in a hidden folder beside
+its final file (each part written to a temporary name and renamed, so a part is either
+whole or absent). Closing the run — at its end, on Ctrl-C, or when a later run finds
+the parts of a killed one — joins the parts into ``<run_id>.parquet`` the same way.
+A killed run therefore loses at most the rows it had not flushed yet.
+
+Several processes may write parts of one run (the compute loop and the rank 0 of a
+``torchrun`` collective job); each uses its own part prefix.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from predictor.core.errors import PrismError
+from predictor.core.ops import OPS, SHAPE_COLUMNS, unknown_op_message
+
+METADATA_KEY = b"prism"
+_PARTS_SUFFIX = ".parts"
+_RUN_META = "run.json"
+
+_ARROW = {"int64": pa.int64(), "bool": pa.bool_(), "string": pa.string()}
+
+SCHEMA = pa.schema(
+    [("op", pa.string()), ("pass", pa.string()), ("dtype", pa.string())]
+    + [(c, _ARROW[t]) for c, t in SHAPE_COLUMNS.items()]
+    + [
+        ("latency_us", pa.float64()),
+        ("repeat", pa.int32()),
+        ("hardware", pa.string()),
+        ("device_name", pa.string()),
+        ("world_size", pa.int32()),
+        ("ranks_per_node", pa.int32()),
+        ("nodes", pa.int32()),
+        ("run_id", pa.string()),
+        ("host", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("torch_version", pa.string()),
+        ("backend", pa.string()),
+        ("origin", pa.string()),  # sampled | ett | trace
+    ]
+)
+COLUMNS = tuple(SCHEMA.names)
+REQUIRED = ("op", "pass", "latency_us", "repeat", "hardware")
+
+
+def new_run_id(hardware: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{hardware}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def atomic_write_table(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _to_table(rows: list[dict], metadata: dict) -> pa.Table:
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
+
+
+class RunWriter:
+    """Writes one run's rows as parts; :meth:`close` joins them into the run's file.
+
+    Parameters
+    ----------
+    output_dir : path of the store (a folder of runs).
+    run_id : the run's id; its file becomes ``<output_dir>/<run_id>.parquet``.
+    metadata : JSON-serialisable run metadata (plan, versions, clock, warm-up, ...),
+        stored in the Parquet key-value metadata under ``prism``.
+    prefix : part-name prefix, distinct for each process writing into the run.
+
+    Examples
+    --------
+    >>> w = RunWriter(tmp_dir, "cpu-run", {"plan": "quick"})        # doctest: +SKIP
+    >>> w.add([{"op": "gemm", "pass": "fwd", "latency_us": 3.1, ...}])  # doctest: +SKIP
+    >>> w.flush(); path = w.close()                                  # doctest: +SKIP
+    """
+
+    def __init__(self, output_dir, run_id: str, metadata: dict, prefix: str = "part"):
+        self.output_dir = Path(output_dir)
+        self.run_id = run_id
+        self.metadata = metadata
+        self.prefix = prefix
+        self.parts_dir = self.output_dir / f".{run_id}{_PARTS_SUFFIX}"
+        self.parts_dir.mkdir(parents=True, exist_ok=True)
+        self._write_run_meta()
+        self._rows: list[dict] = []
+        self._n_parts = len(list(self.parts_dir.glob(f"{prefix}-*.parquet")))
+        self.rows_written = 0
+
+    def _write_run_meta(self) -> None:
+        tmp = self.parts_dir / f".{_RUN_META}.{uuid.uuid4().hex[:8]}"
+        tmp.write_text(json.dumps(self.metadata))
+        os.replace(tmp, self.parts_dir / _RUN_META)
+
+    def update_metadata(self, **fields) -> None:
+        self.metadata.update(fields)
+        self._write_run_meta()
+
+    def add(self, rows: list[dict]) -> None:
+        self._rows.extend(rows)
+
+    def flush(self) -> None:
+        """Write the buffered rows as one whole part (or nothing if none are buffered)."""
+        if not self._rows:
+            return
+        part = self.parts_dir / f"{self.prefix}-{self._n_parts:06d}.parquet"
+        atomic_write_table(_to_table(self._rows, self.metadata), part)
+        self._n_parts += 1
+        self.rows_written += len(self._rows)
+        self._rows = []
+
+    def close(self) -> Path | None:
+        """Flush, then join all parts of the run into its final file."""
+        self.flush()
+        return finish_run(self.parts_dir)
+
+
+def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Path:
+    """Write a whole run at once (importers): ``<output_dir>/<run_id>.parquet``, never overwriting.
+
+    ``rows`` holds any subset of :data:`COLUMNS` (missing ones become null).
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / f"{run_id}.parquet"
+    if path.exists():
+        raise PrismError(f"{path} already exists; a run id is never reused")
+    n = len(rows)
+    table = pa.Table.from_arrays(
+        [pa.array(rows[f.name], type=f.type, from_pandas=True) if f.name in rows else pa.nulls(n, f.type)
+         for f in SCHEMA], schema=SCHEMA)
+    atomic_write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()}), path)
+    return path
+
+
+def finish_run(parts_dir: Path) -> Path | None:
+    """Join a run's parts into ``<run_id>.parquet`` and remove the parts folder.
+
+    Returns the run's file, or None when the run wrote no row.
+    """
+    parts_dir = Path(parts_dir)
+    run_id = parts_dir.name[1: -len(_PARTS_SUFFIX)]
+    metadata = json.loads((parts_dir / _RUN_META).read_text())
+    parts = sorted(parts_dir.glob("*.parquet"))
+    final = parts_dir.parent / f"{run_id}.parquet"
+    if parts:
+        table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
+        table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
+        if final.exists():  # never overwrite a finished run
+            raise PrismError(f"{final} already exists; a run id is never reused")
+        atomic_write_table(table, final)
+    shutil.rmtree(parts_dir)
+    return final if parts else None
+
+
+def recover_unfinished(output_dir) -> list[Path]:
+    """Finish the runs that were killed before they could close (their parts remain)."""
+    recovered = []
+    for parts_dir in sorted(Path(output_dir).glob(f".*{_PARTS_SUFFIX}")):
+        if (parts_dir / _RUN_META).exists():
+            path = finish_run(parts_dir)
+            if path is not None:
+                recovered.append(path)
+    return recovered
+
+
+def run_files(path) -> list[Path]:
+    """The run files of a store: ``path`` itself if it is a file, else its ``*.parquet``."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise PrismError(f"samples: {path} does not exist; pass a folder of runs or one .parquet file")
+    return sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
+
+
+def read_run_metadata(path) -> dict:
+    """The run metadata of one file (``{}`` for files written by other tools)."""
+    meta = _open(path).schema_arrow.metadata or {}
+    return json.loads(meta.get(METADATA_KEY, b"{}"))
+
+
+def _open(path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise PrismError(
+            f"{path}: not a readable Parquet file ({exc}). It is truncated or corrupt: "
+            f"move it out of the store (nothing was changed) and run again"
+        ) from None
+
+
+def read_samples(path, ops=None) -> pd.DataFrame:
+    """Read every row of a store (a folder of runs, or one file), validated.
+
+    Parameters
+    ----------
+    path : folder or file.
+    ops : optional iterable of op names to keep.
+
+    Raises
+    ------
+    PrismError
+        naming the file and the problem (unreadable, missing column, unknown op).
+    """
+    frames = []
+    for f in run_files(path):
+        pf = _open(f)
+        missing = [c for c in REQUIRED if c not in pf.schema_arrow.names]
+        if missing:
+            raise PrismError(f"{f}: missing column(s) {', '.join(missing)}; "
+                             f"a sample file needs at least {', '.join(REQUIRED)}")
+        try:
+            df = pf.read().to_pandas()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise PrismError(f"{f}: cannot read its rows ({exc}); the file is truncated "
+                             f"or corrupt: move it out of the store and run again") from None
+        unknown = sorted(set(df["op"]) - set(OPS))
+        if unknown:
+            raise PrismError(f"{f}: column 'op': {unknown_op_message(unknown[0])}")
+        if ops is not None:
+            df = df[df["op"].isin(list(ops))]
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+    return pd.concat(frames, ignore_index=True)

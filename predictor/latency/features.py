@@ -1,0 +1,95 @@
+"""Features of an operator call, and the hardware floor its latency is measured against.
+
+The regressors learn ``log(latency / floor)`` (DESIGN.md, "Regressors"): the floor is
+the roofline time ``max(flops / peak, bytes / bandwidth)`` for compute ops (Williams et
+al. 2009, "Roofline") and ``alpha + bytes * bus_factor / bandwidth`` for collectives
+(the nccl-tests bus bandwidth model). Trees cannot extrapolate, but a floor-relative
+target only has to learn an efficiency, which flattens out for large shapes — so
+predictions outside the sampled box follow the physics instead of staying flat.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from predictor.core.specs import HardwareConfig
+from predictor.core.errors import PrismError
+from predictor.core.ops import BUS_FACTOR, OPS, OPTIMIZERS, bytes_moved, dtype_bytes, flops
+
+#: Columns a collective's features read besides its shape (from the sample store).
+TOPOLOGY = ("ranks_per_node", "nodes")
+
+
+def feature_names(op: str) -> list[str]:
+    """The feature columns of ``op``'s model, in order (stored in the manifest)."""
+    shape = [f"log2_{c}" if c not in ("causal", "optimizer") else c for c in OPS[op].shape]
+    if OPS[op].collective:
+        return shape + list(TOPOLOGY) + ["log2_floor_us"]
+    # An optimizer step is launch-bound for small tensors and bandwidth-bound for large ones.
+    per_tensor = ["log2_params_per_tensor"] if op == "optimizer_step" else []
+    return shape + per_tensor + ["dtype_bytes", "log2_flops", "log2_bytes", "log2_intensity", "log2_floor_us"]
+
+
+def _column(frame: pd.DataFrame, name: str, op: str) -> np.ndarray:
+    if name not in frame:
+        raise PrismError(f"{op}: shape column {name!r} is missing; {op} needs "
+                         f"{', '.join(OPS[op].shape)}")
+    values = frame[name]
+    if values.isna().any():
+        raise PrismError(f"{op}: shape column {name!r} has empty values")
+    return values.to_numpy()
+
+
+def _shape(op: str, frame: pd.DataFrame) -> dict:
+    shape = {c: _column(frame, c, op) for c in OPS[op].shape}
+    for c, v in shape.items():
+        if c == "causal":
+            shape[c] = v.astype(bool)
+        elif c != "optimizer":
+            shape[c] = v.astype(float)
+    return shape
+
+
+def floor_us(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> np.ndarray:
+    """The hardware floor of each row's call, in microseconds (always > 0)."""
+    s = _shape(op, frame)
+    if OPS[op].collective:
+        intra = _column(frame, "nodes", op).astype(float) <= 1
+        per_node = _column(frame, "ranks_per_node", op).astype(float)
+        net = hw.network
+        # Across nodes, a group's r ranks per node drive r NICs in parallel (NCCL runs a ring
+        # per NIC); the bus bandwidth is theirs together, at most the intra-node link's.
+        across = np.minimum(net.inter_node.bandwidth * per_node, net.intra_node.bandwidth)
+        bandwidth = np.where(intra, net.intra_node.bandwidth, across)
+        alpha_us = np.where(intra, net.intra_node.latency_us, net.inter_node.latency_us)
+        return alpha_us + s["message_bytes"] * BUS_FACTOR[op](s["group_size"]) / bandwidth * 1e6
+    dtypes = frame["dtype"].to_numpy() if "dtype" in frame else np.full(len(frame), "float32")
+    peak = np.array([hw.peak(d) for d in dtypes], dtype=float)
+    compute = flops(op, pass_, s) / peak
+    memory = bytes_moved(op, pass_, s, dtypes) / hw.memory.bandwidth
+    return np.maximum(np.maximum(compute, memory) * 1e6, 1e-3)
+
+
+def features(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Feature matrix (columns of :func:`feature_names`) and floor (us) for each row."""
+    s = _shape(op, frame)
+    floor = floor_us(op, pass_, frame, hw)
+    cols = []
+    for c in OPS[op].shape:
+        if c == "causal":
+            cols.append(s[c].astype(float))
+        elif c == "optimizer":
+            cols.append(np.array([OPTIMIZERS.index(o) for o in s[c]], dtype=float))
+        else:
+            cols.append(np.log2(np.maximum(s[c], 1.0)))
+    if OPS[op].collective:
+        cols += [_column(frame, c, op).astype(float) for c in TOPOLOGY]
+    else:
+        if op == "optimizer_step":
+            cols.append(np.log2(s["params"] / np.maximum(s["tensors"], 1.0)))
+        dtypes = frame["dtype"].to_numpy() if "dtype" in frame else np.full(len(frame), "float32")
+        f = np.maximum(flops(op, pass_, s), 1.0)
+        b = np.maximum(bytes_moved(op, pass_, s, dtypes), 1.0)
+        cols += [dtype_bytes(dtypes), np.log2(f), np.log2(b), np.log2(f / b)]
+    cols.append(np.log2(floor))
+    return np.column_stack(cols), floor
