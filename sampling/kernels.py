@@ -100,7 +100,7 @@ def _optimizer_step(s: dict, device) -> Callable[[], None]:
     elif s["optimizer"] == "sgd":
         opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9, fused=fused)
     else:
-        raise PrismError(f"optimizer_step: unknown optimizer {s['optimizer']!r}; use adamw or sgd")
+        raise PrismError(f"optimizer_step: unknown optimizer {s['optimizer']!r}; use adamw or sgd", field='optimizer_step')
     return opt.step
 
 
@@ -109,7 +109,7 @@ def build(op: str, pass_: str, shape: dict, dtype: str, device: torch.device) ->
     if op not in OPS or OPS[op].collective:
         raise PrismError(unknown_op_message(op) if op not in OPS else f"{op} is a collective")
     if pass_ not in OPS[op].passes:
-        raise PrismError(f"{op} has no pass {pass_!r}; it has {', '.join(OPS[op].passes)}")
+        raise PrismError(f"{op} has no pass {pass_!r}; it has {', '.join(OPS[op].passes)}", field=str(op))
     if op == "optimizer_step":
         return _optimizer_step(shape, device)
     inputs, forward = _forward(op, shape, TORCH_DTYPES[dtype], device)

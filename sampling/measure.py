@@ -98,39 +98,39 @@ def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
     validate_layout(model, par)
     if par.cp != 1:
         raise PrismError(f"parallel.cp={par.cp}: the reference workload has no context parallelism; "
-                         f"measure with parallel.cp=1")
+                         f"measure with parallel.cp=1", field='parallel.cp')
     if par.ep != 1:
-        raise PrismError(f"parallel.ep={par.ep}: the reference models have no experts; set parallel.ep=1")
+        raise PrismError(f"parallel.ep={par.ep}: the reference models have no experts; set parallel.ep=1", field='parallel.ep')
     if par.sequence_parallel:
         raise PrismError("parallel.sequence_parallel=true: the reference workload keeps TP activations "
-                         "replicated; set parallel.sequence_parallel=false")
+                         "replicated; set parallel.sequence_parallel=false", field='parallel.sequence_parallel')
     if par.attention != "flash":
         raise PrismError(f"parallel.attention={par.attention}: the reference model uses fused SDPA only; "
-                         f"set parallel.attention=flash")
+                         f"set parallel.attention=flash", field='parallel.attention')
     if par.sharding not in SHARDINGS:
         raise PrismError(f"parallel.sharding={par.sharding}: the reference workload shards with FSDP2 only; "
-                         f"choose one of: {', '.join(SHARDINGS)}")
+                         f"choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')
     if par.schedule not in SCHEDULES or par.vpp != 1:
         raise PrismError(f"parallel.schedule={par.schedule} (vpp={par.vpp}): the reference workload runs one "
                          f"stage per rank; choose parallel.schedule among {', '.join(SCHEDULES)} with "
-                         f"parallel.vpp=1")
+                         f"parallel.vpp=1", field='parallel.schedule')
     if model.num_kv_heads % par.tp:
         raise PrismError(f"parallel.tp={par.tp}: does not divide model.num_kv_heads={model.num_kv_heads} of "
                          f"{model.name}; the reference workload does not replicate KV heads, pick tp among "
-                         f"{_divisors(model.num_kv_heads)}")
+                         f"{_divisors(model.num_kv_heads)}", field='parallel.tp')
     if par.dp > 1 and par.tp > 1 and par.sharding == "none":
         raise PrismError(f"parallel.sharding=none with parallel.dp={par.dp} and parallel.tp={par.tp}: DDP cannot "
                          f"reduce tensor-parallel (DTensor) weights; set parallel.sharding=fsdp (FSDP2 with TP, "
-                         f"PyTorch's 2-D layout) or use dp=1 or tp=1")
+                         f"PyTorch's 2-D layout) or use dp=1 or tp=1", field='parallel.sharding')
     if par.pp > 1 and model.tied_embeddings:
         raise PrismError(f"model.tied_embeddings=true with parallel.pp={par.pp}: the first and last stages "
                          f"would train separate copies of the embedding; set parallel.pp=1 or "
-                         f"model.tied_embeddings=false")
+                         f"model.tied_embeddings=false", field='model.tied_embeddings')
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     if par.pp > 1 and par.schedule == "1f1b" and micro_batches < par.pp:
         raise PrismError(f"parallel.global_batch_size={par.global_batch_size}: 1f1b needs at least pp={par.pp} "
                          f"micro-batches, got {micro_batches}; use global_batch_size >= "
-                         f"{par.pp * par.micro_batch_size * par.dp}")
+                         f"{par.pp * par.micro_batch_size * par.dp}", field='parallel.global_batch_size')
 
 
 def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, str]:
@@ -138,22 +138,22 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
     profile, so the rows' ``hardware`` names the device that ran them."""
     for name, low in (("steps", 1), ("warmup", 0), ("threads_per_rank", 1)):
         if getattr(mc, name) < low:
-            raise PrismError(f"measure.{name}={getattr(mc, name)}: must be an integer >= {low}")
+            raise PrismError(f"measure.{name}={getattr(mc, name)}: must be an integer >= {low}", field=f"measure.{name}")
     if mc.timeout_s <= 0:
-        raise PrismError(f"measure.timeout_s={mc.timeout_s}: must be positive (seconds)")
+        raise PrismError(f"measure.timeout_s={mc.timeout_s}: must be positive (seconds)", field='measure.timeout_s')
     if mc.device not in ("auto", "cpu", "cuda"):
-        raise PrismError(f"measure.device={mc.device}: choose auto, cpu or cuda")
+        raise PrismError(f"measure.device={mc.device}: choose auto, cpu or cuda", field='measure.device')
     device = _device(hw).type
     if mc.device not in ("auto", device):
         raise PrismError(f"measure.device={mc.device}: hardware={hw.name} is a {hw.device.kind} profile; "
-                         f"set hardware= to the profile of the device measured, or measure.device=auto")
+                         f"set hardware= to the profile of the device measured, or measure.device=auto", field='measure.device')
     backend = {"cpu": "gloo", "cuda": "nccl"}[device]
     if mc.backend not in ("auto", backend):
         raise PrismError(f"measure.backend={mc.backend}: the reference workload runs {backend} on {device}; "
-                         f"set measure.backend=auto")
+                         f"set measure.backend=auto", field='measure.backend')
     if device == "cuda" and world > torch.cuda.device_count():
         raise PrismError(f"parallel: dp·tp·pp = {world} ranks need {world} GPUs, this host has "
-                         f"{torch.cuda.device_count()}; lower parallel.dp, tp or pp")
+                         f"{torch.cuda.device_count()}; lower parallel.dp, tp or pp", field='parallel')
     return device, backend
 
 
@@ -209,7 +209,7 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
     out = cfg.get("out")
     if not out:
         raise PrismError("out=FILE.parquet is required: the measurement file to write "
-                         "(layouts already in it are kept)")
+                         "(layouts already in it are kept)", field='out')
     model = section(cfg, "model", ModelConfig)
     par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
     mc = section(cfg, "measure", MeasureConfig)
@@ -239,9 +239,9 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
             run_torchrun("sampling.reference", job, world, workdir, env, mc.timeout_s, show_progress)
         except TimeoutError:
             raise PrismError(f"measure.timeout_s={mc.timeout_s:g}: {lid} did not finish in time; raise "
-                             f"measure.timeout_s or lower measure.steps") from None
+                             f"measure.timeout_s or lower measure.steps", field='measure.timeout_s') from None
         except RuntimeError as exc:
-            raise PrismError(f"measure: {lid} failed; {exc}") from None
+            raise PrismError(f"measure: {lid} failed; {exc}", field='measure') from None
         finally:
             bar.close()
         rows = []

@@ -121,24 +121,24 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     """Check a sampling config; raise :class:`PrismError` naming the field and the fix."""
     for op in sc.ops:
         if op not in OPS:
-            raise PrismError(f"sampling.ops: {unknown_op_message(op)}")
+            raise PrismError(f"sampling.ops: {unknown_op_message(op)}", field='sampling.ops')
     for dtype in sc.dtypes:
         if dtype not in DTYPE_BYTES:
-            raise PrismError(f"sampling.dtypes: unknown dtype {dtype!r}; use {', '.join(DTYPE_BYTES)}")
+            raise PrismError(f"sampling.dtypes: unknown dtype {dtype!r}; use {', '.join(DTYPE_BYTES)}", field='sampling.dtypes')
         if not hw.peak_flops.get(dtype):
             supported = ", ".join(k for k, v in hw.peak_flops.items() if v)
             raise PrismError(f"sampling.dtypes: hardware {hw.name} has no {dtype} peak in conf/hardware/"
-                             f"{hw.name}.yaml; use one of {supported}")
+                             f"{hw.name}.yaml; use one of {supported}", field='sampling.dtypes')
     for name, minimum in [("budget_s", 1), ("repeats", 1), ("shapes_per_op", 1),
                           ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2)]:
         if getattr(sc, name) < minimum:
-            raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}")
+            raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}", field=f"sampling.{name}")
     if not 0 <= sc.collective_share <= 1:
-        raise PrismError(f"sampling.collective_share: must be within [0, 1], got {sc.collective_share}")
+        raise PrismError(f"sampling.collective_share: must be within [0, 1], got {sc.collective_share}", field='sampling.collective_share')
     for col, bounds in sc.space.items():
         if (len(bounds) != 2 or not all(isinstance(b, (int, float)) for b in bounds)
                 or not 0 < bounds[0] <= bounds[1]):
-            raise PrismError(f"sampling.space.{col}: expected [low, high] with 0 < low <= high, got {bounds}")
+            raise PrismError(f"sampling.space.{col}: expected [low, high] with 0 < low <= high, got {bounds}", field=f"sampling.space.{col}")
 
 
 def _targeted(sc: SamplingConfig) -> dict[str, list[dict]]:

@@ -55,7 +55,7 @@ def _device(hw: HardwareConfig) -> torch.device:
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise PrismError(f"hardware={hw.name}: needs a CUDA GPU and torch sees none on this "
-                         f"machine; sample the CPU with hardware=local-cpu, or run on a GPU host")
+                         f"machine; sample the CPU with hardware=local-cpu, or run on a GPU host", field='hardware')
     return torch.device("cuda")
 
 

@@ -2,7 +2,7 @@ import pytest
 
 from predictor.app.config import load_config
 
-from predictor.core.specs import HardwareConfig, ModelConfig, SamplingConfig
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, SamplingConfig
 
 from predictor.core.profiles import group_options, load_model, section
 from predictor.core.errors import PrismError
@@ -57,3 +57,13 @@ def test_wrong_type_names_the_key():
 def test_unknown_model_lists_choices():
     with pytest.raises(PrismError, match="choose one of: .*llama3-70b"):
         load_model("llama9")
+
+
+def test_errors_carry_their_field():
+    """The field of a bad setting travels as an attribute: nothing parses message text."""
+    with pytest.raises(PrismError) as err:
+        section(load_config(["parallel.tp=abc"]), "parallel", ParallelConfig)
+    assert err.value.field == "parallel.tp"
+    with pytest.raises(PrismError) as err:
+        load_config(["parallel.tpp=2"])
+    assert err.value.field == "parallel.tpp"

@@ -49,7 +49,7 @@ def row_hardware(gpu) -> str:
     name = match_hardware(gpu)
     if name is None:
         raise PrismError(f"gpu={gpu!r}: no hardware profile matches; add its name to a conf/hardware/*.yaml "
-                         f"device.match list")
+                         f"device.match list", field='gpu')
     return name
 
 
@@ -86,7 +86,7 @@ def row_workload(row: pd.Series, profiles: dict) -> tuple[ModelConfig, ParallelC
                 else "distributed_optimizer" if "dist" in sharding else "none")
     for field in ("dp", "tp", "pp", "gbs"):
         if _blank(row[field]):
-            raise PrismError(f"{field}: not stated in the row; fill it in (a layout needs dp, tp, pp and gbs)")
+            raise PrismError(f"{field}: not stated in the row; fill it in (a layout needs dp, tp, pp and gbs)", field=field)
     vp = 1 if _blank(row["vp"]) or not str(row["vp"]).isdigit() else int(row["vp"])
     framework = str(row.get("framework", ""))
     # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward

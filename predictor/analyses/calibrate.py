@@ -46,7 +46,7 @@ def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: i
     _, works, medians = _workloads(measured, hw)
     if len(works) < 3:
         raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
-                         f"measured layouts (prism measure ... out=FILE, several times)")
+                         f"measured layouts (prism measure ... out=FILE, several times)", field='measured')
     return _fit(works, medians, models, draws)
 
 
@@ -54,7 +54,7 @@ def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: in
     """Leave-one-layout-out: layout_id -> the calibration fitted without it."""
     ids, works, medians = _workloads(measured, hw)
     if len(works) < 4:
-        raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4")
+        raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4", field='measured')
     keep = np.ones(len(works), bool)
     out = {}
     for i, layout_id in enumerate(ids):

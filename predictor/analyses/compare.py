@@ -122,7 +122,7 @@ def check_hardware(names: Sequence[str]) -> list[str]:
     if not names or unknown:
         what = f"no conf/hardware/{{{','.join(unknown)}}}.yaml" if unknown else "no profile given"
         raise PrismError(f"hardware=[{','.join(names)}]: {what}; choose from: {', '.join(options)} "
-                         f"(e.g. hardware=[a100-sxm4-80gb,h100-sxm])")
+                         f"(e.g. hardware=[a100-sxm4-80gb,h100-sxm])", field='hardware')
     return list(names)
 
 
@@ -134,7 +134,7 @@ def check_pue(value) -> float:
         pue = float("nan")  # fails the range check below
     if not pue >= 1.0:
         raise PrismError(f"pue={value}: power usage effectiveness, a number >= 1 (1.0 = GPU board power only; "
-                         f"e.g. pue=1.2 adds a 20% facility overhead)")
+                         f"e.g. pue=1.2 adds a 20% facility overhead)", field='pue')
     return pue
 
 

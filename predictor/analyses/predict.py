@@ -61,7 +61,7 @@ def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
     if gpus:
         if gpus % per_replica:
             raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "
-                             f"that gpus = dp·tp·pp·cp")
+                             f"that gpus = dp·tp·pp·cp", field='gpus')
         par.dp = gpus // per_replica
     return with_default_batch(par)
 
@@ -88,7 +88,7 @@ def check_confidence(value) -> float | None:
         level = float("nan")  # fails the range check below
     if not 0 < level < 1:
         raise PrismError(f"confidence={value}: a probability strictly between 0 and 1, e.g. confidence=0.95 "
-                         f"(the step time and time to train that hold with that probability)")
+                         f"(the step time and time to train that hold with that probability)", field='confidence')
     return level
 
 

@@ -165,7 +165,7 @@ def invalid_reason(model: ModelConfig, par: ParallelConfig, gpus: int) -> str | 
     try:
         validate_layout(model, par, gpus)
     except PrismError as exc:
-        return str(exc).split("=", 1)[0].split(":", 1)[0]
+        return exc.field or "layout"
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     if par.schedule == "interleaved" and micro_batches % par.pp:
         return "parallel.vpp (interleaved: micro-batches not a multiple of pp)"
@@ -370,7 +370,7 @@ def check_rank_by(value) -> str:
     """``rank_by`` as one of :data:`RANK_BY`."""
     if value not in RANK_BY:
         raise PrismError(f"rank_by={value}: choose one of {', '.join(RANK_BY)} (p50 ranks by the typical step; "
-                         f"p90 or p95 by the step you can count on, risk-aware; mean by the average)")
+                         f"p90 or p95 by the step you can count on, risk-aware; mean by the average)", field='rank_by')
     return value
 
 
@@ -451,10 +451,10 @@ def search(cfg: DictConfig) -> SearchResult:
     rank_by = check_rank_by(cfg.get("rank_by") or "p50")
     top = cfg.get("top")
     if not isinstance(top, int) or isinstance(top, bool) or top < 1:
-        raise PrismError(f"top={top}: how many layouts to list, a positive integer, e.g. top=10")
+        raise PrismError(f"top={top}: how many layouts to list, a positive integer, e.g. top=10", field='top')
     gpus = cfg.get("gpus")
     if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-        raise PrismError(f"gpus={gpus}: search needs the job's GPU count, a positive integer, e.g. gpus=1024")
+        raise PrismError(f"gpus={gpus}: search needs the job's GPU count, a positive integer, e.g. gpus=1024", field='gpus')
     model = section(cfg, "model", ModelConfig)
     hw = section(cfg, "hardware", HardwareConfig)
     base = section(cfg, "parallel", ParallelConfig)
@@ -476,7 +476,7 @@ def search(cfg: DictConfig) -> SearchResult:
     if not fitting:
         raise PrismError(f"gpus={gpus}: none of the {len(candidates)} layouts of {model.name} with a global batch of "
                          f"{batch} fits in {hw.memory.capacity_gib:g} GiB per GPU ({too_big} too big, "
-                         f"{sum(invalid.values())} invalid); use more GPUs or a smaller parallel.global_batch_size")
+                         f"{sum(invalid.values())} invalid); use more GPUs or a smaller parallel.global_batch_size", field='gpus')
     models = trained_models(hw, cfg.get("models_dir"))
     # decompose reads neither vpp nor the schedule (those shape the pipeline walk alone):
     # one decomposition serves every vpp of a layout

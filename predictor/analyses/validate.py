@@ -88,7 +88,7 @@ def validate(measured: pd.DataFrame, hw: HardwareConfig, models: ModelSet | None
     other = sorted(set(measured.hardware) - {hw.name})
     if other:
         raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; "
-                         f"validate with hardware={other[0]}")
+                         f"validate with hardware={other[0]}", field='hardware')
     scores, meas, pred = [], {}, {}
     cache = QuantileCache(models, hw)
     for layout_id, work, t in measured_workloads(measured, hw):

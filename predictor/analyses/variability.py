@@ -104,7 +104,7 @@ def analysis_settings(cfg: DictConfig) -> AnalysisConfig:
     ]
     for key, ok, fix in checks:
         if not ok:
-            raise PrismError(f"analysis.{key}={getattr(a, key)}: {fix}")
+            raise PrismError(f"analysis.{key}={getattr(a, key)}: {fix}", field=f"analysis.{key}")
     return a
 
 
@@ -226,7 +226,7 @@ def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisCo
     nodes = math.ceil(work.gpus / gpn)
     if a.slow_nodes > nodes:
         raise PrismError(f"analysis.slow_nodes={a.slow_nodes}: the job has only {nodes} nodes "
-                         f"({work.gpus} GPUs / {gpn} per node); choose at most {nodes}")
+                         f"({work.gpus} GPUs / {gpn} per node); choose at most {nodes}", field='analysis.slow_nodes')
     options = {"no slow nodes": []} | placements(par, gpn, a.slow_nodes)
     rows = []
     for name, chosen in options.items():

@@ -97,10 +97,10 @@ def _importer_settings(args, verb: str, defaults: dict, usage: str, example: str
     for text in args.overrides:
         key, sep, value = text.partition("=")
         if not sep or not value or key not in ("out", "output", *defaults):
-            raise PrismError(f"{text!r}: {verb} takes {usage}")
+            raise PrismError(f"{text!r}: {verb} takes {usage}", field=str(text))
         settings[key] = value
     if "out" not in settings:
-        raise PrismError(f"out=DIR is required: the sample store to write into, e.g. {example}")
+        raise PrismError(f"out=DIR is required: the sample store to write into, e.g. {example}", field='out')
     settings["json"] = args.json or settings.get("output") == "json"
     return settings
 
@@ -135,7 +135,7 @@ def _import_trace(args) -> int:
     try:
         cost = None if cost is None else float(cost)
     except ValueError:
-        raise PrismError(f"profiler_cost_us={cost}: give microseconds per recorded event, e.g. 0.5") from None
+        raise PrismError(f"profiler_cost_us={cost}: give microseconds per recorded event, e.g. 0.5", field='profiler_cost_us') from None
     report = import_trace(files, settings["out"], settings["hardware"], cost, progress=sys.stderr.isatty())
     _print_reports(report, settings["json"])
     return 0
@@ -156,7 +156,7 @@ def _hardware_and_samples(cfg):
     from predictor.core.profiles import section
     from predictor.data.store import read_samples
     if not cfg.samples:
-        raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)")
+        raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)", field='samples')
     return section(cfg, "hardware", HardwareConfig), read_samples(cfg.samples)
 
 
@@ -200,7 +200,7 @@ def _evaluate(args) -> int:
     models = ModelSet.load(models_dir(cfg.models_dir) / hw.name, hw)
     result = evaluate(models, samples, by=cfg.by)
     if result.empty:
-        raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name}")
+        raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name}", field='samples')
     _print(cfg, result.to_dict(orient="records"),
            result.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     return 0
@@ -225,7 +225,7 @@ def _variability(args) -> int:
     cfg = _load(args)
     if cfg.out:
         raise PrismError(f"out={cfg.out}: prism variability writes its figure to plot=PATH.png, "
-                         "e.g. plot=variability.png")
+                         "e.g. plot=variability.png", field='out')
     png = plot_path(cfg.plot)
     report = variability(cfg)
     if png:
@@ -267,10 +267,10 @@ def _predict_batch(args) -> int:
     for text in args.overrides:
         key, sep, value = text.partition("=")
         if key != "out" or not value:
-            raise PrismError(f"{text!r}: predict-batch takes out=OUT.csv")
+            raise PrismError(f"{text!r}: predict-batch takes out=OUT.csv", field=str(text))
         out = value
     if out is None:
-        raise PrismError("out=OUT.csv is required: where to write the table with the predicted columns")
+        raise PrismError("out=OUT.csv is required: where to write the table with the predicted columns", field='out')
     result = predict_batch(args.path, out)
     ok = (result["pred_status"] == "ok").sum()
     print(f"{out}: {len(result)} rows, {ok} predicted, {len(result) - ok} with an error in pred_status")
@@ -291,7 +291,7 @@ def _measured(args):
     from predictor.data.measurements import read_measurements
     cfg = _load(args)
     if not cfg.measured:
-        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`")
+        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`", field='measured')
     return cfg, section(cfg, "hardware", HardwareConfig), read_measurements(cfg.measured)
 
 

@@ -31,7 +31,7 @@ def load_config(overrides: list[str] = ()) -> DictConfig:
         key, _, value = text.lstrip("+~").partition("=")
         if key in GROUPS and value not in group_options(key):
             raise PrismError(f"{key}={value}: no conf/{key}/{value}.yaml; "
-                             f"choose one of: {', '.join(group_options(key))}")
+                             f"choose one of: {', '.join(group_options(key))}", field=key)
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             return compose("config", overrides=list(overrides))
@@ -39,5 +39,5 @@ def load_config(overrides: list[str] = ()) -> DictConfig:
         cause = exc.__cause__
         if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
             raise PrismError(f"{cause.full_key}: no such setting; `prism <verb> --show-config` "
-                             f"lists the settings (to add a new key anyway: +{cause.full_key}=...)") from None
+                             f"lists the settings (to add a new key anyway: +{cause.full_key}=...)", field=cause.full_key) from None
         raise PrismError(f"configuration: {' '.join(str(exc).split())}") from None

@@ -43,10 +43,10 @@ def plot_path(value) -> Path | None:
     if value is None:
         return None
     if isinstance(value, bool) or not str(value).strip():
-        raise PrismError(f"plot={value}: a file to write the figure to, e.g. plot=step.png")
+        raise PrismError(f"plot={value}: a file to write the figure to, e.g. plot=step.png", field='plot')
     path = Path(str(value))
     if not path.suffix:
         return path.with_suffix(".png")
     if path.suffix.lower() != ".png":
-        raise PrismError(f"plot={value}: the figure is a PNG; give a path ending in .png, e.g. plot=step.png")
+        raise PrismError(f"plot={value}: the figure is a PNG; give a path ending in .png, e.g. plot=step.png", field='plot')
     return path

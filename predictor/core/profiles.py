@@ -33,14 +33,15 @@ def section(cfg: DictConfig, name: str, schema: type):
     """Check ``cfg[name]`` against the dataclass ``schema`` and return an instance."""
     node = cfg.get(name)
     if node is None:
-        raise PrismError(f"{name}: missing from the configuration")
+        raise PrismError(f"{name}: missing from the configuration", field=name)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", "") or ""
         msg = str(exc).splitlines()[0]
-        raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}") from None
+        raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}",
+                         field=f"{name}.{key}" if key else name) from None
 
 
 def load_entry(group: str, name: str, schema: type):
@@ -48,7 +49,7 @@ def load_entry(group: str, name: str, schema: type):
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.exists():
         raise PrismError(f"{group} {name!r}: no conf/{group}/{name}.yaml; "
-                         f"choose one of: {', '.join(group_options(group))}")
+                         f"choose one of: {', '.join(group_options(group))}", field=str(group))
     return section(OmegaConf.create({group: OmegaConf.load(path)}), group, schema)
 
 

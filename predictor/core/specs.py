@@ -102,7 +102,8 @@ class HardwareConfig:
         value = self.peak_flops.get(dtype)
         if not value:
             raise PrismError(f"hardware.peak_flops.{dtype}: {self.name} has no {dtype} peak; "
-                             f"pick a dtype it supports ({', '.join(k for k, v in self.peak_flops.items() if v)})")
+                             f"pick a dtype it supports ({', '.join(k for k, v in self.peak_flops.items() if v)})",
+                             field=f"hardware.peak_flops.{dtype}")
         return value
 
 

@@ -54,7 +54,7 @@ def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
     path = Path(path)
     missing = [c for c in COLUMNS if c not in frame]
     if missing:
-        raise PrismError(f"measurements: missing column(s) {', '.join(missing)}")
+        raise PrismError(f"measurements: missing column(s) {', '.join(missing)}", field='measurements')
     frame = frame[list(COLUMNS)]
     if append and path.exists():
         old = read_measurements(path)
@@ -68,19 +68,19 @@ def read_measurements(path) -> pd.DataFrame:
     """Every row of a measurement file, checked (one clear error naming file and column)."""
     path = Path(path)
     if not path.is_file():
-        raise PrismError(f"measured={path}: no such file; write one with `prism measure ... out={path}`")
+        raise PrismError(f"measured={path}: no such file; write one with `prism measure ... out={path}`", field='measured')
     try:
         frame = pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:
         raise PrismError(f"measured={path}: not a readable Parquet file ({exc}); it is truncated or corrupt: "
-                         f"measure again") from None
+                         f"measure again", field='measured') from None
     missing = [c for c in COLUMNS if c not in frame]
     if missing:
-        raise PrismError(f"measured={path}: missing column(s) {', '.join(missing)}; not a `prism measure` file")
+        raise PrismError(f"measured={path}: missing column(s) {', '.join(missing)}; not a `prism measure` file", field='measured')
     if frame.empty:
-        raise PrismError(f"measured={path}: no rows; measure at least one layout")
+        raise PrismError(f"measured={path}: no rows; measure at least one layout", field='measured')
     if (frame.step_time_s <= 0).any() or frame.step_time_s.isna().any():
-        raise PrismError(f"measured={path}: column 'step_time_s' has non-positive or empty values")
+        raise PrismError(f"measured={path}: column 'step_time_s' has non-positive or empty values", field='measured')
     return frame
 
 

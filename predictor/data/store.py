@@ -141,7 +141,7 @@ def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Pa
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / f"{run_id}.parquet"
     if path.exists():
-        raise PrismError(f"{path} already exists; a run id is never reused")
+        raise PrismError(f"{path} already exists; a run id is never reused", field=str(path))
     n = len(rows)
     table = pa.Table.from_arrays(
         [pa.array(rows[f.name], type=f.type, from_pandas=True) if f.name in rows else pa.nulls(n, f.type)
@@ -164,7 +164,7 @@ def finish_run(parts_dir: Path) -> Path | None:
         table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
         if final.exists():  # never overwrite a finished run
-            raise PrismError(f"{final} already exists; a run id is never reused")
+            raise PrismError(f"{final} already exists; a run id is never reused", field=str(final))
         atomic_write_table(table, final)
     shutil.rmtree(parts_dir)
     return final if parts else None
@@ -187,7 +187,7 @@ def run_files(path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise PrismError(f"samples: {path} does not exist; pass a folder of runs or one .parquet file")
+        raise PrismError(f"samples: {path} does not exist; pass a folder of runs or one .parquet file", field='samples')
     return sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
 
 
@@ -226,15 +226,15 @@ def read_samples(path, ops=None) -> pd.DataFrame:
         missing = [c for c in REQUIRED if c not in pf.schema_arrow.names]
         if missing:
             raise PrismError(f"{f}: missing column(s) {', '.join(missing)}; "
-                             f"a sample file needs at least {', '.join(REQUIRED)}")
+                             f"a sample file needs at least {', '.join(REQUIRED)}", field=str(f))
         try:
             df = pf.read().to_pandas()
         except (pa.ArrowInvalid, OSError) as exc:
             raise PrismError(f"{f}: cannot read its rows ({exc}); the file is truncated "
-                             f"or corrupt: move it out of the store and run again") from None
+                             f"or corrupt: move it out of the store and run again", field=str(f)) from None
         unknown = sorted(set(df["op"]) - set(OPS))
         if unknown:
-            raise PrismError(f"{f}: column 'op': {unknown_op_message(unknown[0])}")
+            raise PrismError(f"{f}: column 'op': {unknown_op_message(unknown[0])}", field=str(f))
         if ops is not None:
             df = df[df["op"].isin(list(ops))]
         frames.append(df)

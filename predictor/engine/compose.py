@@ -158,7 +158,7 @@ def _held_residuals(calls: list[Call], hold) -> np.ndarray:
     if names - found:
         keys = sorted({f"{c.op}/{c.pass_}" for c in calls})
         raise PrismError(f"hold: residual:{sorted(names - found)[0]} names no op of this workload; "
-                         f"choose from {', '.join(keys)}")
+                         f"choose from {', '.join(keys)}", field='hold')
     return mask
 
 
@@ -204,13 +204,13 @@ def compose(work: Workload, models: ModelSet | None, draws: int = 2000, seed: in
     unknown = {h for h in hold if h not in COMPONENTS and not h.startswith("residual:")}
     if unknown:
         raise PrismError(f"hold: unknown variability component(s) {sorted(unknown)}; choose from {COMPONENTS} "
-                         f"or residual:<op>/<pass>")
+                         f"or residual:<op>/<pass>", field='hold')
     hw, par = work.hardware, work.parallel
     if slow_gpus and len(slow_gpus) != par.pp:
-        raise PrismError(f"slow_gpus: {len(slow_gpus)} entries for {par.pp} pipeline stages; give one count per stage")
+        raise PrismError(f"slow_gpus: {len(slow_gpus)} entries for {par.pp} pipeline stages; give one count per stage", field='slow_gpus')
     if slow_gpus and (slow_factor <= 0 or max(slow_gpus) > par.tp * par.cp * par.dp or min(slow_gpus) < 0):
         raise PrismError(f"slow_gpus={list(slow_gpus)}, slow_factor={slow_factor}: counts must lie in "
-                         f"0..{par.tp * par.cp * par.dp} (GPUs per stage) and the factor be positive")
+                         f"0..{par.tp * par.cp * par.dp} (GPUs per stage) and the factor be positive", field='slow_gpus')
     rng = np.random.default_rng(seed)
     var = hw.variability
     sigma = {"temporal": var.temporal_cv, "spatial": var.spatial_cv, "regime": var.comm_regime_cv}

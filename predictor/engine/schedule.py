@@ -102,25 +102,27 @@ def _check_schedule(schedule: str, pp: int, m: int, vpp: int) -> str:
     name = str(schedule).strip().lower()
     if name in ("zero-bubble", "zero_bubble", "zb", "zbh1"):
         raise PrismError(f"parallel.schedule={schedule!r}: the zero-bubble schedule is not modelled yet; "
-                         f"use one of {', '.join(SCHEDULES)}")
+                         f"use one of {', '.join(SCHEDULES)}", field='parallel.schedule')
     if name not in SCHEDULES:
         raise PrismError(f"parallel.schedule={schedule!r}: unknown pipeline schedule; use one of "
-                         f"{', '.join(SCHEDULES)}")
+                         f"{', '.join(SCHEDULES)}", field='parallel.schedule')
     if pp < 1:
-        raise PrismError(f"parallel.pp={pp}: needs at least one pipeline stage")
+        raise PrismError(f"parallel.pp={pp}: needs at least one pipeline stage", field='parallel.pp')
     if m < 1:
         raise PrismError(f"number of micro-batches = {m}: needs at least one micro-batch "
-                         f"(global_batch_size / (micro_batch_size · dp))")
+                         f"(global_batch_size / (micro_batch_size · dp))",
+                         field="parallel.global_batch_size")
     if vpp < 1:
-        raise PrismError(f"parallel.vpp={vpp}: must be at least 1")
+        raise PrismError(f"parallel.vpp={vpp}: must be at least 1", field='parallel.vpp')
     if name != "interleaved" and vpp != 1:
         raise PrismError(f"parallel.vpp={vpp} with parallel.schedule={name!r}: model chunks (vpp > 1) "
-                         f"need parallel.schedule='interleaved', or set parallel.vpp=1")
+                         f"need parallel.schedule='interleaved', or set parallel.vpp=1", field='parallel.vpp')
     if name == "interleaved" and m % pp != 0:
         raise PrismError(f"number of micro-batches = {m} with parallel.schedule='interleaved' and "
                          f"parallel.pp={pp}: the interleaved 1F1B schedule needs the micro-batch count to "
                          f"be a multiple of pp (Megatron-LM refuses it otherwise); change "
-                         f"global_batch_size or micro_batch_size, or use parallel.schedule='1f1b'")
+                         f"global_batch_size or micro_batch_size, or use parallel.schedule='1f1b'",
+                         field="parallel.global_batch_size")
     return name
 
 
@@ -172,12 +174,12 @@ def _times(a, field: str, vpp: int) -> np.ndarray:
     if a.ndim == 3:
         if vpp != 1:
             raise PrismError(f"{field}: shape {a.shape} is (pp, m, S) but parallel.vpp={vpp}; "
-                             f"pass (pp, vpp, m, S)")
+                             f"pass (pp, vpp, m, S)", field=field)
         a = a[:, None]
     if a.ndim != 4:
-        raise PrismError(f"{field}: expected shape (pp, vpp, m, S) or (pp, m, S), got {a.shape}")
+        raise PrismError(f"{field}: expected shape (pp, vpp, m, S) or (pp, m, S), got {a.shape}", field=field)
     if a.shape[1] != vpp:
-        raise PrismError(f"{field}: shape {a.shape} has {a.shape[1]} model chunks but parallel.vpp={vpp}")
+        raise PrismError(f"{field}: shape {a.shape} has {a.shape[1]} model chunks but parallel.vpp={vpp}", field=field)
     return a
 
 
@@ -195,17 +197,17 @@ def _p2p(p, field: str, pp: int, vpp: int, m: int, s: int) -> np.ndarray:
         if a.shape[0] == pp - 1:
             if vpp > 1 and pp > 1:
                 raise PrismError(f"{field}: shape {a.shape} gives pp-1 links, but the interleaved schedule "
-                                 f"also sends from rank {pp - 1} back to rank 0; pass (pp, S)")
+                                 f"also sends from rank {pp - 1} back to rank 0; pass (pp, S)", field=field)
             a = np.concatenate([a, np.zeros((1, a.shape[1]))], axis=0)
         elif a.shape[0] != pp:
-            raise PrismError(f"{field}: shape {a.shape} is per link; expected ({pp - 1}, S) or ({pp}, S)")
+            raise PrismError(f"{field}: shape {a.shape} is per link; expected ({pp - 1}, S) or ({pp}, S)", field=field)
         a = a[:, None, None, :]
     elif a.ndim not in (0, 1, 4):
-        raise PrismError(f"{field}: expected a scalar, (S,), (pp-1, S) or (pp, vpp, m, S); got {a.shape}")
+        raise PrismError(f"{field}: expected a scalar, (S,), (pp-1, S) or (pp, vpp, m, S); got {a.shape}", field=field)
     try:
         return np.broadcast_to(a, (pp, vpp, m, s))
     except ValueError:
-        raise PrismError(f"{field}: shape {a.shape} does not broadcast to (pp={pp}, vpp={vpp}, m={m}, S={s})") \
+        raise PrismError(f"{field}: shape {a.shape} does not broadcast to (pp={pp}, vpp={vpp}, m={m}, S={s})", field=field) \
             from None
 
 
@@ -221,7 +223,7 @@ def simulate_pipeline(fwd, bwd, p2p_fwd=0.0, p2p_bwd=0.0, schedule: str = "1f1b"
     bwd = _times(bwd, "bwd", vpp)
     pp, _, m = fwd.shape[:3]
     if bwd.shape[:3] != fwd.shape[:3]:
-        raise PrismError(f"bwd: shape {bwd.shape} does not match fwd {fwd.shape} in (pp, vpp, m)")
+        raise PrismError(f"bwd: shape {bwd.shape} does not match fwd {fwd.shape} in (pp, vpp, m)", field='bwd')
     name = _check_schedule(schedule, pp, m, vpp)
     pf0, pb0 = np.asarray(p2p_fwd, dtype=float), np.asarray(p2p_bwd, dtype=float)
     try:

@@ -169,7 +169,7 @@ class ModelSet:
         if (op, pass_) not in self.models:
             have = ", ".join(f"{o}/{p}" for o, p in sorted(self.models))
             raise PrismError(f"no model for {op}/{pass_} on {self.hw.name}; this model set has: {have}. "
-                             f"Sample the op and run prism train")
+                             f"Sample the op and run prism train", field=f"{op}/{pass_}")
         q = self.models[(op, pass_)].predict(shapes, self.hw)
         return pd.DataFrame(q, columns=[f"q{a:g}" for a in self.quantiles], index=shapes.index)
 
@@ -212,34 +212,34 @@ class ModelSet:
         path = directory / MANIFEST
         if not path.exists():
             raise PrismError(f"{directory}: no trained models ({MANIFEST} missing); train them with "
-                             f"prism train samples=DIR hardware={hw.name}")
+                             f"prism train samples=DIR hardware={hw.name}", field=str(directory))
         try:
             manifest = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
-            raise PrismError(f"{path}: not valid JSON ({exc}); retrain with prism train") from None
+            raise PrismError(f"{path}: not valid JSON ({exc}); retrain with prism train", field=str(path)) from None
         if manifest.get("format") != FORMAT_VERSION or manifest.get("hardware") != hw.name:
             raise PrismError(f"{path}: made for hardware {manifest.get('hardware')!r} (format "
-                             f"{manifest.get('format')}), not {hw.name!r}; retrain with prism train")
+                             f"{manifest.get('format')}), not {hw.name!r}; retrain with prism train", field=str(path))
         if manifest["floor_fingerprint"] != floor_fingerprint(hw):
             raise PrismError(f"{path}: conf/hardware/{hw.name}.yaml changed (peak, bandwidth or network) "
-                             f"since these models were trained; retrain with prism train")
+                             f"since these models were trained; retrain with prism train", field=str(path))
         models = {}
         for key, entry in manifest["models"].items():
             boosters = {}
             for part, f in entry["files"].items():
                 file = directory / f["file"]
                 if not file.exists():
-                    raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train")
+                    raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train", field=str(file))
                 if hashlib.sha256(file.read_bytes()).hexdigest() != f["sha256"]:
                     raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
-                                     f"truncated); retrain with prism train")
+                                     f"truncated); retrain with prism train", field=str(file))
                 # Queries come in small batches: one thread beats a thread per core, which
                 # spends more time synchronising than predicting (2.7 s vs 5-6 s for a
                 # four-profile prism compare on 2 busy cores).
                 boosters[part] = xgb.Booster(params={"nthread": 1}, model_file=str(file))
             if entry["features"] != feature_names(entry["op"]):
                 raise PrismError(f"{key}: trained on features {entry['features']}, this PRISM "
-                                 f"computes {feature_names(entry['op'])}; retrain with prism train")
+                                 f"computes {feature_names(entry['op'])}; retrain with prism train", field=key)
             reg = QuantileXGBRegressor(quantiles=tuple(manifest["quantiles"]))
             reg.center_, reg.booster_ = boosters["center"], boosters["quantiles"]
             reg.offsets_ = np.asarray(entry["offsets"])
@@ -253,7 +253,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     rows = samples[samples["hardware"] == hw.name]
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
-        raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})")
+        raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)

@@ -33,10 +33,10 @@ def feature_names(op: str) -> list[str]:
 def _column(frame: pd.DataFrame, name: str, op: str) -> np.ndarray:
     if name not in frame:
         raise PrismError(f"{op}: shape column {name!r} is missing; {op} needs "
-                         f"{', '.join(OPS[op].shape)}")
+                         f"{', '.join(OPS[op].shape)}", field=str(op))
     values = frame[name]
     if values.isna().any():
-        raise PrismError(f"{op}: shape column {name!r} has empty values")
+        raise PrismError(f"{op}: shape column {name!r} has empty values", field=str(op))
     return values.to_numpy()
 
 

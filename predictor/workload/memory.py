@@ -167,55 +167,55 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: Optional[int]
     for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
         value = getattr(par, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PrismError(f"parallel.{name}={value!r}: must be a positive integer")
+            raise PrismError(f"parallel.{name}={value!r}: must be a positive integer", field=f"parallel.{name}")
     if par.sharding not in SHARDINGS:
-        raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}")
+        raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')
     if par.recompute not in RECOMPUTES:
-        raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}")
+        raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}", field='parallel.recompute')
     if par.schedule not in SCHEDULES:
-        raise PrismError(f"parallel.schedule={par.schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}")
+        raise PrismError(f"parallel.schedule={par.schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}", field='parallel.schedule')
     if par.attention not in ("flash", "unfused"):
-        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused")
+        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused", field='parallel.attention')
     tp, name = par.tp, model.name
     if model.num_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "
-                         f"pick tp among {_divisors(model.num_heads)}")
+                         f"pick tp among {_divisors(model.num_heads)}", field='parallel.tp')
     if model.num_kv_heads >= tp and model.num_kv_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_kv_heads={model.num_kv_heads} of {name}; "
                          f"pick tp among {_divisors(model.num_kv_heads)} (or above {model.num_kv_heads}, "
-                         f"replicating KV heads)")
+                         f"replicating KV heads)", field='parallel.tp')
     if model.ffn_hidden_size % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.ffn_hidden_size={model.ffn_hidden_size} "
-                         f"of {name}; pick a tp that divides it")
+                         f"of {name}; pick a tp that divides it", field='parallel.tp')
     if par.pp > model.num_layers:
         raise PrismError(f"parallel.pp={par.pp}: more pipeline stages than model.num_layers="
-                         f"{model.num_layers} of {name}; use pp <= {model.num_layers}")
+                         f"{model.num_layers} of {name}; use pp <= {model.num_layers}", field='parallel.pp')
     if par.vpp > 1 and par.schedule != "interleaved":
         raise PrismError(f"parallel.vpp={par.vpp}: virtual stages need parallel.schedule=interleaved "
-                         f"(got {par.schedule}); set the schedule or vpp=1")
+                         f"(got {par.schedule}); set the schedule or vpp=1", field='parallel.vpp')
     if par.schedule == "interleaved":
         if par.vpp < 2 or par.pp < 2:
             raise PrismError(f"parallel.schedule=interleaved: needs parallel.pp >= 2 and parallel.vpp >= 2 "
-                             f"(got pp={par.pp}, vpp={par.vpp}); set vpp or use schedule=1f1b")
+                             f"(got pp={par.pp}, vpp={par.vpp}); set vpp or use schedule=1f1b", field='parallel.schedule')
         if par.pp * par.vpp > model.num_layers:
             raise PrismError(f"parallel.vpp={par.vpp}: pp·vpp = {par.pp * par.vpp} model chunks exceed "
-                             f"model.num_layers={model.num_layers}; lower vpp")
+                             f"model.num_layers={model.num_layers}; lower vpp", field='parallel.vpp')
     per_step = par.micro_batch_size * par.dp
     if par.global_batch_size % per_step:
         raise PrismError(f"parallel.global_batch_size={par.global_batch_size}: not a multiple of "
                          f"parallel.micro_batch_size·dp = {par.micro_batch_size}·{par.dp} = {per_step}; "
-                         f"use a multiple of {per_step}")
+                         f"use a multiple of {per_step}", field='parallel.global_batch_size')
     seq = model.seq_length if seq is None else seq
     if not isinstance(seq, int) or seq < 1:
-        raise PrismError(f"seq={seq!r}: must be a positive integer")
+        raise PrismError(f"seq={seq!r}: must be a positive integer", field='seq')
     if seq % par.cp:
         raise PrismError(f"parallel.cp={par.cp}: does not divide the sequence length {seq}; "
-                         f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}")
+                         f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}", field='parallel.cp')
     if gpus is not None:
         need = par.dp * par.tp * par.pp * par.cp
         if gpus != need:
             raise PrismError(f"gpus={gpus}: must equal dp·tp·pp·cp = {par.dp}·{par.tp}·{par.pp}·{par.cp} "
-                             f"= {need}; set gpus={need} or change parallel.dp")
+                             f"= {need}; set gpus={need} or change parallel.dp", field='gpus')
 
 
 # ---------------------------------------------------------------- parameters
@@ -228,7 +228,7 @@ def layers_per_stage(num_layers: int, pp: int) -> list[int]:
     stage layer counts; this is the balanced rule with the extra layers up front.
     """
     if pp < 1 or num_layers < pp:
-        raise PrismError(f"parallel.pp={pp}: needs 1 <= pp <= model.num_layers={num_layers}")
+        raise PrismError(f"parallel.pp={pp}: needs 1 <= pp <= model.num_layers={num_layers}", field='parallel.pp')
     base, extra = divmod(num_layers, pp)
     return [base + (i < extra) for i in range(pp)]
 
@@ -267,7 +267,7 @@ def model_state_bytes(params: float, shard_group: int = 1, sharding: str = "none
     """(weights, gradients, optimizer) bytes of ``params`` parameters under ZeRO-style
     sharding over ``shard_group`` ranks (ZeRO Sec. 3.1 / Fig. 1 with ``grad_bytes=2``)."""
     if sharding not in _SHARDED:
-        raise PrismError(f"parallel.sharding={sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}")
+        raise PrismError(f"parallel.sharding={sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')
     w, g, o = _SHARDED[sharding]
     n = shard_group
     return (params * WEIGHT_BYTES / (n if w else 1),
@@ -284,7 +284,7 @@ def layer_activation_bytes(model: ModelConfig, seq: int, micro_batch: int, tp: i
     """Activation bytes one transformer layer stores for one micro-batch on one GPU
     (Korthikanti et al. 2022, Table 2, generalised as the module docstring explains)."""
     if recompute not in RECOMPUTES:
-        raise PrismError(f"parallel.recompute={recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}")
+        raise PrismError(f"parallel.recompute={recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}", field='parallel.recompute')
     drop = model.family == "gpt" if dropout is None else dropout
     s, b, h, t = seq / cp, micro_batch, model.hidden_size, tp
     sp = sequence_parallel and tp > 1
@@ -381,5 +381,5 @@ def memory_per_gpu(model: ModelConfig, par: ParallelConfig, seq: Optional[int] =
     if stage is None:
         return max(stages, key=lambda m: m.total)
     if not isinstance(stage, int) or not 0 <= stage < par.pp:
-        raise PrismError(f"stage={stage!r}: pick a pipeline stage in 0..{par.pp - 1}")
+        raise PrismError(f"stage={stage!r}: pick a pipeline stage in 0..{par.pp - 1}", field='stage')
     return stages[stage]

@@ -354,13 +354,13 @@ class ImportReport:
 def _cluster_dir(path) -> Path:
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise PrismError(f"{path}: no such folder; pass an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter")
+        raise PrismError(f"{path}: no such folder; pass an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter", field=str(path))
     if not (root / "operator").is_dir() and not (root / "nccl").is_dir():
         clusters = sorted(p.name for p in root.iterdir()
                           if p.is_dir() and ((p / "operator").is_dir() or (p / "nccl").is_dir()))
         hint = (f"it holds the clusters {', '.join(clusters)}: pass one of them, e.g. {root / clusters[0]}"
                 if clusters else "expected operator/ and/or nccl/ with <GPU>_<function>_fp16.csv files")
-        raise PrismError(f"{path}: not an ETT cluster folder; {hint}")
+        raise PrismError(f"{path}: not an ETT cluster folder; {hint}", field=str(path))
     return root
 
 
@@ -369,7 +369,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise PrismError(f"{path}: not a readable CSV ({' '.join(str(exc).split())}); "
-                         f"restore the file from the ETT artifact or move it out of the folder") from None
+                         f"restore the file from the ETT artifact or move it out of the folder", field=str(path)) from None
     df.columns = [str(c).strip() for c in df.columns]
     return df
 
@@ -378,7 +378,7 @@ def _require(df: pd.DataFrame, path: Path, columns, function: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise PrismError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(df.columns)}); "
-                         f"ETT {function} files have {', '.join(columns)}")
+                         f"ETT {function} files have {', '.join(columns)}", field=str(path))
 
 
 def _pick(df: pd.DataFrame, path: Path, names: tuple[str, ...], function: str) -> str:
@@ -386,7 +386,7 @@ def _pick(df: pd.DataFrame, path: Path, names: tuple[str, ...], function: str) -
         if n in df.columns:
             return n
     raise PrismError(f"{path}: missing duration column {' or '.join(names)} (has {', '.join(df.columns)}); "
-                     f"ETT {function} files have one")
+                     f"ETT {function} files have one", field=str(path))
 
 
 def _integers(df: pd.DataFrame, columns, rel: str, skipped: list) -> tuple[dict, np.ndarray]:
@@ -577,7 +577,7 @@ def import_ett(path, out_dir) -> ImportReport:
     target = Path(out_dir) / f"{run_id}.parquet"
     if target.exists():  # fail before any work; write_run checks again
         raise PrismError(f"{target} already exists; a run id is never reused: import into another "
-                         f"out= folder, or move the old run away first")
+                         f"out= folder, or move the old run away first", field=str(target))
 
     skipped_files, skipped_rows, overlap = [], [], []
     gpus: dict[str, Path] = {}
@@ -615,15 +615,15 @@ def import_ett(path, out_dir) -> ImportReport:
 
     if not frames:
         raise PrismError(f"{path}: no ETT sample file found (operator/<GPU>_<function>_fp16.csv or "
-                         f"nccl/<GPU>_<function>_fp16[_<nodes>_<gpus>].csv)")
+                         f"nccl/<GPU>_<function>_fp16[_<nodes>_<gpus>].csv)", field=str(path))
     if len(gpus) > 1:
         raise PrismError(f"{path}: files of several GPUs ({', '.join(sorted(gpus))}); a cluster folder holds one "
-                         f"GPU's samples: split it into one folder per GPU")
+                         f"GPU's samples: split it into one folder per GPU", field=str(path))
     [(gpu, example)] = gpus.items()
     hardware = match_hardware(gpu)
     if hardware is None:
         raise PrismError(f"{example}: GPU {gpu!r} matches no profile in conf/hardware/; add it to the "
-                         f"device.match list of its profile (or add a profile) and import again")
+                         f"device.match list of its profile (or add a profile) and import again", field=str(example))
 
     df = pd.concat(frames, ignore_index=True)
     df["origin"] = "ett:" + cluster + "/" + df["function"]
@@ -703,10 +703,10 @@ def ett_baseline(path) -> pd.DataFrame:
         _require(df, file, need, f"{kind} summary")
         error = pd.to_numeric(df["Best_error%"], errors="coerce")
         if error.isna().any():
-            raise PrismError(f"{file}: column Best_error%: {int(error.isna().sum())} value(s) not a number")
+            raise PrismError(f"{file}: column Best_error%: {int(error.isna().sum())} value(s) not a number", field=str(file))
         hardware = match_hardware(summary["gpu"])
         if hardware is None:
-            raise PrismError(f"{file}: GPU {summary['gpu']!r} matches no profile in conf/hardware/")
+            raise PrismError(f"{file}: GPU {summary['gpu']!r} matches no profile in conf/hardware/", field=str(file))
         functions = df["Function"].astype(str).str.strip()
         ops = functions.map(lambda f: OPERATORS[f].op if kind == "operator" and f in OPERATORS
                             else COLLECTIVES[f][0] if kind == "nccl" and f in COLLECTIVES else None)
@@ -718,13 +718,13 @@ def ett_baseline(path) -> pd.DataFrame:
             nodes = pd.to_numeric(df["Nodes"], errors="coerce")
             ranks = pd.to_numeric(df["GPUsPerNode"], errors="coerce")
             if nodes.isna().any() or ranks.isna().any():
-                raise PrismError(f"{file}: columns Nodes/GPUsPerNode: values not integers")
+                raise PrismError(f"{file}: columns Nodes/GPUsPerNode: values not integers", field=str(file))
         frames.append(pd.DataFrame({
             "origin": "ett:" + cluster + "/" + functions, "hardware": hardware, "op": ops, "pass": pass_,
             "nodes": nodes.astype("int64"), "ranks_per_node": ranks.astype("int64"),
             "best_model": df["Best_model"].astype(str).str.strip(), "best_error": error.astype(float)}))
     if not frames:
-        raise PrismError(f"{path}: no ETT summary file (operator/<GPU>.csv or nccl/<GPU>.csv)")
+        raise PrismError(f"{path}: no ETT summary file (operator/<GPU>.csv or nccl/<GPU>.csv)", field=str(path))
     return pd.concat(frames, ignore_index=True)[list(BASELINE_COLUMNS)]
 
 

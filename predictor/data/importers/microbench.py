@@ -78,11 +78,11 @@ class MicrobenchReport:
 def _read(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:
     if not path.exists():
         raise PrismError(f"{path}: missing; point the import at the shared microbench folder "
-                         f"(../shared/data/microbench)")
+                         f"(../shared/data/microbench)", field=str(path))
     frame = pd.read_csv(path)
     missing = [c for c in needed if c not in frame]
     if missing:
-        raise PrismError(f"{path}: columns {missing} are missing; is this the published layout?")
+        raise PrismError(f"{path}: columns {missing} are missing; is this the published layout?", field=str(path))
     return frame
 
 
@@ -151,7 +151,7 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     """
     if hardware not in SOURCES:
         raise PrismError(f"hardware={hardware}: no published microbenchmarks for it; those with some: "
-                         f"{', '.join(SOURCES)}")
+                         f"{', '.join(SOURCES)}", field='hardware')
     source_dir, keys, hw = Path(source_dir), SOURCES[hardware], load_hardware(hardware)
     left_out: dict = {}
     frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv",
