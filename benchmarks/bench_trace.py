@@ -37,7 +37,8 @@ from predictor.core.profiles import section
 from predictor.workload.decompose import decompose  # noqa: E402
 from predictor.data.importers.trace import import_trace, trace_calibration  # noqa: E402
 from predictor.latency.artifacts import ModelSet, train  # noqa: E402
-from predictor.analyses.predict import predict, resolve_layout  # noqa: E402
+from predictor.analyses.predict import predict  # noqa: E402
+from predictor.core.layout import resolve_layout  # noqa: E402
 from predictor.data.store import read_samples  # noqa: E402
 
 LAYOUTS = {  # the reference workload on this machine: one rank, and two data-parallel gloo ranks

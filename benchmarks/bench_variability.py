@@ -20,7 +20,7 @@ from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.core.profiles import section
 from predictor.workload.decompose import decompose
 from predictor.latency.artifacts import trained_models
-from predictor.analyses.predict import resolve_layout
+from predictor.core.layout import resolve_layout
 from predictor.analyses.variability import analysis_settings, format_variability, plot_variability, shortcut_check, variability
 
 LAYOUT = ["model=llama3-70b", "hardware=h100-sxm", "gpus=65536", "parallel.tp=8", "parallel.pp=8"]

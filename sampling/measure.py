@@ -33,8 +33,7 @@ from predictor.core.specs import HardwareConfig, MeasureConfig, ModelConfig, Par
 from predictor.core.profiles import load_model, section
 from predictor.core.errors import PrismError
 from predictor.data.measurements import step_times, write_measurements
-from predictor.workload.memory import _divisors, validate_layout
-from predictor.analyses.predict import resolve_layout
+from predictor.core.layout import _divisors, resolve_layout, validate_layout
 from sampling.runner import _device
 
 #: What the reference workload runs (:mod:`sampling.reference`); other values are refused.

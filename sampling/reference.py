@@ -50,7 +50,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from predictor.core.specs import ModelConfig, ParallelConfig
-from predictor.workload.memory import layers_per_stage
+from predictor.core.layout import layers_per_stage
 from sampling.collectives import _sync, worker_main
 from sampling.model import Transformer
 

@@ -6,7 +6,8 @@ from predictor.app.config import load_config
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 
 from predictor.core.profiles import section
-from predictor.workload.decompose import decompose, group_topology
+from predictor.core.mesh import group_topology
+from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
 from predictor.analyses.predict import model_flops_per_step
 from predictor.core.ops import flops

@@ -13,8 +13,9 @@ from predictor.core.profiles import section
 from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
 from predictor.latency.artifacts import trained_models
-from predictor.analyses.predict import predict, resolve_layout
-from predictor.analyses.variability import (analysis_settings, shortcut_check, slow_gpus_per_stage, time_to_train,
+from predictor.analyses.predict import predict
+from predictor.core.layout import resolve_layout
+from predictor.analyses.variability import (analysis_settings, shortcut_check, time_to_train,
                                    variability)
 
 LAYOUT = ["model=llama3-70b", "hardware=h100-sxm", "parallel.tp=8", "parallel.pp=8"]
@@ -69,7 +70,7 @@ def test_slow_nodes_spread_over_stages_are_not_faster_than_all_in_one_stage(repo
 
 def test_a_node_is_one_tp_group_of_one_stage():
     _, _, work = _work(512)  # 64 nodes, 8 per stage
-    assert slow_gpus_per_stage([0, 1, 8], work.parallel, 8) == (16, 8, 0, 0, 0, 0, 0, 0)
+    assert work.mesh.gpus_per_stage_on([0, 1, 8]) == (16, 8, 0, 0, 0, 0, 0, 0)
 
 
 def test_goodput_falls_below_one_only_with_interruptions():

@@ -10,7 +10,8 @@ from omegaconf import DictConfig
 from predictor.engine.compose import PER_STEP, REPORT_QUANTILES, QuantileCache, compose
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.core.profiles import section
-from predictor.workload.decompose import decompose, with_default_batch
+from predictor.core.layout import resolve_layout
+from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
 from predictor.app.figures import new_figure, save_figure
 from predictor.workload.memory import memory_per_gpu
@@ -53,17 +54,6 @@ def model_flops_per_step(model: ModelConfig, tokens: int, seq: int) -> float:
     h = model.hidden_size
     matmul_weights = model.num_layers * layer_parameters(model)[0] + model.vocab_size * h
     return 6.0 * matmul_weights * tokens + 6.0 * model.num_layers * h * seq * tokens
-
-
-def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
-    """Fill dp from ``gpus`` and the default global batch (:func:`with_default_batch`)."""
-    per_replica = par.tp * par.pp * par.cp
-    if gpus:
-        if gpus % per_replica:
-            raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "
-                             f"that gpus = dp·tp·pp·cp", field='gpus')
-        par.dp = gpus // per_replica
-    return with_default_batch(par)
 
 
 def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:

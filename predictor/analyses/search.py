@@ -62,9 +62,10 @@ from predictor.core.profiles import section
 from predictor.workload.decompose import Workload, decompose
 from predictor.core.errors import PrismError
 from predictor.app.figures import new_figure, save_figure
-from predictor.workload.memory import memory_per_gpu, validate_layout
+from predictor.core.layout import resolve_layout, validate_layout
+from predictor.workload.memory import memory_per_gpu
 from predictor.latency.artifacts import evidence_tier, trained_models
-from predictor.analyses.predict import model_flops_per_step, resolve_layout
+from predictor.analyses.predict import model_flops_per_step
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.engine.schedule import steady_pipeline
 from predictor.core.ops import OPS

@@ -49,7 +49,9 @@ from predictor.workload.decompose import Workload, decompose
 from predictor.core.errors import PrismError
 from predictor.app.figures import new_figure, save_figure
 from predictor.latency.artifacts import trained_models
-from predictor.analyses.predict import SECONDS_PER_DAY, resolve_layout, run_step_draws
+from predictor.analyses.predict import SECONDS_PER_DAY, run_step_draws
+from predictor.core.layout import resolve_layout
+from predictor.core.mesh import Mesh
 
 MINUTES_PER_DAY = 1440.0
 
@@ -178,36 +180,20 @@ def attribution(work: Workload, models, cache: QuantileCache, draws: int, seed: 
             "components": _variance_drops(work, models, cache, draws, seed, {c: (c,) for c in COMPONENTS})}
 
 
-def _stage_nodes(par: ParallelConfig, gpus_per_node: int, stage: int) -> list[int]:
-    """The nodes holding ranks of pipeline stage ``stage`` (ranks ordered tp, cp, dp, pp)."""
-    per_stage = par.tp * par.cp * par.dp
-    return list(range(stage * per_stage // gpus_per_node, ((stage + 1) * per_stage - 1) // gpus_per_node + 1))
-
-
-def slow_gpus_per_stage(nodes, par: ParallelConfig, gpus_per_node: int) -> tuple[int, ...]:
-    """How many GPUs of each pipeline stage lie on the given nodes."""
-    per_stage, gpus = par.tp * par.cp * par.dp, par.tp * par.cp * par.dp * par.pp
-    counts = [0] * par.pp
-    for n in nodes:
-        for rank in range(n * gpus_per_node, min((n + 1) * gpus_per_node, gpus)):
-            counts[rank // per_stage] += 1
-    return tuple(counts)
-
-
-def placements(par: ParallelConfig, gpus_per_node: int, k: int) -> dict[str, list[int]]:
+def placements(mesh: Mesh, k: int) -> dict[str, list[int]]:
     """Named placements of ``k`` slow nodes (node indices); those the layout cannot hold
     (a stage with fewer than ``k`` nodes) and repeats of an earlier one are left out."""
     if k == 0:
         return {}
-    nodes_of = {s: _stage_nodes(par, gpus_per_node, s) for s in range(par.pp)}
+    nodes_of = {s: mesh.stage_nodes(s) for s in range(mesh.pp)}
     # k stages evenly apart from the first to the last (repeating when k > pp)
-    spread = [round(i * (par.pp - 1) / max(k - 1, 1)) for i in range(k)]
+    spread = [round(i * (mesh.pp - 1) / max(k - 1, 1)) for i in range(k)]
 
     def pick(stage: int, j: int):
         return nodes_of[stage][j] if j < len(nodes_of[stage]) else None
 
     options = {f"all in stage {s} ({where})": [pick(s, j) for j in range(k)]
-               for where, s in (("first", 0), ("last", par.pp - 1), ("middle", par.pp // 2))}
+               for where, s in (("first", 0), ("last", mesh.pp - 1), ("middle", mesh.pp // 2))}
     options["spread over stages, same dp replica"] = [pick(s, spread[:i].count(s)) for i, s in enumerate(spread)]
     options["spread over stages and dp replicas"] = [pick(s, i % len(nodes_of[s])) for i, s in enumerate(spread)]
     out, seen = {}, set()
@@ -222,15 +208,15 @@ def placements(par: ParallelConfig, gpus_per_node: int, k: int) -> dict[str, lis
 def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisConfig, seed: int) -> list[dict]:
     """Step time of ``work`` with ``a.slow_nodes`` slow nodes in each placement, first row
     none (every placement draws the same random numbers)."""
-    par, gpn = work.parallel, work.hardware.node.gpus_per_node
+    gpn = work.mesh.gpus_per_node
     nodes = math.ceil(work.gpus / gpn)
     if a.slow_nodes > nodes:
         raise PrismError(f"analysis.slow_nodes={a.slow_nodes}: the job has only {nodes} nodes "
                          f"({work.gpus} GPUs / {gpn} per node); choose at most {nodes}", field='analysis.slow_nodes')
-    options = {"no slow nodes": []} | placements(par, gpn, a.slow_nodes)
+    options = {"no slow nodes": []} | placements(work.mesh, a.slow_nodes)
     rows = []
     for name, chosen in options.items():
-        slow = slow_gpus_per_stage(chosen, par, gpn)
+        slow = work.mesh.gpus_per_stage_on(chosen)
         d = compose(work, models, draws=a.draws, seed=seed, cache=cache, slow_gpus=slow,
                     slow_factor=a.slow_factor).draws
         rows.append({"placement": name, "nodes": chosen, "slow_gpus_per_stage": list(slow),

@@ -31,6 +31,7 @@ class ModelConfig:
     norm: str  # layernorm | rmsnorm
     position: str  # learned | rope
     tied_embeddings: bool
+    num_experts: int = 0  # routed experts of a Mixture-of-Experts model; 0: dense
 
 
 @dataclass
@@ -122,7 +123,7 @@ class ParallelConfig:
     global_batch_size: int = 0  # 0: micro_batch_size x dp x 4·pp
     recompute: str = "none"  # none | selective | full
     sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
-    schedule: str = "1f1b"  # 1f1b | interleaved | gpipe | zero_bubble
+    schedule: str = "1f1b"  # 1f1b | interleaved | gpipe (predictor.core.layout.SCHEDULES)
     attention: str = "flash"  # flash (fused kernel) | unfused (baddbmm + softmax + bmm)
     overlap_grad_reduce: bool = True
     # Sharded optimizers: the updated weights' all-gather runs under the next forward

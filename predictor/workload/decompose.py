@@ -18,8 +18,8 @@ Narayanan et al. 2021, arXiv 2104.04473; Korthikanti et al. 2022, arXiv 2205.051
 - Recompute: ``full`` runs each layer's forward again in its backward; ``selective``
   only the attention core.
 
-Ranks are laid out as Megatron does, tp innermost, then cp, dp, pp: a group's ranks per
-node and the nodes it spans follow from the GPUs per node.
+Group sizes, rank order and each group's placement on nodes come from the layout's
+:class:`~predictor.core.mesh.Mesh`.
 """
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.memory import (GRAD_BYTES, WEIGHT_BYTES, layers_per_stage, padded_vocab, stage_parameters,
-                              validate_layout)
+from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
+from predictor.core.mesh import Mesh
+from predictor.workload.memory import GRAD_BYTES, WEIGHT_BYTES, padded_vocab, stage_parameters
 from predictor.workload.layers import OpUse, layer_ops, parameter_tensors
 
 #: bf16 activations.
@@ -71,20 +72,18 @@ class Workload:
     model: ModelConfig
     parallel: ParallelConfig
     hardware: HardwareConfig
-    gpus: int
+    mesh: Mesh
     seq: int
     micro_batches: int
     stages: list[StageWork]
 
     @property
+    def gpus(self) -> int:
+        return self.mesh.world_size
+
+    @property
     def tokens_per_step(self) -> int:
         return self.parallel.global_batch_size * self.seq
-
-
-def group_topology(size: int, inner: int, gpus_per_node: int) -> tuple[int, int]:
-    """(ranks per node, nodes) of a group of ``size`` ranks spaced ``inner`` apart."""
-    per_node = max(1, min(size, gpus_per_node // inner)) if inner < gpus_per_node else 1
-    return per_node, math.ceil(size / per_node)
 
 
 def _call(use: OpUse, pass_: str, count: int, role="compute", topo=(1, 1)) -> Call:
@@ -121,14 +120,6 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int) -> tuple[list[C
     elif par.recompute == "selective":
         bwd += [c for c in fwd if c.op in ("attention", "bmm", "softmax")]
     return fwd, bwd
-
-
-def with_default_batch(par: ParallelConfig) -> ParallelConfig:
-    """``par`` with ``global_batch_size`` 0 replaced by its default: 4·pp micro-batches per
-    replica (the 1F1B bubble then stays under a fifth of the step)."""
-    if par.global_batch_size == 0:
-        par = replace(par, global_batch_size=par.micro_batch_size * par.dp * 4 * par.pp)
-    return par
 
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
@@ -176,12 +167,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     par = with_default_batch(par)
     gpus = gpus or par.dp * par.tp * par.pp * par.cp
     validate_layout(model, par, gpus)
-    gpn = hw.node.gpus_per_node
-    tp_topo = group_topology(par.tp, 1, gpn)
-    cp_topo = group_topology(par.cp, par.tp, gpn)
-    dp_group = par.dp * par.cp  # gradients are reduced over data and context ranks
-    dp_topo = group_topology(par.dp, par.tp * par.cp, gpn)
-    pp_topo = group_topology(2, par.tp * par.cp * par.dp, gpn)  # two neighbouring stages
+    mesh = Mesh.of(par, hw.node.gpus_per_node)
+    tp_topo, cp_topo, dp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "dp", "pp"))
+    dp_group = mesh.grad_group
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
     vocab = padded_vocab(model.vocab_size, par.tp) // par.tp  # vocabulary-parallel shard
@@ -200,4 +188,4 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
                                 tokens, vocab, dp_group, dp_topo, pp_topo)
         twin = built[key]
         stages.append(StageWork(i, layers, list(twin.forward), list(twin.backward), twin.p2p, list(twin.step)))
-    return Workload(model, par, hw, gpus, seq, micro_batches, stages)
+    return Workload(model, par, hw, mesh, seq, micro_batches, stages)

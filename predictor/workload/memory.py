@@ -106,6 +106,7 @@ from typing import Optional
 
 from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.core.errors import PrismError
+from predictor.core.layout import RECOMPUTES, SHARDINGS, layers_per_stage, validate_layout
 from predictor.workload.layers import layer_parameters
 
 GiB = 1024 ** 3
@@ -115,9 +116,6 @@ OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + v (ZeRO's K = 12)
 VOCAB_MULTIPLE = 128  # Megatron make_vocab_size_divisible_by (times tp)
 WORKSPACE_GIB = 2.0   # see the module docstring: context 0.75 + NCCL 0.5 + fragmentation 0.75
 
-SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "distributed_optimizer")
-RECOMPUTES = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "zero_bubble")
 # What each sharding divides by the dp.cp group: (weights, gradients, optimizer states)
 _SHARDED = {"none": (False, False, False), "zero1": (False, False, True),
             "distributed_optimizer": (False, False, True), "zero2": (False, True, True),
@@ -151,87 +149,7 @@ class MemoryBreakdown:
         return self.total <= hw.memory.capacity_gib * GiB
 
 
-# ---------------------------------------------------------------- validation
-
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-
-
-def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: Optional[int] = None,
-                    seq: Optional[int] = None) -> None:
-    """Raise :class:`PrismError` naming the field if ``par`` cannot run ``model``.
-
-    ``gpus`` (when given) must equal dp·tp·pp·cp (expert parallelism folds into dp, as in
-    Megatron-LM and torchtitan); ``seq`` defaults to ``model.seq_length``.
-    """
-    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
-        value = getattr(par, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PrismError(f"parallel.{name}={value!r}: must be a positive integer", field=f"parallel.{name}")
-    if par.sharding not in SHARDINGS:
-        raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')
-    if par.recompute not in RECOMPUTES:
-        raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}", field='parallel.recompute')
-    if par.schedule not in SCHEDULES:
-        raise PrismError(f"parallel.schedule={par.schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}", field='parallel.schedule')
-    if par.attention not in ("flash", "unfused"):
-        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused", field='parallel.attention')
-    tp, name = par.tp, model.name
-    if model.num_heads % tp:
-        raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "
-                         f"pick tp among {_divisors(model.num_heads)}", field='parallel.tp')
-    if model.num_kv_heads >= tp and model.num_kv_heads % tp:
-        raise PrismError(f"parallel.tp={tp}: does not divide model.num_kv_heads={model.num_kv_heads} of {name}; "
-                         f"pick tp among {_divisors(model.num_kv_heads)} (or above {model.num_kv_heads}, "
-                         f"replicating KV heads)", field='parallel.tp')
-    if model.ffn_hidden_size % tp:
-        raise PrismError(f"parallel.tp={tp}: does not divide model.ffn_hidden_size={model.ffn_hidden_size} "
-                         f"of {name}; pick a tp that divides it", field='parallel.tp')
-    if par.pp > model.num_layers:
-        raise PrismError(f"parallel.pp={par.pp}: more pipeline stages than model.num_layers="
-                         f"{model.num_layers} of {name}; use pp <= {model.num_layers}", field='parallel.pp')
-    if par.vpp > 1 and par.schedule != "interleaved":
-        raise PrismError(f"parallel.vpp={par.vpp}: virtual stages need parallel.schedule=interleaved "
-                         f"(got {par.schedule}); set the schedule or vpp=1", field='parallel.vpp')
-    if par.schedule == "interleaved":
-        if par.vpp < 2 or par.pp < 2:
-            raise PrismError(f"parallel.schedule=interleaved: needs parallel.pp >= 2 and parallel.vpp >= 2 "
-                             f"(got pp={par.pp}, vpp={par.vpp}); set vpp or use schedule=1f1b", field='parallel.schedule')
-        if par.pp * par.vpp > model.num_layers:
-            raise PrismError(f"parallel.vpp={par.vpp}: pp·vpp = {par.pp * par.vpp} model chunks exceed "
-                             f"model.num_layers={model.num_layers}; lower vpp", field='parallel.vpp')
-    per_step = par.micro_batch_size * par.dp
-    if par.global_batch_size % per_step:
-        raise PrismError(f"parallel.global_batch_size={par.global_batch_size}: not a multiple of "
-                         f"parallel.micro_batch_size·dp = {par.micro_batch_size}·{par.dp} = {per_step}; "
-                         f"use a multiple of {per_step}", field='parallel.global_batch_size')
-    seq = model.seq_length if seq is None else seq
-    if not isinstance(seq, int) or seq < 1:
-        raise PrismError(f"seq={seq!r}: must be a positive integer", field='seq')
-    if seq % par.cp:
-        raise PrismError(f"parallel.cp={par.cp}: does not divide the sequence length {seq}; "
-                         f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}", field='parallel.cp')
-    if gpus is not None:
-        need = par.dp * par.tp * par.pp * par.cp
-        if gpus != need:
-            raise PrismError(f"gpus={gpus}: must equal dp·tp·pp·cp = {par.dp}·{par.tp}·{par.pp}·{par.cp} "
-                             f"= {need}; set gpus={need} or change parallel.dp", field='gpus')
-
-
 # ---------------------------------------------------------------- parameters
-
-def layers_per_stage(num_layers: int, pp: int) -> list[int]:
-    """Transformer layers of each pipeline stage: ``num_layers // pp`` each, the remainder
-    one apiece to the first stages (so no two stages differ by more than one layer).
-
-    Megatron-LM requires an even split by default and otherwise takes explicit first/last
-    stage layer counts; this is the balanced rule with the extra layers up front.
-    """
-    if pp < 1 or num_layers < pp:
-        raise PrismError(f"parallel.pp={pp}: needs 1 <= pp <= model.num_layers={num_layers}", field='parallel.pp')
-    base, extra = divmod(num_layers, pp)
-    return [base + (i < extra) for i in range(pp)]
-
 
 def padded_vocab(vocab_size: int, tp: int, multiple: int = VOCAB_MULTIPLE) -> int:
     """Megatron's padded vocabulary: a multiple of ``multiple·tp``."""
@@ -327,7 +245,7 @@ def in_flight_microbatches(par: ParallelConfig, stage: int) -> float:
     if par.schedule == "interleaved" and par.vpp > 1:
         chunks = 2 * (pp - stage - 1) + (par.vpp - 1) * pp + 1
         return min(chunks, m * par.vpp) / par.vpp
-    return float(min(pp - stage, m))  # 1f1b, zero_bubble (ZB-H1)
+    return float(min(pp - stage, m))  # 1f1b
 
 
 # ---------------------------------------------------------------- the breakdown

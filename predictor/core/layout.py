@@ -1,0 +1,132 @@
+"""Rules of a parallel layout: the choices each setting takes, which layouts a framework
+accepts, how layers split over pipeline stages, and the defaults a layout is completed
+with. Every rule about a layout's validity lives here, once; the group sizes and rank
+placement it implies live in :mod:`predictor.core.mesh`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from predictor.core.errors import PrismError
+from predictor.core.specs import ModelConfig, ParallelConfig
+
+#: The choices of :class:`~predictor.core.specs.ParallelConfig`'s enumerated settings.
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "distributed_optimizer")
+RECOMPUTES = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+ATTENTIONS = ("flash", "unfused")
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = None,
+                    seq: int | None = None) -> None:
+    """Raise :class:`PrismError` naming the field if ``par`` cannot run ``model``.
+
+    ``gpus`` (when given) must equal dp·tp·pp·cp (expert parallelism folds into dp·cp,
+    as in Megatron-Core and torchtitan: :mod:`predictor.core.mesh`); ``seq`` defaults to
+    ``model.seq_length``.
+    """
+    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
+        value = getattr(par, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PrismError(f"parallel.{name}={value!r}: must be a positive integer", field=f"parallel.{name}")
+    if par.sharding not in SHARDINGS:
+        raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')
+    if par.recompute not in RECOMPUTES:
+        raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}", field='parallel.recompute')
+    if par.schedule == "zero_bubble":
+        raise PrismError("parallel.schedule=zero_bubble: not modelled. Zero-bubble pipelines (ZB-H1, Qi et al. "
+                         "2024, arXiv 2401.10241) split each backward into its input- and weight-gradient halves "
+                         "and delay the latter into the bubble; PRISM's decomposition does not separate them yet. "
+                         "Use parallel.schedule=1f1b, whose step is an upper bound on ZB-H1's",
+                         field="parallel.schedule")
+    if par.schedule not in SCHEDULES:
+        raise PrismError(f"parallel.schedule={par.schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}", field='parallel.schedule')
+    if par.attention not in ATTENTIONS:
+        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused", field='parallel.attention')
+    tp, name = par.tp, model.name
+    if model.num_heads % tp:
+        raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "
+                         f"pick tp among {_divisors(model.num_heads)}", field='parallel.tp')
+    if model.num_kv_heads >= tp and model.num_kv_heads % tp:
+        raise PrismError(f"parallel.tp={tp}: does not divide model.num_kv_heads={model.num_kv_heads} of {name}; "
+                         f"pick tp among {_divisors(model.num_kv_heads)} (or above {model.num_kv_heads}, "
+                         f"replicating KV heads)", field='parallel.tp')
+    if model.ffn_hidden_size % tp:
+        raise PrismError(f"parallel.tp={tp}: does not divide model.ffn_hidden_size={model.ffn_hidden_size} "
+                         f"of {name}; pick a tp that divides it", field='parallel.tp')
+    if par.pp > model.num_layers:
+        raise PrismError(f"parallel.pp={par.pp}: more pipeline stages than model.num_layers="
+                         f"{model.num_layers} of {name}; use pp <= {model.num_layers}", field='parallel.pp')
+    if par.vpp > 1 and par.schedule != "interleaved":
+        raise PrismError(f"parallel.vpp={par.vpp}: virtual stages need parallel.schedule=interleaved "
+                         f"(got {par.schedule}); set the schedule or vpp=1", field='parallel.vpp')
+    if par.schedule == "interleaved":
+        if par.vpp < 2 or par.pp < 2:
+            raise PrismError(f"parallel.schedule=interleaved: needs parallel.pp >= 2 and parallel.vpp >= 2 "
+                             f"(got pp={par.pp}, vpp={par.vpp}); set vpp or use schedule=1f1b", field='parallel.schedule')
+        if par.pp * par.vpp > model.num_layers:
+            raise PrismError(f"parallel.vpp={par.vpp}: pp·vpp = {par.pp * par.vpp} model chunks exceed "
+                             f"model.num_layers={model.num_layers}; lower vpp", field='parallel.vpp')
+    per_step = par.micro_batch_size * par.dp
+    if par.global_batch_size % per_step:
+        raise PrismError(f"parallel.global_batch_size={par.global_batch_size}: not a multiple of "
+                         f"parallel.micro_batch_size·dp = {par.micro_batch_size}·{par.dp} = {per_step}; "
+                         f"use a multiple of {per_step}", field='parallel.global_batch_size')
+    seq = model.seq_length if seq is None else seq
+    if not isinstance(seq, int) or seq < 1:
+        raise PrismError(f"seq={seq!r}: must be a positive integer", field='seq')
+    if seq % par.cp:
+        raise PrismError(f"parallel.cp={par.cp}: does not divide the sequence length {seq}; "
+                         f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}", field='parallel.cp')
+    if par.ep > 1:
+        if not model.num_experts:
+            raise PrismError(f"parallel.ep={par.ep}: {name} has no experts (model.num_experts=0); expert "
+                             f"parallelism splits the experts of a Mixture-of-Experts model; set parallel.ep=1",
+                             field="parallel.ep")
+        if (par.dp * par.cp) % par.ep or model.num_experts % par.ep:
+            raise PrismError(f"parallel.ep={par.ep}: must divide dp·cp = {par.dp * par.cp} (the expert group is "
+                             f"carved out of the data-parallel ranks) and model.num_experts={model.num_experts}; "
+                             f"pick ep among the common divisors", field="parallel.ep")
+    if gpus is not None:
+        need = par.dp * par.tp * par.pp * par.cp
+        if gpus != need:
+            raise PrismError(f"gpus={gpus}: must equal dp·tp·pp·cp = {par.dp}·{par.tp}·{par.pp}·{par.cp} "
+                             f"= {need}; set gpus={need} or change parallel.dp", field='gpus')
+
+
+
+def layers_per_stage(num_layers: int, pp: int) -> list[int]:
+    """Transformer layers of each pipeline stage: ``num_layers // pp`` each, the remainder
+    one apiece to the first stages (so no two stages differ by more than one layer).
+
+    Megatron-LM requires an even split by default and otherwise takes explicit first/last
+    stage layer counts; this is the balanced rule with the extra layers up front.
+    """
+    if pp < 1 or num_layers < pp:
+        raise PrismError(f"parallel.pp={pp}: needs 1 <= pp <= model.num_layers={num_layers}", field='parallel.pp')
+    base, extra = divmod(num_layers, pp)
+    return [base + (i < extra) for i in range(pp)]
+
+
+def with_default_batch(par: ParallelConfig) -> ParallelConfig:
+    """``par`` with ``global_batch_size`` 0 replaced by its default: 4·pp micro-batches per
+    replica (the 1F1B bubble then stays under a fifth of the step)."""
+    if par.global_batch_size == 0:
+        par = replace(par, global_batch_size=par.micro_batch_size * par.dp * 4 * par.pp)
+    return par
+
+
+def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
+    """A copy of ``par`` with dp filled from ``gpus`` and the default global batch
+    (:func:`with_default_batch`)."""
+    per_replica = par.tp * par.pp * par.cp
+    if gpus:
+        if gpus % per_replica:
+            raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "
+                             f"that gpus = dp·tp·pp·cp", field="gpus")
+        par = replace(par, dp=gpus // per_replica)
+    return with_default_batch(par)

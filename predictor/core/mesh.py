@@ -1,0 +1,94 @@
+"""The device mesh of a layout: every parallel axis's group size, the order ranks are
+numbered in, and where a group's ranks sit on nodes.
+
+One object owns what used to be written by hand wherever it was needed (``tp * cp * dp``
+GPUs per stage, the dp group's stride, the nodes of a stage), as torchtitan's
+``ParallelDims`` does. Ranks are numbered as Megatron-Core numbers them by default
+(``order="tp-cp-ep-dp-pp"``, megatron/core/parallel_state.py): tp innermost, then cp,
+dp, pp. Expert parallelism does not add ranks: the ep group is carved out of the
+data- (and context-) parallel ranks, so ``ep`` divides ``dp * cp`` and the experts' own
+data-parallel group has ``dp * cp / ep`` ranks (Megatron-Core's expert-data-parallel
+group, with expert tensor parallelism equal to tp).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Axes that number ranks, innermost first; ep lives inside dp·cp (module docstring).
+ORDER = ("tp", "cp", "dp", "pp")
+
+
+def group_topology(size: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
+    """(ranks per node, nodes spanned) of a group of ``size`` ranks spaced ``stride`` apart."""
+    per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
+    return per_node, math.ceil(size / per_node)
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Group sizes of every parallel axis of one job and their placement on nodes of
+    ``gpus_per_node`` GPUs. Build it with :meth:`of` from a validated layout."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    gpus_per_node: int
+
+    @classmethod
+    def of(cls, layout, gpus_per_node: int) -> "Mesh":
+        """The mesh of a :class:`~predictor.core.specs.ParallelConfig` (validated by
+        :func:`predictor.core.layout.validate_layout`)."""
+        return cls(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, gpus_per_node)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def gpus_per_stage(self) -> int:
+        """The GPUs of one pipeline stage: every one of them must finish before the stage does."""
+        return self.tp * self.cp * self.dp
+
+    @property
+    def grad_group(self) -> int:
+        """Ranks a dense weight's gradient is reduced over: data and context ranks."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks an expert's gradient is reduced over (Megatron-Core's expert-data-parallel group)."""
+        return self.dp * self.cp // self.ep
+
+    def size(self, axis: str) -> int:
+        return getattr(self, axis)
+
+    def stride(self, axis: str) -> int:
+        """Distance between consecutive ranks of one ``axis`` group (ep: its ranks are
+        consecutive data-parallel ranks, so tp·cp apart)."""
+        inner = ORDER[:ORDER.index("dp" if axis == "ep" else axis)]
+        return math.prod(self.size(a) for a in inner)
+
+    def topology(self, axis: str) -> tuple[int, int]:
+        """(ranks per node, nodes spanned) of one ``axis`` group; for pp, of the two
+        neighbouring stages a pipeline send connects."""
+        size = 2 if axis == "pp" else self.size(axis)
+        return group_topology(size, self.stride(axis), self.gpus_per_node)
+
+    def stage_of_rank(self, rank: int) -> int:
+        return rank // self.gpus_per_stage
+
+    def stage_nodes(self, stage: int) -> list[int]:
+        """The nodes holding ranks of pipeline stage ``stage``."""
+        per_stage, gpn = self.gpus_per_stage, self.gpus_per_node
+        return list(range(stage * per_stage // gpn, ((stage + 1) * per_stage - 1) // gpn + 1))
+
+    def gpus_per_stage_on(self, nodes) -> tuple[int, ...]:
+        """How many GPUs of each pipeline stage lie on the given nodes."""
+        counts = [0] * self.pp
+        for n in nodes:
+            for rank in range(n * self.gpus_per_node, min((n + 1) * self.gpus_per_node, self.world_size)):
+                counts[self.stage_of_rank(rank)] += 1
+        return tuple(counts)
