@@ -32,16 +32,25 @@ SHAPE_COLUMNS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class OpSpec:
-    """What one operator is: its shape columns and the passes it is timed in."""
+    """What one operator is: its shape columns, the passes it is timed in, and, for the
+    element-wise and normalisation ops, its cost per element: ``flops_per_element`` and
+    ``tensors`` (how many element-sized tensors one call reads and writes), counted over
+    the product of the ``elements`` shape columns. Ops with their own cost formula (the
+    matmuls, attention, embedding, the optimizer, collectives) are in :func:`flops` and
+    :func:`bytes_moved`."""
 
     name: str
     shape: tuple[str, ...]
     passes: tuple[str, ...]
     collective: bool = False
+    flops_per_element: float | None = None
+    tensors: int | None = None
+    elements: tuple[str, ...] = ("tokens", "hidden")
 
 
 _FWD_BWD = ("fwd", "bwd")
 _ONCE = ("step",)  # ops without a backward: the optimizer step, collectives
+_SCORES = ("batch", "heads", "seq_q", "seq_kv")
 
 OPS: dict[str, OpSpec] = {
     spec.name: spec
@@ -52,20 +61,23 @@ OPS: dict[str, OpSpec] = {
         OpSpec("bmm", ("batch", "m", "n", "k"), _FWD_BWD),
         # softmax and masked_fill over attention scores [batch, heads, seq_q, seq_kv]
         # (unfused attention); causal softmax is the fused scale-mask-softmax kernel.
-        OpSpec("softmax", ("batch", "heads", "seq_q", "seq_kv", "causal"), _FWD_BWD),
-        OpSpec("masked_fill", ("batch", "heads", "seq_q", "seq_kv"), _FWD_BWD),
+        OpSpec("softmax", (*_SCORES, "causal"), _FWD_BWD, flops_per_element=5, tensors=2, elements=_SCORES),
+        OpSpec("masked_fill", _SCORES, _FWD_BWD, flops_per_element=1, tensors=2, elements=_SCORES),
         OpSpec("attention",
                ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "causal"), _FWD_BWD),
-        OpSpec("rmsnorm", ("tokens", "hidden"), _FWD_BWD),
-        OpSpec("layernorm", ("tokens", "hidden"), _FWD_BWD),
+        OpSpec("rmsnorm", ("tokens", "hidden"), _FWD_BWD, flops_per_element=4, tensors=2),
+        OpSpec("layernorm", ("tokens", "hidden"), _FWD_BWD, flops_per_element=7, tensors=2),
         # rope rotates q or k: tokens x heads x head_dim.
-        OpSpec("rope", ("tokens", "heads", "head_dim"), _FWD_BWD),
+        OpSpec("rope", ("tokens", "heads", "head_dim"), _FWD_BWD, flops_per_element=3, tensors=2,
+               elements=("tokens", "heads", "head_dim")),
         # swiglu/gelu: hidden is the FFN width (swiglu reads 2*hidden, writes hidden).
-        OpSpec("swiglu", ("tokens", "hidden"), _FWD_BWD),
-        OpSpec("gelu", ("tokens", "hidden"), _FWD_BWD),
-        OpSpec("residual_add", ("tokens", "hidden"), _FWD_BWD),  # bwd: the gradient fan-out
+        OpSpec("swiglu", ("tokens", "hidden"), _FWD_BWD, flops_per_element=6, tensors=3),
+        OpSpec("gelu", ("tokens", "hidden"), _FWD_BWD, flops_per_element=8, tensors=2),
+        # residual_add reads two inputs and writes one; its bwd is the gradient fan-out.
+        OpSpec("residual_add", ("tokens", "hidden"), _FWD_BWD, flops_per_element=1, tensors=3),
         OpSpec("embedding", ("tokens", "hidden", "vocab"), _FWD_BWD),
-        OpSpec("cross_entropy", ("tokens", "vocab"), _FWD_BWD),
+        OpSpec("cross_entropy", ("tokens", "vocab"), _FWD_BWD, flops_per_element=5, tensors=1,
+               elements=("tokens", "vocab")),
         # optimizer_step: params split over `tensors` tensors (per-tensor launch costs matter).
         OpSpec("optimizer_step", ("params", "tensors", "optimizer"), _ONCE),
         OpSpec("all_reduce", ("message_bytes", "group_size"), _ONCE, collective=True),
@@ -120,13 +132,9 @@ def flops(op: str, pass_: str, shape):
         return f * (2.5 if pass_ == "bwd" else 1.0)
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_FLOPS_PER_PARAM, s["optimizer"]) * s["params"]
-    if OPS[op].collective:
-        return 0.0 * s["message_bytes"]
-    # Element-wise and normalisation ops: a handful of FLOPs per element.
-    per_element = {"rmsnorm": 4, "layernorm": 7, "rope": 3, "swiglu": 6, "gelu": 8,
-                   "residual_add": 1, "embedding": 0, "cross_entropy": 5, "softmax": 5,
-                   "masked_fill": 1}[op]
-    return bwd * per_element * _elements(op, s)
+    if OPS[op].collective or op == "embedding":  # a gather moves data and computes nothing
+        return 0.0 * s["tokens" if op == "embedding" else "message_bytes"]
+    return bwd * OPS[op].flops_per_element * _elements(op, s)
 
 
 def bytes_moved(op: str, pass_: str, shape, dtype):
@@ -151,10 +159,7 @@ def bytes_moved(op: str, pass_: str, shape, dtype):
         gathered = s["tokens"] * s["hidden"] * e
         # bwd scatters into a dense table gradient that is zeroed and written whole.
         return 2.0 * gathered + (s["vocab"] * s["hidden"] * e if pass_ == "bwd" else 0)
-    # in + out tensors (swiglu reads two halves, residual_add reads two inputs)
-    tensors = {"rmsnorm": 2, "layernorm": 2, "rope": 2, "swiglu": 3, "gelu": 2,
-               "residual_add": 3, "cross_entropy": 1, "softmax": 2, "masked_fill": 2}[op]
-    return bwd * tensors * _elements(op, s) * e
+    return bwd * OPS[op].tensors * _elements(op, s) * e
 
 
 def dtype_bytes(dtype):
@@ -171,10 +176,7 @@ def _per_optimizer(table: dict, optimizer):
 
 
 def _elements(op: str, s):
-    if op == "rope":
-        return s["tokens"] * s["heads"] * s["head_dim"]
-    if op == "cross_entropy":
-        return s["tokens"] * s["vocab"]
-    if op in ("softmax", "masked_fill"):
-        return s["batch"] * s["heads"] * s["seq_q"] * s["seq_kv"]
-    return s["tokens"] * s["hidden"]
+    out = 1
+    for column in OPS[op].elements:
+        out = out * s[column]
+    return out
