@@ -13,13 +13,14 @@ import time
 
 import numpy as np
 
-from predictor.engine.compose import QuantileCache, compose, workload_calls
 from predictor.app.config import load_config
-from predictor.core.specs import HardwareConfig, ParallelConfig
-from predictor.core.profiles import load_model, section
-from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
+from predictor.core.profiles import load_model, section
+from predictor.core.specs import HardwareConfig, ParallelConfig
+from predictor.engine.compose import compose, workload_calls
 from predictor.latency.artifacts import ModelSet, models_dir
+from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import decompose
 
 DRAWS = 500
 

@@ -3,15 +3,11 @@
     python benchmarks/bench_hardware.py [--models-dir DIR] [--rows]
 
 The H100 rows of ../shared/data/e2e (torchtitan, megatronlm_readme_h100, neusight_dist)
-publish tokens/s, TFLOP/s or step times; the measured step time is recovered as:
-
-- ``iter_time_s``, else ``iter_time_s_derived`` (torchtitan: GBS·seq / (tokens/s/GPU · GPUs));
-- Megatron-Core's TFLOP/s per GPU with its own FLOP count (``num_floating_point_operations``
-  of megatron/training/training.py, no recompute): 72·B·s·L·h²·(1 + s/6h + V/12Lh) for
-  GPT with an FFN of 4h (Narayanan et al., arXiv 2104.04473, eq. 3 without recompute).
-
-What the rows leave blank is filled from what their notes and sources state, printed below
-(``ASSUMED``); rows that state no layout or batch are not predicted (``pred_status``).
+publish tokens/s, TFLOP/s or step times; the measured step time is recovered by
+:func:`predictor.data.published.measured_step_s` (Megatron-LM's TFLOP/s with its own FLOP
+count, no recompute). What the rows leave blank is filled from what their notes and
+sources state, printed below (``ASSUMED``); rows that state no layout or batch are not
+predicted (``pred_status``).
 """
 from __future__ import annotations
 
@@ -19,47 +15,11 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 from predictor.analyses.batch import predict_table
+from predictor.data.published import ASSUMED, published_runs
 
 E2E = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e"
 SETS = ("torchtitan", "megatronlm_readme_h100", "neusight_dist")
-
-ASSUMED = {
-    "megatronlm_readme_h100": (
-        "sharding distributed_optimizer (--overlap-param-gather exists only with --use-distributed-optimizer); "
-        "sequence parallel on where tp > 1 (--tp-comm-overlap requires it)",
-        {"zero_or_distopt": "distributed optimizer", "seq_parallel": lambda r: "on" if r.tp > 1 else "off"}),
-    "neusight_dist": (
-        "one micro-batch per step (notes: 'PP runs use 1 microbatch'): mbs = gbs / dp",
-        {"mbs": lambda r: r.gbs // r.dp}),
-}
-
-
-def measured_step_s(row) -> float:
-    if not np.isnan(row.iter_time_s):
-        return row.iter_time_s
-    if not np.isnan(row.iter_time_s_derived):
-        return row.iter_time_s_derived
-    if not np.isnan(row.tflops_per_gpu):
-        b, s, n_layers, h, v = row.gbs, row.seq_len, row.layers, row.hidden, row.vocab
-        flops = 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
-        return flops / (row.tflops_per_gpu * 1e12 * row.num_gpus)
-    return np.nan
-
-
-def h100_rows() -> pd.DataFrame:
-    table = pd.read_csv(E2E / "e2e_training_visible.csv")
-    rows = table[table.set_id.isin(SETS) & table.gpu.str.contains("H100")].copy()
-    for set_id, (_, fills) in ASSUMED.items():
-        mask = rows.set_id == set_id
-        for column, value in fills.items():
-            blank = mask & rows[column].isna()
-            rows.loc[blank, column] = rows[blank].apply(value, axis=1) if callable(value) else value
-    rows["measured_s"] = rows.apply(measured_step_s, axis=1)
-    return rows
 
 
 def main():
@@ -67,13 +27,12 @@ def main():
     ap.add_argument("--models-dir", default=None, help="trained models root (default: the shipped models/)")
     ap.add_argument("--rows", action="store_true", help="print every row")
     args = ap.parse_args()
-    rows = h100_rows()
+    rows = published_runs(E2E, SETS, gpu="H100")
     for set_id, (text, _) in ASSUMED.items():
         print(f"ASSUMED {set_id}: {text}")
     t0 = time.perf_counter()
     pred = predict_table(rows, draws=500, models_root=args.models_dir)
     elapsed = time.perf_counter() - t0
-    pred["measured_s"] = rows.measured_s
     pred["error"] = pred.pred_iter_time_s_p50 / pred.measured_s - 1
     ok = pred.error.notna()
     if args.rows:

@@ -24,15 +24,13 @@ from sklearn.ensemble import RandomForestRegressor
 from sklearn.model_selection import GroupKFold
 
 from predictor.app.config import load_config
-
-from predictor.core.specs import HardwareConfig, RegressorConfig
-
-from predictor.core.profiles import section
-from predictor.latency.evaluate import metrics
-from predictor.data.importers.ett import ett_baseline, import_ett
-from predictor.latency.artifacts import fit_operator_model, shape_groups, train
-from predictor.data.store import read_samples
 from predictor.core.ops import OPS
+from predictor.core.profiles import section
+from predictor.core.specs import HardwareConfig, RegressorConfig
+from predictor.data.importers.ett import ett_baseline, import_ett
+from predictor.data.store import read_samples
+from predictor.latency.artifacts import fit_operator_model, shape_groups, train
+from predictor.latency.evaluate import metrics
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "ett"
 HARDWARE = {"Perlmutter": "a100-sxm4-80gb", "Vista": "gh200"}

@@ -13,9 +13,9 @@ import time
 import numpy as np
 import torch
 
+from predictor.core.ops import COLLECTIVE_OPS, COMPUTE_OPS
 from predictor.core.profiles import load_model
 from predictor.data.summary import summarize
-from predictor.core.ops import COLLECTIVE_OPS, COMPUTE_OPS
 from sampling.model import Transformer
 
 

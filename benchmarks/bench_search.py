@@ -25,22 +25,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.analyses.batch import predict_table, row_workload
-from predictor.workload.decompose import decompose
-from predictor.core.errors import PrismError
-from predictor.latency.artifacts import trained_models
+from predictor.analyses.batch import predict_table
 from predictor.analyses.search import rank_layouts
+from predictor.core.errors import PrismError
+from predictor.data.published import published_runs, row_workload
+from predictor.latency.artifacts import trained_models
+from predictor.workload.decompose import decompose
 
 ROOT = Path(__file__).resolve().parents[1]
-E2E = ROOT.parent / "shared" / "data" / "e2e" / "e2e_training_visible.csv"
+E2E = ROOT.parent / "shared" / "data" / "e2e"
 COMMAND = ["prism", "search", "model=llama3-70b", "hardware=h100-sxm", "gpus=1024", "--json"]
 WITHIN = 0.05
 
 
 def time_search() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "predictor.app.cli", *COMMAND[1:]], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "predictor.app.cli", *COMMAND[1:]], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     wall = time.perf_counter() - t0
     out = json.loads(done.stdout)
@@ -74,8 +74,7 @@ def search_ranking(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def ranking_accuracy() -> None:
-    table = pd.read_csv(E2E)
-    rows = table[table.set_id == "vtrain_multi"]
+    rows = published_runs(E2E, ["vtrain_multi"])
     t0 = time.perf_counter()
     pred = predict_table(rows, draws=1000)
     print(f"\nvtrain_multi: {len(rows)} measured layouts in {rows.groupby(['model', 'num_gpus']).ngroups} groups "
@@ -84,19 +83,19 @@ def ranking_accuracy() -> None:
     groups = list(pred.groupby(["model", "num_gpus"], sort=False))
     for (model, gpus), g in groups:
         ok = g[g.pred_status == "ok"]
-        measured_best = ok.iter_time_s.min()
+        measured_best = ok.measured_s.min()
         by_search = search_ranking(g)
         picks = {"predict_table": ok.pred_iter_time_s_p50.idxmin(), "search": by_search["rank"].idxmin()}
         predicted = {"predict_table": ok.pred_iter_time_s_p50, "search": by_search.p50_s}
         print(f"  {model} x{gpus}: {len(ok)} of {len(g)} rows predicted; measured fastest "
-              f"{measured_best:.2f} s ({_layout(ok.loc[ok.iter_time_s.idxmin()])})")
+              f"{measured_best:.2f} s ({_layout(ok.loc[ok.measured_s.idxmin()])})")
         for name, i in picks.items():
-            ratio = ok.iter_time_s[i] / measured_best
+            ratio = ok.measured_s[i] / measured_best
             good = ratio <= 1 + WITHIN
             passed[name] += good
             print(f"    {name:<13} picks {_layout(ok.loc[i])}: predicted {predicted[name][i]:.2f} s, "
-                  f"measured {ok.iter_time_s[i]:.2f} s = x{ratio:.3f} the fastest "
-                  f"(measured rank {int(ok.iter_time_s.rank(method='min')[i])}) -> {'ok' if good else 'MISS'}")
+                  f"measured {ok.measured_s[i]:.2f} s = x{ratio:.3f} the fastest "
+                  f"(measured rank {int(ok.measured_s.rank(method='min')[i])}) -> {'ok' if good else 'MISS'}")
         agree = by_search["rank"] == ok.pred_iter_time_s_p50.rank(method="first").astype(int)[by_search.index]
         print(f"    search vs predict_table: {int(agree.sum())} of {len(agree)} rows ranked alike "
               f"({int(by_search.composed.sum())} composed by the search, the rest screened)")

@@ -24,22 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from predictor.latency.calibration import Calibration  # noqa: E402
-from predictor.engine.compose import compose  # noqa: E402
+from predictor.analyses.predict import predict
 from predictor.app.config import load_config
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig
+from predictor.core.layout import resolve_layout
 from predictor.core.profiles import section
-from predictor.workload.decompose import decompose  # noqa: E402
-from predictor.data.importers.trace import import_trace, trace_calibration  # noqa: E402
-from predictor.latency.artifacts import ModelSet, train  # noqa: E402
-from predictor.analyses.predict import predict  # noqa: E402
-from predictor.core.layout import resolve_layout  # noqa: E402
-from predictor.data.store import read_samples  # noqa: E402
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig
+from predictor.data.importers.trace import import_trace, trace_calibration
+from predictor.data.store import read_samples
+from predictor.engine.compose import compose
+from predictor.latency.artifacts import ModelSet, train
+from predictor.latency.calibration import Calibration
+from predictor.workload.decompose import decompose
 
 LAYOUTS = {  # the reference workload on this machine: one rank, and two data-parallel gloo ranks
     "small dp1": ["model=small"],
@@ -62,9 +59,9 @@ def accuracy(work: Path, steps: int, trace_steps: int) -> list[dict]:
         models = train(read_samples(folder / "samples"), hw, section(cfg, "regressor", RegressorConfig))
         directory = models.save(folder / "models" / hw.name)
         models.save_calibration(directory, trace_calibration(folder / "samples", hw.name))
-        with_framework = predict(cfg).step_time_s["p50"]
-        par = resolve_layout(section(cfg, "parallel", ParallelConfig), None)
-        workload = decompose(section(cfg, "model", ModelConfig), par, hw)
+        model, par = section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig)
+        with_framework = predict(model, hw, par, models_dir=folder / "models").step_time_s["p50"]
+        workload = decompose(model, resolve_layout(par, None), hw)
         alone = float(np.median(compose(workload, ModelSet.load(directory, hw), draws=2000,
                                         calibration=Calibration()).draws))
         m = measured.median_step_s
@@ -116,12 +113,12 @@ def write_big_trace(source: Path, path: Path, size_mb: float) -> int:
 def big_trace(source: Path, work: Path, size_mb: float) -> dict:
     path = work / "big.json"
     events = write_big_trace(source, path, size_mb)
-    child = ("import json, resource, sys, time; sys.path.insert(0, %r)\n"
+    child = ("import json, resource, time\n"
              "from predictor.data.importers.trace import import_trace\n"
-             "t = time.perf_counter(); r = import_trace([%r], %r, hardware='local-cpu')\n"
+             f"t = time.perf_counter(); r = import_trace([{str(path)!r}], {str(work / 'big-samples')!r}, "
+             "hardware='local-cpu')\n"
              "print(json.dumps({'seconds': time.perf_counter() - t, 'rows': r.rows, 'events': r.events,\n"
-             "  'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))"
-             % (str(ROOT), str(path), str(work / "big-samples")))
+             "  'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
     result = {"trace_mb": path.stat().st_size / 1e6, "written_events": events, **json.loads(out.stdout)}
     print(f"big trace  {result['trace_mb']:.0f} MB, {result['events']:,} events -> {result['rows']:,} rows in "

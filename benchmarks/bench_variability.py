@@ -14,41 +14,41 @@ from __future__ import annotations
 import tempfile
 import time
 
-from predictor.engine.compose import QuantileCache
-from predictor.app.config import load_config
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.core.profiles import section
-from predictor.workload.decompose import decompose
-from predictor.latency.artifacts import trained_models
+from predictor.analyses.variability import AnalysisConfig, shortcut_check, variability
+from predictor.app.plots import save_figure, variability_figure
+from predictor.app.render import format_variability
 from predictor.core.layout import resolve_layout
-from predictor.analyses.variability import analysis_settings, format_variability, plot_variability, shortcut_check, variability
+from predictor.core.profiles import load_hardware, load_model
+from predictor.core.specs import ParallelConfig
+from predictor.latency.artifacts import trained_models
+from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import decompose
 
-LAYOUT = ["model=llama3-70b", "hardware=h100-sxm", "gpus=65536", "parallel.tp=8", "parallel.pp=8"]
+MODEL, HARDWARE, LAYOUT, GPUS = "llama3-70b", "h100-sxm", ParallelConfig(tp=8, pp=8), 65536
 BUDGET_S = 10.0
 CHECK_DRAWS = 4000  # the brute-force check compares two Monte Carlo estimates: more draws, less noise
 
 
 def main():
     t0 = time.perf_counter()
-    cfg = load_config(LAYOUT)
-    report = variability(cfg)
+    model, hw = load_model(MODEL), load_hardware(HARDWARE)
+    report = variability(model, hw, LAYOUT, GPUS)
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        plot_variability(report, f"{tmp}/variability.png")
+        save_figure(variability_figure(report), f"{tmp}/variability.png")
     t2 = time.perf_counter()
     print(format_variability(report))
-    print(f"\n{' '.join(LAYOUT)}: analysis {t1 - t0:.2f} s (config included) + plot {t2 - t1:.2f} s "
-          f"= {t2 - t0:.2f} s; budget {BUDGET_S:.0f} s: {'ok' if t2 - t0 <= BUDGET_S else 'OVER'}")
+    print(f"\n{MODEL} on {GPUS} x {HARDWARE}, tp {LAYOUT.tp}, pp {LAYOUT.pp}: analysis {t1 - t0:.2f} s (profiles "
+          f"included) + plot {t2 - t1:.2f} s = {t2 - t0:.2f} s; budget {BUDGET_S:.0f} s: "
+          f"{'ok' if t2 - t0 <= BUDGET_S else 'OVER'}")
 
-    a = analysis_settings(cfg)
-    a.draws = CHECK_DRAWS
-    model, hw = section(cfg, "model", ModelConfig), section(cfg, "hardware", HardwareConfig)
+    a = AnalysisConfig(draws=CHECK_DRAWS)
     models = trained_models(hw)
     cache = QuantileCache(models, hw)
     print(f"\nshortcut vs brute force ({CHECK_DRAWS} draws, same seed): differences in points")
     worst = 0.0
     for gpus in (64, 512):
-        work = decompose(model, resolve_layout(section(cfg, "parallel", ParallelConfig), gpus), hw, gpus)
+        work = decompose(model, resolve_layout(LAYOUT, gpus), hw, gpus)
         c = shortcut_check(work, models, cache, a, seed=0)
         diffs = [100 * c["p50_rel_diff"], 100 * c["p95_rel_diff"]] + [100 * v for v in c["p_slowdown_diff"].values()]
         worst = max(worst, *map(abs, diffs))

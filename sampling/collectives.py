@@ -2,28 +2,27 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m sampling.collectives JOB.json
 
-The front-end (:mod:`sampling.runner`) writes JOB.json, a resolved job with the tasks,
-repeats, deadline and store location; Hydra stays in the front-end. Each repeat starts
-after a barrier and is timed on every rank; the stored latency is the slowest rank's,
-since a collective ends when its last member does. Rank 0 writes the rows as parts of
-the front-end's run, so the run keeps every finished message size even if killed.
+The front-end (:mod:`sampling.runner`) runs it through :mod:`sampling.launch` with a
+resolved job: the tasks, repeats, deadline and store location; Hydra stays in the
+front-end. Each repeat starts after a barrier and is timed on every rank; the stored
+latency is the slowest rank's, since a collective ends when its last member does. Rank 0
+writes the rows as parts of the front-end's run, so the run keeps every finished message
+size even if killed.
 """
 from __future__ import annotations
 
-import json
 import os
-import signal
 import socket
-import sys
 import time
 from datetime import datetime, timezone
 
 import torch
 import torch.distributed as dist
 
-from predictor.data.store import RunWriter
 from predictor.core.ops import DTYPE_BYTES
+from predictor.data.store import RunWriter
 from sampling.kernels import TORCH_DTYPES
+from sampling.launch import report_progress, worker_main
 
 
 def build_collective(op: str, message_bytes: int, dtype: str, device, rank: int, world: int):
@@ -70,10 +69,6 @@ def run_job(job: dict) -> int:
                 ranks_per_node=ranks_per_node, nodes=max(world // ranks_per_node, 1),
                 run_id=job["run_id"], host=socket.gethostname(), torch_version=torch.__version__,
                 backend=backend, origin="sampled")
-    progress = None
-    if rank == 0 and job.get("progress", True):
-        from tqdm import tqdm
-        progress = tqdm(total=len(job["tasks"]), desc="collectives", unit="size", file=sys.stderr)
     done, last_flush = 0, time.monotonic()
     try:
         for task in job["tasks"]:
@@ -104,31 +99,13 @@ def run_job(job: dict) -> int:
                     writer.flush()
                     last_flush = time.monotonic()
             done += 1
-            if progress is not None:
-                progress.update()
+            if rank == 0:
+                report_progress(job, done)
     finally:
         if writer is not None:
             writer.flush()
-        if progress is not None:
-            progress.close()
     dist.destroy_process_group()
     return done
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # so the finally clause flushes the rows measured so far
-
-
-def worker_main(run) -> None:
-    """A torchrun worker's entry: ``run`` the job in the JSON file named by argv[1]; SIGTERM
-    (torchrun passes it on) and Ctrl-C end it with exit code 130 and no traceback."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    with open(sys.argv[1]) as f:
-        job = json.load(f)
-    try:
-        run(job)
-    except KeyboardInterrupt:
-        sys.exit(130)
 
 
 if __name__ == "__main__":

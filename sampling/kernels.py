@@ -7,7 +7,7 @@ the backward work of one layer call, gradient allocation included.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -100,7 +100,8 @@ def _optimizer_step(s: dict, device) -> Callable[[], None]:
     elif s["optimizer"] == "sgd":
         opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9, fused=fused)
     else:
-        raise PrismError(f"optimizer_step: unknown optimizer {s['optimizer']!r}; use adamw or sgd", field='optimizer_step')
+        raise PrismError(f"optimizer_step: unknown optimizer {s['optimizer']!r}; use adamw or sgd",
+                         field='optimizer_step')
     return opt.step
 
 

@@ -10,17 +10,12 @@ kept). Nothing is written until every rank has finished; Ctrl-C, SIGTERM or
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -28,20 +23,17 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from predictor.core.specs import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
-
-from predictor.core.profiles import load_model, section
 from predictor.core.errors import PrismError
-from predictor.data.measurements import step_times, write_measurements
 from predictor.core.layout import _divisors, resolve_layout, validate_layout
+from predictor.core.profiles import load_model, section
+from predictor.core.specs import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
+from predictor.data.measurements import step_times, write_measurements
+from sampling.launch import run_torchrun
 from sampling.runner import _device
 
 #: What the reference workload runs (:mod:`sampling.reference`); other values are refused.
 SHARDINGS = ("none", "fsdp", "zero3")
 SCHEDULES = ("1f1b", "gpipe")
-#: The last line of a traceback (``[rankN]: `` once the process group is up); the first
-#: one in torchrun's output is the failing rank's, torchrun's own summary comes last.
-_WORKER_ERROR = re.compile(r"^(\[rank\d+\]: )?[\w.]*(Error|Exception)\b")
 
 
 @dataclass
@@ -99,7 +91,8 @@ def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
         raise PrismError(f"parallel.cp={par.cp}: the reference workload has no context parallelism; "
                          f"measure with parallel.cp=1", field='parallel.cp')
     if par.ep != 1:
-        raise PrismError(f"parallel.ep={par.ep}: the reference models have no experts; set parallel.ep=1", field='parallel.ep')
+        raise PrismError(f"parallel.ep={par.ep}: the reference models have no experts; set parallel.ep=1",
+                         field='parallel.ep')
     if par.sequence_parallel:
         raise PrismError("parallel.sequence_parallel=true: the reference workload keeps TP activations "
                          "replicated; set parallel.sequence_parallel=false", field='parallel.sequence_parallel')
@@ -137,7 +130,8 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
     profile, so the rows' ``hardware`` names the device that ran them."""
     for name, low in (("steps", 1), ("warmup", 0), ("threads_per_rank", 1)):
         if getattr(mc, name) < low:
-            raise PrismError(f"measure.{name}={getattr(mc, name)}: must be an integer >= {low}", field=f"measure.{name}")
+            raise PrismError(f"measure.{name}={getattr(mc, name)}: must be an integer >= {low}",
+                             field=f"measure.{name}")
     if mc.timeout_s <= 0:
         raise PrismError(f"measure.timeout_s={mc.timeout_s}: must be positive (seconds)", field='measure.timeout_s')
     if mc.device not in ("auto", "cpu", "cuda"):
@@ -145,7 +139,8 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
     device = _device(hw).type
     if mc.device not in ("auto", device):
         raise PrismError(f"measure.device={mc.device}: hardware={hw.name} is a {hw.device.kind} profile; "
-                         f"set hardware= to the profile of the device measured, or measure.device=auto", field='measure.device')
+                         f"set hardware= to the profile of the device measured, or measure.device=auto",
+                         field='measure.device')
     backend = {"cpu": "gloo", "cuda": "nccl"}[device]
     if mc.backend not in ("auto", backend):
         raise PrismError(f"measure.backend={mc.backend}: the reference workload runs {backend} on {device}; "
@@ -154,51 +149,6 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
         raise PrismError(f"parallel: dp·tp·pp = {world} ranks need {world} GPUs, this host has "
                          f"{torch.cuda.device_count()}; lower parallel.dp, tp or pp", field='parallel')
     return device, backend
-
-
-def _stop(proc: subprocess.Popen, sig: int) -> None:
-    """Signal torchrun (it passes the signal on to its workers) and wait for it."""
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def run_torchrun(module: str, job: dict, nproc: int, workdir: Path, env: Optional[dict] = None,
-                 timeout_s: Optional[float] = None, poll: Optional[Callable[[], None]] = None) -> None:
-    """Run ``python -m torch.distributed.run --standalone --nproc_per_node=nproc -m module
-    JOB.json`` with ``job`` written to ``workdir/job.json``, the ranks' output going to
-    ``workdir/torchrun.log``.
-
-    ``poll`` is called every 0.1 s while it runs. Ctrl-C stops torchrun and re-raises;
-    ``timeout_s`` stops it and raises :class:`TimeoutError`; a non-zero exit raises
-    :class:`RuntimeError` with the end of the log.
-    """
-    job_file, log = workdir / "job.json", workdir / "torchrun.log"
-    job_file.write_text(json.dumps(job))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", module, str(job_file)]
-    deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            while proc.poll() is None:
-                if time.monotonic() > deadline:
-                    _stop(proc, signal.SIGTERM)
-                    raise TimeoutError(f"torchrun stopped after {timeout_s:g} s")
-                if poll is not None:
-                    poll()
-                time.sleep(0.1)
-        except KeyboardInterrupt:
-            _stop(proc, signal.SIGINT)
-            raise
-    if proc.returncode != 0:
-        lines = log.read_text().strip().splitlines()
-        errors = [line for line in lines if _WORKER_ERROR.match(line)]
-        tail = "\n".join(errors[:1] or lines[-8:])
-        raise RuntimeError(f"torchrun exited with {proc.returncode}:\n{tail}")
 
 
 def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
@@ -223,26 +173,14 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
         workdir = Path(tmp)
         job = {"model": asdict(model), "parallel": asdict(par), "steps": mc.steps, "warmup": mc.warmup,
                "threads_per_rank": mc.threads_per_rank, "backend": backend, "device": device,
-               "seed": mc.seed, "results_dir": str(workdir),
-               "trace_dir": str(Path(mc.trace_dir).resolve()) if mc.trace_dir else None,
+               "seed": mc.seed, "trace_dir": str(Path(mc.trace_dir).resolve()) if mc.trace_dir else None,
                "trace_steps": mc.trace_steps}
-        bar = tqdm(total=mc.warmup + mc.steps, desc=lid, unit="step", disable=not progress, file=sys.stderr)
-
-        def show_progress():
-            text = (workdir / "progress").read_text() if (workdir / "progress").exists() else ""
-            if text.isdigit():  # rank 0 may be mid-write
-                bar.update(int(text) - bar.n)
-
-        env = {**os.environ, "OMP_NUM_THREADS": str(mc.threads_per_rank)}
-        try:
-            run_torchrun("sampling.reference", job, world, workdir, env, mc.timeout_s, show_progress)
-        except TimeoutError:
-            raise PrismError(f"measure.timeout_s={mc.timeout_s:g}: {lid} did not finish in time; raise "
-                             f"measure.timeout_s or lower measure.steps", field='measure.timeout_s') from None
-        except RuntimeError as exc:
-            raise PrismError(f"measure: {lid} failed; {exc}", field='measure') from None
-        finally:
-            bar.close()
+        with tqdm(total=mc.warmup + mc.steps, desc=lid, unit="step", disable=not progress,
+                  file=sys.stderr) as bar:
+            run_torchrun("sampling.reference", job, world, workdir, what=f"measure {lid}",
+                         timeout_s=mc.timeout_s, timeout_field="measure.timeout_s",
+                         timeout_fix="raise measure.timeout_s or lower measure.steps", failure_field="measure",
+                         threads_per_rank=mc.threads_per_rank, progress=bar)
         rows = []
         for rank in range(world):
             result = json.loads((workdir / f"rank{rank}.json").read_text())

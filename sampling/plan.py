@@ -1,12 +1,14 @@
 """Sampling plans: which shapes to time, in which order, within a time budget.
 
-"Lightweight means targeted" (DESIGN.md): a plan first takes the shapes its target
-models need (:func:`predictor.workload.layers.model_ops` for each micro-batch size and TP
-degree), then fills up to ``shapes_per_op`` with a scrambled Sobol design, log-uniform
-in a box around those targets. Every shape whose roofline-estimated call exceeds
+"Lightweight means targeted" (DESIGN.md): a plan first takes the shapes of the compute
+calls the composer makes for its target models (:func:`target_calls`: the calls of
+:func:`predictor.workload.decompose.decompose` for each micro-batch size and TP degree),
+then fills up to ``shapes_per_op`` with a scrambled Sobol design, log-uniform in a box
+around those targets. Every shape whose roofline-estimated call exceeds
 ``max_call_ms`` is left out; the cap is halved until the whole plan's estimate fits
 the budget. Compute tasks are interleaved across ops so that a run cut short by its
-budget still covers every op evenly.
+budget still covers every op evenly. A task carries its call in the decomposition's
+own record (:class:`~predictor.workload.decompose.Call`).
 
 This module needs no torch: plans can be built and inspected anywhere.
 """
@@ -20,50 +22,38 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import qmc
 
-from predictor.core.specs import HardwareConfig, SamplingConfig
-
-from predictor.core.profiles import load_model
 from predictor.core.errors import PrismError
-from predictor.core.ops import (BUS_FACTOR, DTYPE_BYTES, OPS, OPTIMIZERS, bytes_moved,
-                                  flops, unknown_op_message)
-from predictor.workload.layers import model_ops
+from predictor.core.ops import BUS_FACTOR, DTYPE_BYTES, OPS, OPTIMIZERS, Call, bytes_moved, flops, unknown_op_message
+from predictor.core.profiles import load_model
+from predictor.core.specs import HardwareConfig, ParallelConfig, SamplingConfig
+from predictor.workload.decompose import decompose
 
 # Measured kernels on a CPU run far below the roofline; assume 25% of it, plus a fixed
 # per-call overhead, so the budget estimate errs on the slow side.
 _EFFICIENCY = 0.25
 _CALL_OVERHEAD_S = 30e-6
 
-# How each op's shape is drawn: the columns taken from the Sobol point (the rest derive).
+# The columns drawn from the Sobol point where some of an op's shape derives from them
+# (:func:`_shape_from_point`); every other op draws all of its numeric shape columns.
 _DRAWN = {
-    "gemm": ("m", "n", "k"),
-    "bmm": ("batch", "m", "n", "k"),
     "softmax": ("batch", "heads", "seq_q"),
     "masked_fill": ("batch", "heads", "seq_q"),
     "attention": ("batch", "heads", "seq_q", "head_dim"),
-    "rope": ("tokens", "heads", "head_dim"),
-    "embedding": ("tokens", "hidden", "vocab"),
-    "cross_entropy": ("tokens", "vocab"),
-    "optimizer_step": ("params", "tensors"),
 }
+_CATEGORICAL = ("causal", "optimizer")
 _ALIGNED = {"m", "n", "k", "tokens", "hidden", "vocab", "seq_q"}  # multiples of 8
 
 
 @dataclass(frozen=True)
 class Task:
-    """One shape of one op in one pass and dtype, timed ``repeats`` times."""
+    """One call (op, pass, shape) timed ``repeats`` times in ``dtype``."""
 
-    op: str
-    pass_: str
+    call: Call
     dtype: str
-    shape: tuple  # sorted (column, value) pairs, hashable
-
-    @property
-    def shape_dict(self) -> dict:
-        return dict(self.shape)
 
     @property
     def key(self) -> str:
-        return task_key(self.op, self.pass_, self.dtype, self.shape_dict)
+        return task_key(self.call.op, self.call.pass_, self.dtype, self.call.shape_dict)
 
 
 def task_key(op: str, pass_: str, dtype: str, shape: dict) -> str:
@@ -80,9 +70,11 @@ def _plain(v):
     return v
 
 
-def _make_task(op, pass_, dtype, shape: dict) -> Task:
-    cols = OPS[op].shape
-    return Task(op, pass_, dtype, tuple((c, _plain(shape[c])) for c in cols))
+def _sampled_call(op: str, pass_: str, shape: dict, ranks_per_node: int = 1) -> Call:
+    """One timed call as the decomposition records calls; its role is "sampled": it stands
+    for no part of a step, and a collective's group is ``ranks_per_node`` ranks on one node."""
+    return Call(op, pass_, tuple(sorted((c, _plain(shape[c])) for c in OPS[op].shape)), 1, "sampled",
+                ranks_per_node, 1)
 
 
 @dataclass
@@ -96,7 +88,7 @@ class Plan:
     def summary(self) -> dict:
         by_op: dict[str, set] = {}
         for t in self.compute + self.collectives:
-            by_op.setdefault(t.op, set()).add(t.shape)
+            by_op.setdefault(t.call.op, set()).add(t.call.shape)
         return {op: len(shapes) for op, shapes in by_op.items()}
 
 
@@ -112,8 +104,9 @@ def call_seconds(op: str, pass_: str, shape: dict, dtype: str, hw: HardwareConfi
 
 
 def task_seconds(task: Task, repeats: int, warmup: int, hw: HardwareConfig) -> float:
-    one = call_seconds(task.op, task.pass_, task.shape_dict, task.dtype, hw)
-    setup = one if task.pass_ == "bwd" else 0.0  # the forward that builds the graph
+    call = task.call
+    one = call_seconds(call.op, call.pass_, call.shape_dict, task.dtype, hw)
+    setup = one if call.pass_ == "bwd" else 0.0  # the forward that builds the graph
     return (repeats + warmup) * one + setup
 
 
@@ -124,7 +117,8 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
             raise PrismError(f"sampling.ops: {unknown_op_message(op)}", field='sampling.ops')
     for dtype in sc.dtypes:
         if dtype not in DTYPE_BYTES:
-            raise PrismError(f"sampling.dtypes: unknown dtype {dtype!r}; use {', '.join(DTYPE_BYTES)}", field='sampling.dtypes')
+            raise PrismError(f"sampling.dtypes: unknown dtype {dtype!r}; use {', '.join(DTYPE_BYTES)}",
+                             field='sampling.dtypes')
         if not hw.peak_flops.get(dtype):
             supported = ", ".join(k for k, v in hw.peak_flops.items() if v)
             raise PrismError(f"sampling.dtypes: hardware {hw.name} has no {dtype} peak in conf/hardware/"
@@ -132,26 +126,48 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     for name, minimum in [("budget_s", 1), ("repeats", 1), ("shapes_per_op", 1),
                           ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2)]:
         if getattr(sc, name) < minimum:
-            raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}", field=f"sampling.{name}")
+            raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}",
+                             field=f"sampling.{name}")
     if not 0 <= sc.collective_share <= 1:
-        raise PrismError(f"sampling.collective_share: must be within [0, 1], got {sc.collective_share}", field='sampling.collective_share')
+        raise PrismError(f"sampling.collective_share: must be within [0, 1], got {sc.collective_share}",
+                         field='sampling.collective_share')
     for col, bounds in sc.space.items():
         if (len(bounds) != 2 or not all(isinstance(b, (int, float)) for b in bounds)
                 or not 0 < bounds[0] <= bounds[1]):
-            raise PrismError(f"sampling.space.{col}: expected [low, high] with 0 < low <= high, got {bounds}", field=f"sampling.space.{col}")
+            raise PrismError(f"sampling.space.{col}: expected [low, high] with 0 < low <= high, got {bounds}",
+                             field=f"sampling.space.{col}")
 
 
-def _targeted(sc: SamplingConfig) -> dict[str, list[dict]]:
-    shapes: dict[str, list[dict]] = {}
+def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
+    """The compute calls the composer makes for each of ``sc.targets`` at each micro-batch
+    size and TP degree of ``sc`` (every other parallel degree 1) on ``hw``: each (op, pass,
+    shape) once, in the composer's order. TP degrees a model cannot take are skipped."""
+    calls, seen = [], set()
     for name in sc.targets:
         model = load_model(name)
         for tp in sc.tp_degrees:
-            if model.num_heads % tp or model.ffn_hidden_size % tp:
-                continue
             for mbs in sc.micro_batch_sizes:
-                for use in model_ops(model, mbs, model.seq_length, tp):
-                    if use.shape not in shapes.setdefault(use.op, []):
-                        shapes[use.op].append(use.shape)
+                try:
+                    work = decompose(model, ParallelConfig(tp=tp, micro_batch_size=mbs), hw)
+                except PrismError as exc:
+                    if exc.field == "parallel.tp":  # tp does not divide the heads or the FFN width
+                        continue
+                    raise PrismError(f"sampling.targets: {name} at tp={tp}, micro-batch size {mbs}: {exc}",
+                                     field="sampling.targets") from None
+                for stage in work.stages:
+                    for call in stage.forward + stage.backward + stage.step:
+                        if not OPS[call.op].collective and (call.op, call.pass_, call.shape) not in seen:
+                            seen.add((call.op, call.pass_, call.shape))
+                            calls.append(call)
+    return calls
+
+
+def _shapes_per_op(calls: list[Call]) -> dict[str, list[dict]]:
+    """The distinct shapes of ``calls`` per op, in order (every pass of an op is timed at each)."""
+    shapes: dict[str, list[dict]] = {}
+    for call in calls:
+        if call.shape_dict not in shapes.setdefault(call.op, []):
+            shapes[call.op].append(call.shape_dict)
     return shapes
 
 
@@ -197,7 +213,7 @@ def _shape_from_point(op: str, point: dict, i: int) -> dict:
 
 
 def _space_filling(op, n, sc, hw, targeted, cap_s, seed) -> list[dict]:
-    cols = _DRAWN.get(op, ("tokens", "hidden"))
+    cols = _DRAWN.get(op) or tuple(c for c in OPS[op].shape if c not in _CATEGORICAL)
     box = _box(op, cols, sc, targeted)
     sobol = qmc.Sobol(d=len(cols), scramble=True, seed=seed)
     points = sobol.random(1024)
@@ -216,8 +232,8 @@ def _space_filling(op, n, sc, hw, targeted, cap_s, seed) -> list[dict]:
     return out
 
 
-def _compute_tasks(sc: SamplingConfig, hw: HardwareConfig, cap_s: float) -> list[Task]:
-    targeted = _targeted(sc)
+def _compute_tasks(sc: SamplingConfig, hw: HardwareConfig, targeted: dict[str, list[dict]],
+                   cap_s: float) -> list[Task]:
     per_op: dict[str, list[dict]] = {}
     for j, op in enumerate(o for o in sc.ops if not OPS[o].collective):
         fits = [s for s in targeted.get(op, [])
@@ -236,7 +252,7 @@ def _compute_tasks(sc: SamplingConfig, hw: HardwareConfig, cap_s: float) -> list
             if i < len(shapes):
                 for pass_ in OPS[op].passes:
                     for dtype in sc.dtypes:
-                        tasks.append(_make_task(op, pass_, dtype, shapes[i]))
+                        tasks.append(Task(_sampled_call(op, pass_, shapes[i]), dtype))
     return tasks
 
 
@@ -249,8 +265,8 @@ def _collective_tasks(sc: SamplingConfig) -> list[Task]:
         for b in sizes:
             # a multiple of world * 16 bytes, so every rank's shard is whole in any dtype
             message = max(world * 16, int(round(b / (world * 16))) * world * 16)
-            for dtype in sc.dtypes:
-                tasks.append(_make_task(op, "step", dtype, {"message_bytes": message, "group_size": world}))
+            call = _sampled_call(op, "step", {"message_bytes": message, "group_size": world}, world)
+            tasks.extend(Task(call, dtype) for dtype in sc.dtypes)
     return tasks
 
 
@@ -266,8 +282,9 @@ def make_plan(sc: SamplingConfig, hw: HardwareConfig) -> Plan:
     validate(sc, hw)
     cap_s = sc.max_call_ms / 1e3
     compute_budget = sc.budget_s * (1 - sc.collective_share) * 0.8
+    targeted = _shapes_per_op(target_calls(sc, hw))
     while True:
-        compute = _compute_tasks(sc, hw, cap_s)
+        compute = _compute_tasks(sc, hw, targeted, cap_s)
         est = sum(task_seconds(t, sc.repeats, sc.warmup, hw) for t in compute)
         if est <= compute_budget or cap_s < 1e-4:
             break

@@ -3,8 +3,8 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node=N -m sampling.reference JOB.json
 
-The front-end (:mod:`sampling.measure`) writes JOB.json: the resolved model and layout,
-steps, warm-up, threads, backend, device, seed and the folder for the results. Every
+The front-end (:mod:`sampling.measure`) runs it through :mod:`sampling.launch` with a
+resolved job: the model and layout, steps, warm-up, threads, backend, device and seed. Every
 rank builds :class:`~sampling.model.Transformer` with the same seed and lays it out with
 PyTorch's own parallelism on a ``(pp, dp, tp)`` device mesh, tp innermost as in
 Megatron-LM:
@@ -20,7 +20,7 @@ Megatron-LM:
 
 A step runs from a barrier to the end of the AdamW step (CUDA synchronised). Each rank
 writes its timed steps to ``rank<r>.json`` in the job's folder; warm-up steps are not
-kept. Rank 0 writes the number of steps done to ``progress`` for the front-end's bar.
+kept. Rank 0 reports the steps done for the front-end's progress bar.
 
 With ``trace_dir`` set, each rank then profiles ``trace_steps`` more steps with
 ``torch.profiler`` (``record_shapes=True``, what ``prism import-trace`` reads) and writes
@@ -49,9 +49,10 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.core.layout import layers_per_stage
-from sampling.collectives import _sync, worker_main
+from predictor.core.specs import ModelConfig, ParallelConfig
+from sampling.collectives import _sync
+from sampling.launch import report_progress, worker_main
 from sampling.model import Transformer
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -203,7 +204,7 @@ def run_job(job: dict) -> list[float]:
         torch.cuda.set_device(device)
     dist.init_process_group(job["backend"], device_id=device if device.type == "cuda" else None)
     rank = dist.get_rank()
-    out = Path(job["results_dir"])
+    out = Path(job["dir"])
     trainer = Trainer(job, device)
     times = []
     for i in range(job["warmup"] + job["steps"]):
@@ -216,7 +217,7 @@ def run_job(job: dict) -> list[float]:
         if i >= job["warmup"]:
             times.append(elapsed)
         if rank == 0:
-            (out / "progress").write_text(str(i + 1))
+            report_progress(job, i + 1)
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_time_s": times}))
     if job.get("trace_dir"):
         trace_steps(trainer, device, Path(job["trace_dir"]), rank, job["trace_steps"])

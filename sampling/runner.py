@@ -6,13 +6,10 @@ minus the time earlier runs of the same plan spent. A new run always gets a new 
 """
 from __future__ import annotations
 
-import json
-import os
 import platform
-import signal
 import socket
-import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -24,14 +21,19 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from predictor.data import store
-from predictor.core.specs import HardwareConfig, SamplingConfig
-from predictor.core.profiles import section
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS
+from predictor.core.profiles import section
+from predictor.core.specs import HardwareConfig, SamplingConfig
+from predictor.data import store
 from sampling import kernels
+from sampling.launch import run_torchrun
 from sampling.plan import Plan, Task, make_plan, task_key
 from sampling.timers import make_timer
+
+#: What the collective job may take beyond its share of the budget: torchrun's start and
+#: the message size under way at the deadline.
+COLLECTIVE_GRACE_S = 120
 
 
 @dataclass
@@ -108,39 +110,30 @@ def _done_tasks(output_dir: Path, plan: Plan, hardware: str, repeats: int) -> tu
 
 
 def _run_collectives(tasks: list[Task], sc: SamplingConfig, hw: HardwareConfig, device, writer,
-                     deadline: float, device_name: str) -> None:
+                     share_s: float, device_name: str, progress: bool) -> None:
+    """Time ``tasks`` under torchrun (:mod:`sampling.collectives`), the rows going to
+    ``writer``'s run as parts; the ranks stop taking tasks after ``share_s`` seconds."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     job = {
-        "backend": backend, "tasks": [{"op": t.op, "dtype": t.dtype, "shape": t.shape_dict} for t in tasks],
-        "repeats": sc.repeats, "warmup": sc.warmup, "deadline": deadline,
+        "backend": backend, "repeats": sc.repeats, "warmup": sc.warmup, "deadline": time.time() + share_s,
+        "tasks": [{"op": t.call.op, "dtype": t.dtype, "shape": t.call.shape_dict} for t in tasks],
         "output_dir": str(writer.output_dir), "run_id": writer.run_id, "metadata": writer.metadata,
         "hardware": hw.name, "device_name": device_name, "flush_every_s": sc.flush_every_s,
     }
-    job_file = writer.parts_dir / "collective-job.json"
-    job_file.write_text(json.dumps(job))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={sc.collective_world_size}", "-m", "sampling.collectives", str(job_file)]
-    env = {"OMP_NUM_THREADS": "1", **os.environ}
-    log = writer.parts_dir / "collective-job.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            returncode = proc.wait()
-        except KeyboardInterrupt:
-            # torchrun passes the signal on to its workers, which flush their rows
-            proc.send_signal(signal.SIGINT)
-            proc.wait()
-            raise
-    job_file.unlink(missing_ok=True)
-    tail = "\n".join(log.read_text().strip().splitlines()[-5:])
-    log.unlink(missing_ok=True)
-    if returncode != 0:
-        raise RuntimeError(f"torchrun exited with {returncode}:\n{tail}")
+    what = f"collective sampling ({sc.collective_world_size} {backend} ranks)"
+    with tempfile.TemporaryDirectory(prefix="prism-collectives-") as tmp, \
+            tqdm(total=len(tasks), desc="collectives", unit="size", disable=not progress, file=sys.stderr) as bar:
+        run_torchrun("sampling.collectives", job, sc.collective_world_size, Path(tmp), what=what,
+                     timeout_s=share_s + COLLECTIVE_GRACE_S, timeout_field="sampling.ops",
+                     timeout_fix=f"a collective hung; check that {sc.collective_world_size} {backend} ranks can "
+                                 f"connect on this host, or leave the collectives out of sampling.ops",
+                     failure_field="sampling.ops", progress=bar)
 
 
 def _rows(task: Task, latencies: list[float], base: dict) -> list[dict]:
     now = datetime.now(timezone.utc)
-    return [dict(base, op=task.op, **{"pass": task.pass_}, dtype=task.dtype, **task.shape_dict,
+    call = task.call
+    return [dict(base, op=call.op, **{"pass": call.pass_}, dtype=task.dtype, **call.shape_dict,
                  latency_us=lat, repeat=r, timestamp=now) for r, lat in enumerate(latencies)]
 
 
@@ -190,8 +183,8 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
         if todo_coll:
             share = budget * sc.collective_share if todo_compute else budget
             try:
-                _run_collectives(todo_coll, sc, hw, device, writer, time.time() + share, device_name)
-            except RuntimeError as exc:
+                _run_collectives(todo_coll, sc, hw, device, writer, share, device_name, progress)
+            except PrismError as exc:  # the compute ops are still worth their share
                 failures.append({"task": "collectives", "error": str(exc)})
         bar = tqdm(todo_compute, desc="compute ops", unit="shape", disable=not progress, file=sys.stderr,
                mininterval=0.5)
@@ -200,9 +193,10 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
             if time.time() > deadline_wall:
                 ended = "deadline"
                 break
-            bar.set_postfix_str(f"{task.op} {task.pass_}", refresh=False)
+            call = task.call
+            bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
             try:
-                fn = kernels.build(task.op, task.pass_, task.shape_dict, task.dtype, device)
+                fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
                 latencies = timer.time(fn, sc.repeats, sc.warmup)
             except (RuntimeError, MemoryError) as exc:  # e.g. a shape the device cannot hold
                 failures.append({"task": task.key, "error": str(exc).splitlines()[0]})

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 
 from predictor.analyses.calibrate import fit_calibration
-from predictor.latency.calibration import Calibration
-from predictor.engine.compose import compose
-from predictor.core.profiles import load_hardware
-from predictor.workload.decompose import decompose
-from predictor.core.errors import PrismError
-from predictor.data.measurements import layout_configs, read_measurements, step_times
-from predictor.latency.artifacts import ModelSet, models_dir
 from predictor.analyses.validate import validate
+from predictor.core.errors import PrismError
+from predictor.core.profiles import load_hardware
+from predictor.data.measurements import layout_configs, read_measurements, step_times
+from predictor.engine.compose import compose
+from predictor.latency.artifacts import ModelSet, models_dir
+from predictor.latency.calibration import Calibration
+from predictor.workload.decompose import decompose
 from tests.conftest import ROOT
 
 MEASURED = ROOT / "measurements" / "local-cpu-suite.parquet"

@@ -3,22 +3,24 @@ import json
 
 import pytest
 
-from predictor.app.cli import main
-from predictor.analyses.compare import compare, format_comparison, gpu_profiles, split_hardware
-from predictor.app.figures import plot_path
-from predictor.app.config import load_config
-from predictor.core.profiles import group_options
-from predictor.core.errors import PrismError
+from predictor.analyses.compare import compare, gpu_profiles
 from predictor.analyses.predict import predict
+from predictor.app.cli import main, split_hardware
+from predictor.app.plots import plot_path
+from predictor.app.render import format_comparison
+from predictor.core.errors import PrismError
+from predictor.core.profiles import group_options, load_hardware, load_model
+from predictor.core.specs import ParallelConfig
 
-JOB = ["model=gpt3-1.3b", "gpus=64", "parallel.tp=2", "parallel.pp=2"]
+MODEL = load_model("gpt3-1.3b")
+LAYOUT = ParallelConfig(tp=2, pp=2)
 FOUR = ["a100-sxm4-80gb", "h100-sxm", "gh200", "b200"]
 DRAWS = 500
 
 
 @pytest.fixture(scope="module")
 def four():
-    return compare(JOB, FOUR, draws=DRAWS)
+    return compare(MODEL, FOUR, LAYOUT, gpus=64, draws=DRAWS)
 
 
 def test_one_column_per_profile_with_ordered_bands(four):
@@ -35,19 +37,19 @@ def test_one_column_per_profile_with_ordered_bands(four):
 
 def test_each_column_is_predict_and_energy_is_gpu_hours_times_power(four):
     h100 = four.results[1]
-    p = predict(load_config([*JOB, "hardware=h100-sxm"]), draws=DRAWS)
+    p = predict(MODEL, load_hardware("h100-sxm"), LAYOUT, gpus=64, draws=DRAWS)
     assert h100.step_time_s["p50"] == p.step_time_s["p50"] and h100.tier == p.tier
     assert h100.gpu_hours["p50"] == pytest.approx(p.gpu_hours) and h100.cost_usd == p.cost_usd
     assert h100.energy_mwh["p50"] == pytest.approx(p.gpu_hours * 700 / 1e6)  # h100-sxm: power_w 700
     assert h100.speedup == pytest.approx(four.results[0].step_time_s["p50"] / p.step_time_s["p50"])
     # pue multiplies the energy and nothing else
-    again = compare([*JOB, "pue=1.25"], ["h100-sxm"], draws=DRAWS).results[0]
+    again = compare(MODEL, [load_hardware("h100-sxm")], LAYOUT, gpus=64, draws=DRAWS, pue=1.25).results[0]
     assert again.energy_mwh["p50"] == pytest.approx(1.25 * h100.energy_mwh["p50"])
     assert again.cost_usd == h100.cost_usd
 
 
 def test_a_profile_without_price_or_power_has_none():
-    c = compare(load_config(["model=tiny", "parallel.dp=2"]), ["local-cpu", "a100-sxm4-80gb"], draws=DRAWS)
+    c = compare(load_model("tiny"), ["local-cpu", "a100-sxm4-80gb"], ParallelConfig(dp=2), draws=DRAWS)
     cpu, a100 = c.results
     assert cpu.cost_usd is None and cpu.energy_mwh is None and cpu.price_per_gpu_hour is None
     assert a100.cost_usd["p50"] > 0 and a100.energy_mwh["p50"] > 0
@@ -57,12 +59,12 @@ def test_a_profile_without_price_or_power_has_none():
 
 def test_bad_hardware_and_pue_name_the_field():
     with pytest.raises(PrismError, match=r"^hardware=\[h100-sxm,h300\]: no conf/hardware/\{h300\}") as err:
-        compare(JOB, ["h100-sxm", "h300"])
+        compare(MODEL, ["h100-sxm", "h300"], LAYOUT, gpus=64)
     assert all(name in str(err.value) for name in group_options("hardware"))
     with pytest.raises(PrismError, match=r"^hardware=\[\]"):
-        compare(JOB, [])
+        compare(MODEL, [], LAYOUT, gpus=64)
     with pytest.raises(PrismError, match=r"^pue=0.8"):
-        compare([*JOB, "pue=0.8"], ["h100-sxm"], draws=DRAWS)
+        compare(MODEL, ["h100-sxm"], LAYOUT, gpus=64, draws=DRAWS, pue=0.8)
 
 
 def test_hardware_list_is_parsed_before_hydra():

@@ -3,13 +3,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.engine.compose import COMPONENTS, compose
 from predictor.app.config import load_config
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.core.profiles import section
-from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
+from predictor.core.profiles import section
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.engine.compose import COMPONENTS, compose
+from predictor.engine.stages import StagePlan, draw_stage_sums
 from predictor.latency.artifacts import ModelSet, models_dir
+from predictor.latency.lookup import QuantileCache, Source
+from predictor.workload.decompose import decompose
 
 
 def _setup(*overrides, hardware="a100-sxm4-80gb", model="gpt3-2.7b"):
@@ -30,13 +32,26 @@ def test_step_distribution_is_ordered_and_reproducible():
 
 def test_collectives_use_the_network_they_were_measured_on():
     work, models = _setup("parallel.tp=8", "parallel.global_batch_size=8")
-    basis = compose(work, models, draws=100).basis
+    dist = compose(work, models, draws=100)
     # the A100 models' collectives are Perlmutter's (ETT): a DGX SuperPOD job takes its own network
-    assert basis["all_reduce/step"].startswith("network prior")
-    assert basis["gemm/fwd"] == "models/a100-sxm4-80gb"
+    assert dist.evidence["all_reduce/step"].source is Source.NETWORK_PRIOR and dist.evidence["all_reduce/step"].prior
+    assert dist.basis["all_reduce/step"] == f"network prior ({work.hardware.network.name})"
+    assert dist.evidence["gemm/fwd"].source is Source.MODEL and dist.basis["gemm/fwd"] == "models/a100-sxm4-80gb"
     cpu_work, cpu_models = _setup("parallel.dp=2", "parallel.global_batch_size=2", hardware="local-cpu",
                                   model="tiny")
     assert compose(cpu_work, cpu_models, draws=100).basis["all_reduce/step"] == "models/local-cpu"
+
+
+def test_calls_on_a_prior_share_one_draw():
+    """A prior's error is systematic: every call resting on one takes the same draw, so
+    every stage part made of such calls deviates from its median the same way per draw."""
+    work, models = _setup("parallel.tp=4", "parallel.pp=2", "parallel.dp=2", "parallel.global_batch_size=16")
+    plan = StagePlan.of([work])
+    for source, shared in ((None, True), (models, False)):
+        sums = draw_stage_sums(plan, source, QuantileCache(source, work.hardware), 200, np.random.default_rng(0))
+        signs = np.sign(sums.drawn - sums.nominal[..., None])[sums.nominal > 0]  # (parts with calls, draws)
+        assert all(e.prior for e in sums.evidence) == shared
+        assert bool((signs == signs[0]).all()) == shared
 
 
 def test_single_gpu_step_is_the_sum_of_its_operators():

@@ -1,11 +1,9 @@
 import pytest
 
 from predictor.app.config import load_config
-
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, SamplingConfig
-
-from predictor.core.profiles import group_options, load_model, section
 from predictor.core.errors import PrismError
+from predictor.core.profiles import group_options, load_model, section
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, SamplingConfig
 from predictor.workload.layers import parameter_count
 
 # Published sizes (billions) the model configs must reproduce.

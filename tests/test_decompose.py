@@ -2,15 +2,13 @@
 import pytest
 
 from predictor.app.config import load_config
-
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-
-from predictor.core.profiles import section
-from predictor.core.mesh import group_topology
-from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
-from predictor.analyses.predict import model_flops_per_step
+from predictor.core.mesh import group_topology
 from predictor.core.ops import flops
+from predictor.core.profiles import section
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.workload.decompose import decompose
+from predictor.workload.flops import model_flops_per_step
 
 
 def _workload(*overrides, model="gpt3-13b", hardware="a100-sxm4-80gb"):

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from predictor.app.figures import new_figure, save_figure  # noqa: E402
+from predictor.app.plots import cdf_figure, new_figure, save_figure  # noqa: E402
 
 
 def test_save_writes_a_png_and_no_temporary_file(tmp_path):
@@ -30,14 +30,14 @@ def test_the_verbs_figures_leave_the_callers_backend_alone(tmp_path):
     """A notebook keeps its inline backend: figures are drawn without pyplot (new_figure)."""
     import numpy as np
 
-    from predictor.analyses.validate import Validation, plot_cdfs, score
+    from predictor.analyses.validate import Validation, score
 
     rng = np.random.default_rng(0)
     measured, predicted = rng.lognormal(0, 0.1, 30), rng.lognormal(0.05, 0.1, 500)
     v = Validation([score("layout", predicted, measured)], {"layout": measured}, {"layout": predicted})
     plt.switch_backend("svg")  # any backend but Agg, as a notebook's inline one
     try:
-        path = plot_cdfs(v, tmp_path / "cdf.png")
+        path = save_figure(cdf_figure(v), tmp_path / "cdf.png")
         fig, axes = new_figure(1, 2)
         assert len(axes) == 2 and matplotlib.get_backend() == "svg"
     finally:

@@ -1,55 +1,30 @@
 """The import rules of DESIGN.md: predictor never imports torch or sampling, each layer
 of predictor imports only the layers below it, and every layer below the app imports
-without Hydra."""
-import ast
+without Hydra.
+
+The first two are import-linter contracts in pyproject.toml (``[tool.importlinter]``:
+``lint-imports`` reads every import statement, function-level ones too, and its
+``exhaustive`` option refuses a subpackage of predictor that is in no layer); the
+torch test also imports every module, which catches what a dependency pulls in."""
 import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
+from importlinter.cli import lint_imports
+
 import predictor
 
-#: predictor's layers, lowest first (README, "Architecture").
-LAYERS = ("core", "workload", "latency", "data", "engine", "analyses", "app")
-PACKAGE = Path(predictor.__file__).parent
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 def _modules() -> list[str]:
     return sorted(m.name for m in pkgutil.walk_packages(predictor.__path__, "predictor."))
 
 
-def _layer(module: str) -> int | None:
-    parts = module.split(".")
-    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
-
-
-def _imports(path: Path) -> set[str]:
-    """Every predictor module ``path`` imports, at any depth (function-level imports too)."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-    return {m for m in out if m.startswith("predictor.")}
-
-
-def test_every_module_sits_in_a_layer():
-    stray = [m for m in _modules() if _layer(m) is None]
-    assert stray == [], f"modules outside the layers {LAYERS}: {stray}"
-
-
-def test_layers_import_only_layers_below():
-    upward = []
-    for path in PACKAGE.rglob("*.py"):
-        here = ".".join(("predictor", *path.relative_to(PACKAGE).with_suffix("").parts))
-        if _layer(here) is None:
-            continue
-        for target in _imports(path):
-            if (_layer(target) or -1) > _layer(here):
-                upward.append(f"{here} -> {target}")
-    assert upward == [], "imports against the layer order:\n" + "\n".join(sorted(upward))
+def test_import_contracts_hold(capsys):
+    status = lint_imports(config_filename=str(PYPROJECT), no_cache=True, no_logo=True)
+    assert status == 0, capsys.readouterr().out[-4000:]
 
 
 def test_predictor_imports_neither_torch_nor_sampling():
@@ -64,7 +39,7 @@ def test_predictor_imports_neither_torch_nor_sampling():
 
 
 def test_layers_below_the_app_import_without_hydra():
-    below_app = [m for m in _modules() if _layer(m) is not None and _layer(m) < LAYERS.index("app")]
+    below_app = [m for m in _modules() if m.split(".")[1] != "app"]
     code = ("import sys, importlib, importlib.abc\n"
             "class NoHydra(importlib.abc.MetaPathFinder):\n"
             "    def find_spec(self, name, path=None, target=None):\n"

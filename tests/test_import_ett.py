@@ -10,12 +10,18 @@ import math
 import pandas as pd
 import pytest
 
-from predictor.data import store
 from predictor.app.cli import main
 from predictor.core.errors import PrismError
-from predictor.data.importers.ett import (LEFT_OUT, ImportReport, ett_baseline, first_stage_params, import_ett,
-                                     partition_vocab)
 from predictor.core.ops import OPS
+from predictor.data import store
+from predictor.data.importers.ett import (
+    LEFT_OUT,
+    ImportReport,
+    ett_baseline,
+    first_stage_params,
+    import_ett,
+    partition_vocab,
+)
 
 A100 = "NVIDIAA100-SXM4-80GB"
 _IMPORTS = {}
@@ -45,7 +51,8 @@ def _md5(path):
 def test_perlmutter_becomes_one_run_of_vocabulary_rows(perlmutter, rows):
     report, out, _ = perlmutter
     assert isinstance(report, ImportReport)
-    assert store.run_files(out) == [out / "ett-perlmutter.parquet"] and report.run_file == str(out / "ett-perlmutter.parquet")
+    run = out / "ett-perlmutter.parquet"
+    assert store.run_files(out) == [run] and report.run_file == str(run)
     assert len(rows) == report.rows == sum(report.rows_per_op.values()) == sum(report.rows_per_function.values())
     assert set(rows.op) <= set(OPS)
     for op, g in rows.groupby("op"):
@@ -98,9 +105,9 @@ def test_spot_checked_shapes(perlmutter, rows):
         return rows[(rows.origin == f"ett:Perlmutter/{function}") & (rows["pass"] == pass_)].iloc[0]
 
     src = pd.read_csv(folder / f"{A100}_linear1_fp16.csv").iloc[0]
-    mp, b, l, dim = (int(src[c]) for c in ("mp", "b", "l", "dim"))
+    mp, b, seq, dim = (int(src[c]) for c in ("mp", "b", "l", "dim"))
     fwd, bwd = first("linear1", "fwd"), first("linear1", "bwd")
-    assert (fwd.op, fwd.m, fwd.k, fwd.n) == ("gemm", b * l, dim, 3 * dim // mp)
+    assert (fwd.op, fwd.m, fwd.k, fwd.n) == ("gemm", b * seq, dim, 3 * dim // mp)
     assert fwd.latency_us == src["F_dur(us)"] and bwd.latency_us == src["B_dur(us)"]
 
     lf = rows[(rows.origin == "ett:Perlmutter/linear_final") & (rows["pass"] == "fwd")]

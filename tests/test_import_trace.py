@@ -12,9 +12,8 @@ import pandas as pd
 import pytest
 
 from predictor.app.config import load_config
-
-from predictor.core.profiles import load_model
 from predictor.core.errors import PrismError
+from predictor.core.profiles import load_model
 from predictor.data.importers.chrome_json import TraceStream
 from predictor.data.importers.trace import import_trace, trace_calibration
 from predictor.workload.layers import parameter_tensors

@@ -3,9 +3,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from predictor.core.profiles import load_model
 from predictor.core.ops import COMPUTE_OPS, OPS  # noqa: E402
-from predictor.workload.layers import model_ops, parameter_count  # noqa: E402
+from predictor.core.profiles import load_hardware, load_model
+from predictor.core.specs import ParallelConfig
+from predictor.workload.decompose import decompose  # noqa: E402
+from predictor.workload.layers import parameter_count  # noqa: E402
 from sampling import kernels  # noqa: E402
 from sampling.model import Transformer  # noqa: E402
 from sampling.timers import CpuTimer  # noqa: E402
@@ -56,5 +58,6 @@ def test_reference_model_matches_the_workload_and_learns(name):
         opt.zero_grad()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
-    # The workload's op list names what the model runs.
-    assert {u.op for u in model_ops(model, 1, model.seq_length)} >= {"gemm", "attention", model.norm}
+    # The composer's calls name what the model runs.
+    [stage] = decompose(model, ParallelConfig(), load_hardware("local-cpu")).stages
+    assert {c.op for c in stage.forward} >= {"gemm", "attention", model.norm}

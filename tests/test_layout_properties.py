@@ -2,14 +2,14 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from predictor.engine.compose import compose
 from predictor.app.config import load_config
-from predictor.core.specs import HardwareConfig, ParallelConfig
-from predictor.core.profiles import load_model, section
-from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
-from predictor.workload.memory import memory_per_gpu
+from predictor.core.profiles import load_model, section
+from predictor.core.specs import HardwareConfig, ParallelConfig
+from predictor.engine.compose import compose
 from predictor.latency.artifacts import ModelSet, models_dir
+from predictor.workload.decompose import decompose
+from predictor.workload.memory import memory_per_gpu
 
 HW = section(load_config(["hardware=a100-sxm4-80gb"]), "hardware", HardwareConfig)
 MODELS = ModelSet.load(models_dir() / HW.name, HW)

@@ -1,17 +1,23 @@
-"""`prism measure`: the reference workload under torchrun, its file, and the layouts it refuses."""
+"""`prism measure`: the reference workload under torchrun, its file, and the layouts it refuses;
+the torchrun launcher's errors and signals."""
 import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
 from predictor.app.config import load_config
-
-from predictor.core.specs import ModelConfig, ParallelConfig
-
-from predictor.core.profiles import load_model, section
 from predictor.core.errors import PrismError  # noqa: E402
+from predictor.core.profiles import load_model, section
+from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.data.measurements import COLUMNS, layout_configs, read_measurements  # noqa: E402
+from sampling.launch import run_torchrun  # noqa: E402
 from sampling.measure import layout_id, measure  # noqa: E402
 
 QUICK = ["model=tiny", "measure.steps=3", "measure.warmup=1"]
@@ -91,3 +97,55 @@ def test_layout_id_names_changed_model_fields_and_sharding():
                        "parallel.sharding=fsdp", "parallel.global_batch_size=8"])
     lid = layout_id(section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig))
     assert lid == "small[num_layers=2] seq64 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b fsdp"
+
+
+def test_a_failing_rank_gives_one_line_with_its_own_error(tmp_path):
+    with pytest.raises(PrismError) as info:  # a job without its settings: every rank fails
+        run_torchrun("sampling.reference", {}, 2, tmp_path, what="measure nothing", timeout_s=120,
+                     timeout_field="measure.timeout_s", timeout_fix="raise it", failure_field="measure")
+    message, kept = str(info.value), Path(str(info.value).rsplit(" ", 1)[1])
+    assert info.value.field == "measure" and len(message.splitlines()) == 1
+    assert re.match(r"measure nothing failed: rank [01] raised KeyError: 'threads_per_rank'; ", message)
+    assert "ChildFailedError" in kept.read_text() and "ChildFailedError" not in message
+    kept.unlink()
+
+
+def _descendants(pid: int) -> set[int]:
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_stops_torchrun_and_every_rank(tmp_path, cpu_env):
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", "measure", *QUICK, "parallel.dp=2",
+                                 "measure.steps=100000", f"out={tmp_path / 'm.parquet'}"],
+                                env=cpu_env, stdout=subprocess.DEVNULL, stderr=f)
+    deadline = time.time() + 120
+    while not re.search(r"\| [1-9]\d*/", err.read_text()) and time.time() < deadline:
+        time.sleep(0.1)  # until the ranks have taken a step
+    workers = _descendants(proc.pid)
+    assert len(workers) >= 3  # torchrun and its two ranks
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 130
+    assert err.read_text().strip().endswith("prism measure: interrupted")
+    assert not [pid for pid in workers if _running(pid)]
+    assert not (tmp_path / "m.parquet").exists()

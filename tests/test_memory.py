@@ -4,16 +4,22 @@ from dataclasses import replace
 import pytest
 
 from predictor.app.config import load_config
-
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-
-from predictor.core.profiles import load_model, section
 from predictor.core.errors import PrismError
 from predictor.core.layout import layers_per_stage, validate_layout
-from predictor.workload.memory import (GiB, MemoryBreakdown, in_flight_microbatches, layer_activation_bytes,
-                                       memory_per_gpu, memory_per_stage, model_state_bytes, padded_vocab,
-                                       stage_parameters)
+from predictor.core.profiles import load_model, section
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.workload.layers import layer_parameters, parameter_count
+from predictor.workload.memory import (
+    GiB,
+    MemoryBreakdown,
+    in_flight_microbatches,
+    layer_activation_bytes,
+    memory_per_gpu,
+    memory_per_stage,
+    model_state_bytes,
+    padded_vocab,
+    stage_parameters,
+)
 
 
 def gpt(h: int, a: int, layers: int, vocab: int = 51200, seq: int = 2048) -> ModelConfig:

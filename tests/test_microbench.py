@@ -7,15 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.analyses.batch import row_precision
-from predictor.engine.compose import call_quantiles, compose
 from predictor.app.config import load_config
-from predictor.core.specs import ParallelConfig, RegressorConfig
+from predictor.core.ops import Call
 from predictor.core.profiles import load_hardware, load_model, section
-from predictor.workload.decompose import Call, decompose
+from predictor.core.specs import ParallelConfig, RegressorConfig
 from predictor.data.importers.microbench import import_microbench
-from predictor.latency.artifacts import TIERS, evidence_tier, train, trained_models
+from predictor.data.published import row_precision
 from predictor.data.store import read_samples
+from predictor.engine.compose import compose
+from predictor.latency.artifacts import TIERS, evidence_tier, train, trained_models
+from predictor.latency.lookup import Source, call_quantiles
+from predictor.workload.decompose import decompose
 
 MICROBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "microbench"
 pytestmark = pytest.mark.skipif(not MICROBENCH.exists(), reason="../shared/data/microbench is not beside the checkout")
@@ -66,8 +68,9 @@ def test_models_say_they_rest_on_microbenchmarks_inside_one_node(h100_models):
     hw = load_hardware("h100-sxm")
     calls = [Call("all_reduce", "step", (("group_size", 8), ("message_bytes", 2 ** 26)), 1, "tp", 8, 1),
              Call("all_reduce", "step", (("group_size", 16), ("message_bytes", 2 ** 26)), 1, "dp", 8, 2)]
-    _, basis = call_quantiles(calls, h100_models, hw, "bfloat16")
-    assert basis == ["models/h100-sxm", f"network prior ({hw.network.name})"]
+    _, evidence = call_quantiles(calls, h100_models, hw, "bfloat16")
+    assert [e.source for e in evidence] == [Source.MODEL, Source.NETWORK_PRIOR]
+    assert [e.text for e in evidence] == ["models/h100-sxm", f"network prior ({hw.network.name})"]
 
 
 def test_h200_borrows_the_h100_models_on_its_own_floor():

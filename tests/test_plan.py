@@ -1,13 +1,12 @@
 import pytest
 
 from predictor.app.config import load_config
-
-from predictor.core.specs import HardwareConfig, SamplingConfig
-
-from predictor.core.profiles import section
 from predictor.core.errors import PrismError
 from predictor.core.ops import COLLECTIVE_OPS, COMPUTE_OPS, OPS
-from sampling.plan import make_plan
+from predictor.core.profiles import load_model, section
+from predictor.core.specs import HardwareConfig, ParallelConfig, SamplingConfig
+from predictor.workload.decompose import decompose
+from sampling.plan import make_plan, target_calls
 
 
 def _configs(*overrides):
@@ -21,7 +20,7 @@ def test_quick_plan_covers_the_vocabulary():
     counts = plan.summary()
     assert all(counts[op] >= 20 for op in COMPUTE_OPS), counts
     assert all(counts[op] >= 8 for op in COLLECTIVE_OPS), counts
-    passes = {(t.op, t.pass_) for t in plan.compute}
+    passes = {(t.call.op, t.call.pass_) for t in plan.compute}
     assert passes == {(op, p) for op in COMPUTE_OPS for p in OPS[op].passes}
 
 
@@ -31,6 +30,27 @@ def test_plans_are_deterministic_and_start_with_target_shapes():
     assert [t.key for t in a.compute] == [t.key for t in b.compute] and a.plan_id == b.plan_id
     # tiny's QKV projection: tokens 128, (4 + 2*2) heads * 32, hidden 128
     assert a.compute[0].key == "gemm|fwd|float32|m=128|n=256|k=128"
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "llama3-70b"])
+def test_target_shapes_are_the_composers_calls(name):
+    sc, hw = _configs("hardware=h100-sxm", "sampling.dtypes=[bfloat16]", f"sampling.targets=[{name}]",
+                      "sampling.tp_degrees=[8]", "sampling.micro_batch_sizes=[1]", "sampling.budget_s=100000",
+                      "sampling.max_call_ms=1000")
+    work = decompose(load_model(name), ParallelConfig(tp=8), hw)
+    composed = {(c.op, c.pass_, c.shape) for st in work.stages for c in st.forward + st.backward + st.step
+                if not OPS[c.op].collective}
+    assert {(c.op, c.pass_, c.shape) for c in target_calls(sc, hw)} == composed
+    planned = {(t.call.op, t.call.pass_, t.call.shape) for t in make_plan(sc, hw).compute}
+    assert composed <= planned
+    # the output head at the Megatron-padded vocabulary shard: 128,256 -> 129,024 / 8
+    head = (("k", load_model(name).hidden_size), ("m", 8192), ("n", 16128))
+    assert ("gemm", "fwd", head) in composed and ("gemm", "bwd", head) in planned
+
+
+def test_tp_degrees_a_target_cannot_take_are_skipped():
+    sc, hw = _configs("sampling.targets=[tiny]", "sampling.tp_degrees=[1,3]")
+    assert target_calls(sc, hw) == target_calls(*_configs("sampling.targets=[tiny]", "sampling.tp_degrees=[1]"))
 
 
 def test_a_smaller_budget_shrinks_shapes_not_their_number():

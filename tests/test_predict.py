@@ -7,6 +7,10 @@ import pandas as pd
 import pytest
 
 from predictor.analyses.batch import predict_table
+from predictor.analyses.predict import predict
+from predictor.core.errors import PrismError
+from predictor.core.profiles import load_hardware, load_model
+from predictor.core.specs import ParallelConfig
 
 
 def _prism(*args):
@@ -31,6 +35,19 @@ def test_predict_reports_the_design_fields():
     assert ttt["p95"] / ttt["p5"] < s["p95"] / s["p5"]
     assert len(p["cdf"]["t_s"]) == 101 and p["cost_usd"]["p50"] > 0
     assert any(src.startswith("models/a100") for src in p["basis"])
+    # the Python API on typed specs is the command line's prediction
+    api = predict(load_model("gpt3-2.7b"), load_hardware("a100-sxm4-80gb"), ParallelConfig(tp=4, pp=2), gpus=16,
+                  target_step_s=100)
+    assert json.loads(json.dumps(api.to_dict())) == p
+
+
+@pytest.mark.parametrize("setting, field", [({"gpus": 0}, "gpus"), ({"gpus": "512"}, "gpus"),
+                                            ({"train_tokens": 0}, "train_tokens"),
+                                            ({"confidence": 1.0}, "confidence")])
+def test_predict_names_a_bad_setting(setting, field):
+    with pytest.raises(PrismError, match=f"^{field}=") as err:
+        predict(load_model("gpt3-2.7b"), load_hardware("a100-sxm4-80gb"), ParallelConfig(tp=4), **setting)
+    assert err.value.field == field
 
 
 def test_predict_names_a_bad_layout():

@@ -8,15 +8,13 @@ import pandas as pd
 import pytest
 
 from predictor.app.config import load_config
-
-from predictor.core.specs import HardwareConfig, RegressorConfig
-
-from predictor.core.profiles import section
 from predictor.core.errors import PrismError
+from predictor.core.profiles import section
+from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.data.importers.ett import import_ett
+from predictor.data.store import read_samples
 from predictor.latency.artifacts import ModelSet, fit_operator_model, shape_groups, train
 from predictor.latency.regressor import QuantileXGBRegressor, conformal_offsets
-from predictor.data.store import read_samples
 
 A100 = "a100-sxm4-80gb"
 

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from predictor.data import store  # noqa: E402
 from predictor.app.cli import main  # noqa: E402
+from predictor.data import store  # noqa: E402
 
 SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10",
               "sampling.shapes_per_op=3", "sampling.message_sizes=2", "sampling.targets=[tiny]",
@@ -75,6 +75,22 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
 
     again = _prism([*args, "--json"], cpu_env, timeout=120)
     assert json.loads(again.stdout)["status"] == "nothing-to-do"
+
+
+def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
+    args = ["sample", *SMALL_PLAN, "sampling.ops=[all_reduce]", "sampling.message_sizes=30",
+            "sampling.repeats=100", f"output_dir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args], env=cpu_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".*.parts/collective-0-*.parquet")) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # to prism alone: it passes the signal on to torchrun
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in stdout, stdout
+    kept = store.read_samples(tmp_path)
+    assert set(kept.op) == {"all_reduce"} and (kept.groupby("message_bytes").size() == 100).all()
+    assert 1 <= kept.message_bytes.nunique() < 30
 
 
 def test_a_spent_budget_is_reported_with_what_is_left(tmp_path, cpu_env):

@@ -7,27 +7,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.app.cli import main
-from predictor.engine.compose import QuantileCache, compose
-from predictor.app.config import load_config
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.core.profiles import section
-from predictor.workload.decompose import decompose
-from predictor.core.errors import PrismError
-from predictor.workload.memory import memory_per_gpu
-from predictor.latency.artifacts import trained_models
 from predictor.analyses.search import MIN_CP_TOKENS, enumerate_layouts, invalid_reason, pareto_front, screen, search
+from predictor.app.cli import main
+from predictor.app.config import load_config
+from predictor.core.errors import PrismError
+from predictor.core.profiles import load_hardware, load_model, section
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.engine.compose import compose
+from predictor.latency.artifacts import trained_models
+from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import decompose
+from predictor.workload.memory import memory_per_gpu
 
 # A small job: tiny's 2 layers and 4 heads keep the layouts few (tp=8 does not divide the
 # heads: invalid); a 4,096-token sequence lets cp reach 4.
 SMALL = ["model=tiny", "hardware=a100-sxm4-80gb", "gpus=16", "model.seq_length=4096",
          "parallel.global_batch_size=64", "top=5"]
+A100 = load_hardware("a100-sxm4-80gb")
+
+
+def _search(hardware=A100, **settings):
+    """:func:`search` on the small job (SMALL, as the command line gives it)."""
+    return search(replace(load_model("tiny"), seq_length=4096), hardware, 16,
+                  base=ParallelConfig(global_batch_size=64), **{"top": 5, **settings})
 
 
 @pytest.fixture(scope="module")
 def small():
-    cfg = load_config(SMALL)
-    return cfg, search(cfg)
+    return _search()
 
 
 def test_enumeration_covers_exactly_the_layouts_of_the_gpu_count():
@@ -61,7 +68,7 @@ def test_interleaving_only_where_the_layers_split_evenly():
 
 
 def test_counts_add_up_and_invalid_layouts_are_counted_by_field(small):
-    _, r = small
+    r = small
     c = r.counts
     assert c["enumerated"] == c["invalid"] + c["do_not_fit"] + c["ranked"] == 696
     assert c["invalid_by_reason"]["parallel.tp"] > 0  # tp=8 does not divide tiny's 4 heads
@@ -74,12 +81,12 @@ def test_layouts_that_do_not_fit_are_dropped_and_counted():
     valid = [p for p in enumerate_layouts(model, 16, 8, 64) if invalid_reason(model, p, 16) is None]
     gib = np.array([memory_per_gpu(model, p).total_gib for p in valid])
     capacity = float(np.median(gib))
-    r = search(load_config(SMALL + [f"hardware.memory.capacity_gib={capacity}"]))
+    r = _search(replace(A100, memory=replace(A100.memory, capacity_gib=capacity)))
     assert r.counts["do_not_fit"] == int((gib > capacity).sum()) > 0
     assert r.counts["ranked"] == int((gib <= capacity).sum())
     assert max(x["memory_gib"] for x in r.layouts) <= capacity < hw.memory.capacity_gib
     with pytest.raises(PrismError, match="none of the .* fits"):
-        search(load_config(SMALL + ["hardware.memory.capacity_gib=1"]))
+        _search(replace(A100, memory=replace(A100.memory, capacity_gib=1)))
 
 
 @settings(max_examples=60, deadline=None)
@@ -98,7 +105,7 @@ def test_pareto_front_is_non_dominated(points):
 
 
 def test_fronts_hold_on_the_reported_figures(small):
-    _, r = small
+    r = small
     rows = r.layouts
     for front, (a, b) in ((r.front_memory, ("memory_gib", "p50_s")), (r.front_risk, ("p50_s", "risk"))):
         for i in front:
@@ -109,7 +116,7 @@ def test_fronts_hold_on_the_reported_figures(small):
 
 @pytest.mark.parametrize("rank_by", ["p50", "p95", "mean"])
 def test_ranking_is_the_sort_order_of_the_chosen_statistic(rank_by):
-    r = search(load_config(SMALL + [f"rank_by={rank_by}"]))
+    r = _search(rank_by=rank_by)
     values = [x[f"{rank_by}_s"] for x in r.layouts]
     assert values == sorted(values) and [x["rank"] for x in r.layouts] == list(range(1, len(values) + 1))
     assert all(x["composed"] for x in r.layouts[:r.top])
@@ -118,11 +125,11 @@ def test_ranking_is_the_sort_order_of_the_chosen_statistic(rank_by):
 
 def test_bad_settings_name_the_key():
     with pytest.raises(PrismError, match="rank_by=p42"):
-        search(load_config(SMALL + ["rank_by=p42"]))
+        _search(rank_by="p42")
     with pytest.raises(PrismError, match="top=0"):
-        search(load_config(SMALL + ["top=0"]))
+        _search(top=0)
     with pytest.raises(PrismError, match="gpus="):
-        search(load_config(["model=tiny", "hardware=a100-sxm4-80gb"]))
+        search(load_model("tiny"), A100, None)
 
 
 def test_json_parses_and_plot_is_written(tmp_path, capsys):
@@ -162,3 +169,20 @@ def test_screen_agrees_with_the_composer():
     for work, draws in zip(works, screened):
         exact = compose(work, models, draws=2000, cache=cache).draws
         np.testing.assert_allclose(np.quantile(draws, [0.5, 0.95]), np.quantile(exact, [0.5, 0.95]), rtol=0.015)
+
+
+def test_the_top_layout_is_what_prism_predict_says(capsys):
+    """The search's figures for its best layout are ``prism predict``'s for that layout:
+    one engine (a pipeline of 8 stages, interleaved, with a sharded optimizer here)."""
+    job = ["model=llama3-70b", "hardware=h100-sxm", "gpus=64"]
+    assert main(["search", *job, "top=1", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    best = found["top_layouts"][0]
+    assert best["composed"] and best["pp"] > 1 and best["vpp"] > 1
+    layout = {"dp": best["dp"], "tp": best["tp"], "pp": best["pp"], "cp": best["cp"], "vpp": best["vpp"],
+              "schedule": "interleaved", "micro_batch_size": best["mbs"], "recompute": best["recompute"],
+              "sharding": best["sharding"], "sequence_parallel": str(best["tp"] > 1).lower(),
+              "global_batch_size": found["global_batch_size"]}
+    assert main(["predict", *job, *(f"parallel.{k}={v}" for k, v in layout.items()), "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["step_time_s"]["p50"] == pytest.approx(best["p50_s"], rel=0.005)

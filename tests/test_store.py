@@ -3,8 +3,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from predictor.data import store
 from predictor.core.errors import PrismError
+from predictor.data import store
 
 
 def _rows(n, op="gemm", start=0):

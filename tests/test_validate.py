@@ -32,9 +32,9 @@ def test_validate_cli_prints_one_json_object_per_layout(tmp_path, cpu_env):
     frame = read_measurements(ROOT / "measurements" / "local-cpu-suite.parquet")
     two = frame[frame.layout_id.isin(frame.layout_id.unique()[:2])]
     path = write_measurements(two, tmp_path / "m.parquet")
-    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "validate", f"measured={path}", "hardware=local-cpu",
-                          f"out={tmp_path / 'cdf.png'}", "--json"], capture_output=True, text=True, env=cpu_env,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "validate", f"measured={path}",
+                          "hardware=local-cpu", f"out={tmp_path / 'cdf.png'}", "--json"],
+                         capture_output=True, text=True, env=cpu_env, timeout=120)
     assert out.returncode == 0, out.stderr
     scores = json.loads(out.stdout)
     assert [s["layout_id"] for s in scores] == list(two.layout_id.unique())

@@ -5,33 +5,32 @@ from dataclasses import replace
 
 import pytest
 
-from predictor.app.cli import main
-from predictor.engine.compose import QuantileCache, compose
-from predictor.app.config import load_config
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.core.profiles import section
-from predictor.workload.decompose import decompose
-from predictor.core.errors import PrismError
-from predictor.latency.artifacts import trained_models
 from predictor.analyses.predict import predict
+from predictor.analyses.variability import AnalysisConfig, shortcut_check, time_to_train, variability
+from predictor.app.cli import main
+from predictor.core.errors import PrismError
 from predictor.core.layout import resolve_layout
-from predictor.analyses.variability import (analysis_settings, shortcut_check, time_to_train,
-                                   variability)
+from predictor.core.profiles import load_hardware, load_model
+from predictor.core.specs import ParallelConfig
+from predictor.engine.compose import compose
+from predictor.latency.artifacts import trained_models
+from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import decompose
 
+MODEL, H100, TP8_PP8 = load_model("llama3-70b"), load_hardware("h100-sxm"), ParallelConfig(tp=8, pp=8)
+FAST = {"draws": 1000, "runs": 1000}
+# the same job and settings on the command line
 LAYOUT = ["model=llama3-70b", "hardware=h100-sxm", "parallel.tp=8", "parallel.pp=8"]
-FAST = ["analysis.draws=1000", "analysis.runs=1000"]
+FAST_CLI = ["analysis.draws=1000", "analysis.runs=1000"]
 
 
 @pytest.fixture(scope="module")
 def report():
-    return variability(load_config(LAYOUT + FAST + ["gpus=512", "analysis.scales=[64,512,4096,65536]"]))
+    return variability(MODEL, H100, TP8_PP8, 512, settings=AnalysisConfig(**FAST, scales=[64, 512, 4096, 65536]))
 
 
-def _work(gpus, *overrides):
-    cfg = load_config(LAYOUT + [f"gpus={gpus}", *overrides])
-    hw = section(cfg, "hardware", HardwareConfig)
-    par = resolve_layout(section(cfg, "parallel", ParallelConfig), gpus)
-    return cfg, hw, decompose(section(cfg, "model", ModelConfig), par, hw, gpus)
+def _work(gpus):
+    return decompose(MODEL, resolve_layout(TP8_PP8, gpus), H100, gpus)
 
 
 def test_slowdown_probability_grows_with_scale(report):
@@ -53,8 +52,8 @@ def test_attribution_shares_sum_to_one_and_are_not_negative(report):
         assert min(shares) >= 0
     # The largest share goes to the bulk of the step (gemm) or to the ops resting on the
     # roofline prior, whose error is systematic (one draw for all of them).
-    cfg, hw, work = _work(512)
-    basis = compose(work, trained_models(hw), draws=10).basis
+    work = _work(512)
+    basis = compose(work, trained_models(H100), draws=10).basis
     top = report.attribution["ops"][0]["name"]
     assert top.startswith("gemm/") or basis[top] == "roofline prior", (top, basis[top])
 
@@ -69,47 +68,47 @@ def test_slow_nodes_spread_over_stages_are_not_faster_than_all_in_one_stage(repo
 
 
 def test_a_node_is_one_tp_group_of_one_stage():
-    _, _, work = _work(512)  # 64 nodes, 8 per stage
+    work = _work(512)  # 64 nodes, 8 per stage
     assert work.mesh.gpus_per_stage_on([0, 1, 8]) == (16, 8, 0, 0, 0, 0, 0, 0)
 
 
 def test_goodput_falls_below_one_only_with_interruptions():
-    _, hw, work = _work(512)
-    step = compose(work, None, draws=500).draws
-    ttt = time_to_train(step, 1e5, hw, 512, runs=500, seed=0)
+    step = compose(_work(512), None, draws=500).draws
+    ttt = time_to_train(step, 1e5, H100, 512, runs=500, seed=0)
     assert ttt["goodput"]["p50"] < 1 and ttt["interruptions"]["p50"] > 0
     assert ttt["days"]["p50"] > ttt["productive_days"]["p50"]
-    calm = replace(hw, variability=replace(hw.variability, interruptions_per_gpu_day=0.0))
+    calm = replace(H100, variability=replace(H100.variability, interruptions_per_gpu_day=0.0))
     ttt = time_to_train(step, 1e5, calm, 512, runs=500, seed=0)
     assert ttt["goodput"] == {"p5": 1.0, "p50": 1.0, "p95": 1.0}
     assert ttt["days"] == ttt["productive_days"]
 
 
 def test_confidence_is_at_least_the_median():
-    p = predict(load_config(LAYOUT + ["gpus=512", "confidence=0.95"]), draws=500)
+    p = predict(MODEL, H100, TP8_PP8, 512, confidence=0.95, draws=500)
     assert p.confidence["level"] == 0.95
     assert p.confidence["step_time_s"] >= p.step_time_s["p50"]
     assert p.confidence["time_to_train_days"] >= p.time_to_train_days["p50"]
-    assert predict(load_config(LAYOUT + ["gpus=512"]), draws=100).confidence is None
+    assert predict(MODEL, H100, TP8_PP8, 512, draws=100).confidence is None
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (["gpus=64", "analysis.slow_nodes=9"], "analysis.slow_nodes=9"),
-    (["gpus=64", "analysis.slow_factor=-1.1"], "analysis.slow_factor"),
-    (["gpus=64", "analysis.thresholds=[]"], "analysis.thresholds"),
+@pytest.mark.parametrize("setting, field", [
+    ({"slow_nodes": 9}, "analysis.slow_nodes=9"),
+    ({"slow_factor": -1.1}, "analysis.slow_factor"),
+    ({"thresholds": []}, "analysis.thresholds"),
 ])
-def test_bad_analysis_settings_name_the_field(overrides, field):
-    with pytest.raises(PrismError, match=field):
-        variability(load_config(LAYOUT + FAST + overrides))
+def test_bad_analysis_settings_name_the_field(setting, field):
+    with pytest.raises(PrismError, match=field) as err:
+        variability(MODEL, H100, TP8_PP8, 64, settings=AnalysisConfig(**FAST, **setting))
+    assert err.value.field == field.partition("=")[0]
 
 
 def test_bad_confidence_names_the_field():
     with pytest.raises(PrismError, match="confidence=1.5"):
-        predict(load_config(LAYOUT + ["gpus=64", "confidence=1.5"]), draws=100)
+        predict(MODEL, H100, TP8_PP8, 64, confidence=1.5, draws=100)
 
 
 def test_one_op_residual_can_be_held_and_a_wrong_one_is_named():
-    _, _, work = _work(64)
+    work = _work(64)
     full = compose(work, None, draws=500).draws.var()
     assert compose(work, None, draws=500, hold=("residual:gemm/bwd",)).draws.var() < full
     assert compose(work, None, draws=500, hold=("residual:gemm",)).draws.var() < full
@@ -119,15 +118,14 @@ def test_one_op_residual_can_be_held_and_a_wrong_one_is_named():
 
 @pytest.mark.parametrize("gpus", [64, 512])
 def test_shortcut_agrees_with_drawing_every_gpu(gpus):
-    cfg, hw, work = _work(gpus, "analysis.draws=3000")
-    c = shortcut_check(work, None, QuantileCache(None, hw), analysis_settings(cfg), seed=0)
+    c = shortcut_check(_work(gpus), None, QuantileCache(None, H100), AnalysisConfig(draws=3000), seed=0)
     assert abs(c["p50_rel_diff"]) < 0.02 and abs(c["p95_rel_diff"]) < 0.02
     assert max(map(abs, c["p_slowdown_diff"].values())) < 0.02
 
 
 def test_cli_interface_writes_json_and_one_plot(tmp_path, capsys):
     png = tmp_path / "figs" / "v"
-    rc = main(["variability", *LAYOUT, "gpus=65536", *FAST, f"plot={png}", "--json"])
+    rc = main(["variability", *LAYOUT, "gpus=65536", *FAST_CLI, f"plot={png}", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["gpus"] == 65536 and out["scales"][-1]["gpus"] == 65536
@@ -139,9 +137,9 @@ def test_cli_interface_writes_json_and_one_plot(tmp_path, capsys):
 
 def test_cli_draws_no_plot_unless_asked_and_refuses_out(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["variability", *LAYOUT, "gpus=64", *FAST, "analysis.scales=[64]"]) == 0
+    assert main(["variability", *LAYOUT, "gpus=64", *FAST_CLI, "analysis.scales=[64]"]) == 0
     assert "plot    none (plot=variability.png" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
-    assert main(["variability", *LAYOUT, "gpus=64", *FAST, "out=runs/v"]) == 2  # one way to ask: plot=
+    assert main(["variability", *LAYOUT, "gpus=64", *FAST_CLI, "out=runs/v"]) == 2  # one way to ask: plot=
     assert "out=runs/v" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
-    assert main(["variability", *LAYOUT, "gpus=64", *FAST, "plot=v.svg"]) == 2
+    assert main(["variability", *LAYOUT, "gpus=64", *FAST_CLI, "plot=v.svg"]) == 2
     assert "plot=v.svg" in capsys.readouterr().err

@@ -13,8 +13,9 @@ from scipy.optimize import least_squares
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig
 from predictor.data.measurements import measured_workloads
-from predictor.engine.compose import QuantileCache, compose
+from predictor.engine.compose import compose
 from predictor.latency.calibration import Calibration
+from predictor.latency.lookup import QuantileCache
 from predictor.workload.decompose import Workload
 
 
@@ -54,7 +55,8 @@ def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: in
     """Leave-one-layout-out: layout_id -> the calibration fitted without it."""
     ids, works, medians = _workloads(measured, hw)
     if len(works) < 4:
-        raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4", field='measured')
+        raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4",
+                         field='measured')
     keep = np.ones(len(works), bool)
     out = {}
     for i, layout_id in enumerate(ids):

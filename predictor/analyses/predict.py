@@ -1,22 +1,25 @@
-"""``prism predict``: one workload -> the report of DESIGN.md ("Composer", step 5)."""
+"""``prism predict``: one workload -> the report of DESIGN.md ("Composer", step 5).
+
+:func:`predict` takes the typed specs of :mod:`predictor.core.specs` and returns a
+:class:`Prediction`; the command line (:mod:`predictor.app.cli`) builds the specs from
+``conf/`` and renders the result (:mod:`predictor.app.render`, :mod:`predictor.app.plots`).
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
 
-from predictor.engine.compose import PER_STEP, REPORT_QUANTILES, QuantileCache, compose
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.core.profiles import section
-from predictor.core.layout import resolve_layout
-from predictor.workload.decompose import decompose
 from predictor.core.errors import PrismError
-from predictor.app.figures import new_figure, save_figure
-from predictor.workload.memory import memory_per_gpu
+from predictor.core.layout import resolve_layout
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
 from predictor.latency.artifacts import TIERS, evidence_tier, trained_models
-from predictor.workload.layers import layer_parameters
+from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import decompose
+from predictor.workload.flops import model_flops_per_step
+from predictor.workload.memory import memory_per_gpu
 
 SECONDS_PER_DAY = 86400.0
 
@@ -48,14 +51,6 @@ class Prediction:
         return asdict(self)
 
 
-def model_flops_per_step(model: ModelConfig, tokens: int, seq: int) -> float:
-    """6N per token for the weights' matmuls plus causal attention (PaLM appendix B, with
-    the 12·L·H·Q·T attention term halved for a causal mask); no recompute counted (MFU)."""
-    h = model.hidden_size
-    matmul_weights = model.num_layers * layer_parameters(model)[0] + model.vocab_size * h
-    return 6.0 * matmul_weights * tokens + 6.0 * model.num_layers * h * seq * tokens
-
-
 def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
     """Mean step time over a whole run, one value per draw.
 
@@ -66,6 +61,16 @@ def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
     Failures and restarts are not in it (:mod:`predictor.analyses.variability` adds them).
     """
     return persistent * (full.mean() / persistent.mean())
+
+
+def check_gpus(value) -> int | None:
+    """``gpus`` as a positive integer, or None where it is not set (dp·tp·pp·cp then)."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PrismError(f"gpus={value}: the job's GPU count, a positive integer, e.g. gpus=512 (unset: "
+                         f"dp·tp·pp·cp of the layout)", field="gpus")
+    return value
 
 
 def check_confidence(value) -> float | None:
@@ -82,16 +87,60 @@ def check_confidence(value) -> float | None:
     return level
 
 
-def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
-    level = check_confidence(cfg.get("confidence"))
-    model = section(cfg, "model", ModelConfig)
-    hw = section(cfg, "hardware", HardwareConfig)
-    par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
-    gpus = par.dp * par.tp * par.pp * par.cp
-    models = trained_models(hw, cfg.get("models_dir"))
-    work = decompose(model, par, hw, gpus)
-    seed = int(cfg.get("seed") or 0)
-    cache = QuantileCache(models, hw)  # both composes query the operator models once
+def check_train_tokens(value) -> float:
+    """``train_tokens`` as a positive number of tokens."""
+    try:
+        tokens = float(value)
+    except (TypeError, ValueError):
+        tokens = float("nan")  # fails the check below
+    if not tokens > 0:
+        raise PrismError(f"train_tokens={value}: the token budget to train on, a positive number, "
+                         f"e.g. train_tokens=15e12", field="train_tokens")
+    return tokens
+
+
+def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
+            models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0, train_tokens: float = 1e12,
+            target_step_s: float | None = None, confidence: float | None = None) -> Prediction:
+    """Predict one training job: its step-time distribution, throughput, memory and time
+    and cost to train.
+
+    Parameters
+    ----------
+    model : ModelConfig
+        The model, e.g. ``load_model("llama3-70b")`` (:mod:`predictor.core.profiles`).
+    hardware : HardwareConfig
+        The hardware profile, e.g. ``load_hardware("h100-sxm")``.
+    layout : ParallelConfig
+        The parallel layout, e.g. ``ParallelConfig(tp=8, pp=4)``; ``dp`` is set from
+        ``gpus`` where given, and ``global_batch_size=0`` takes its default
+        (:func:`~predictor.core.layout.resolve_layout`). ``layout`` itself is not changed.
+    gpus : int, optional
+        The job's GPU count; None: dp·tp·pp·cp of ``layout``.
+    models_dir : str or Path, optional
+        Trained operator models, ``<models_dir>/<hardware>/``; None: the shipped ``models/``.
+        Without models for the hardware, the prediction rests on priors.
+    draws, seed : int
+        Monte Carlo draws of the step and their seed.
+    train_tokens : float
+        The token budget of the time and cost to train.
+    target_step_s : float, optional
+        Also report P(step <= target_step_s).
+    confidence : float, optional
+        Also report the step time and time to train that hold with this probability.
+
+    Raises
+    ------
+    PrismError
+        Naming the field: ``gpus``, ``confidence``, ``train_tokens`` or the layout's.
+    """
+    level = check_confidence(confidence)
+    train_tokens = check_train_tokens(train_tokens)
+    par = resolve_layout(layout, check_gpus(gpus))
+    gpus = par.world_size
+    models = trained_models(hardware, models_dir)
+    work = decompose(model, par, hardware, gpus)
+    cache = QuantileCache(models, hardware)  # both composes query the operator models once
     dist = compose(work, models, draws=draws, seed=seed, cache=cache)
     persistent = compose(work, models, draws=draws, seed=seed, cache=cache, hold=PER_STEP).draws
     mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash")
@@ -101,92 +150,33 @@ def predict(cfg: DictConfig, draws: int = 2000) -> Prediction:
     grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
     tokens = work.tokens_per_step
     median = step["p50"]
-    peak = hw.peak(hw.train_dtype)
-    train_tokens = float(cfg.get("train_tokens") or 0) or 1e12
+    peak = hardware.peak(hardware.train_dtype)
     steps = train_tokens / tokens
     run_mean = run_step_draws(dist.draws, persistent)
     ttt = {f"p{round(a * 100)}": float(v) * steps / SECONDS_PER_DAY
            for a, v in zip((0.05, 0.5, 0.95), np.quantile(run_mean, (0.05, 0.5, 0.95)))}
     gpu_hours = ttt["p50"] * 24 * gpus
-    price = hw.price_per_gpu_hour
+    price = hardware.price_per_gpu_hour
     basis = {}
     for key, source in dist.basis.items():
         basis.setdefault(source, []).append(key)
-    target = cfg.get("target_step_s")
     return Prediction(
-        model=model.name, hardware=hw.name, gpus=gpus,
+        model=model.name, hardware=hardware.name, gpus=gpus,
         layout={k: getattr(par, k) for k in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "global_batch_size",
                                               "sequence_parallel", "recompute", "sharding", "schedule")},
         step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
         tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),
         memory_gib={"weights": mem.weights / 2**30, "gradients": mem.gradients / 2**30,
                     "optimizer": mem.optimizer / 2**30, "activations": mem.activations / 2**30,
-                    "total": mem.total_gib, "capacity": hw.memory.capacity_gib, "stage": mem.stage},
-        fits=mem.fits(hw), train_tokens=train_tokens, time_to_train_days=ttt, gpu_hours=gpu_hours,
+                    "total": mem.total_gib, "capacity": hardware.memory.capacity_gib, "stage": mem.stage},
+        fits=mem.fits(hardware), train_tokens=train_tokens, time_to_train_days=ttt, gpu_hours=gpu_hours,
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s},
-        basis=basis, tier=evidence_tier(models), calibration=models.calibration.to_dict() if models and models.calibration else None,
-        prob_below={"t_s": float(target), "p": dist.prob_below(float(target))} if target else None,
+        basis=basis, tier=evidence_tier(models),
+        calibration=models.calibration.to_dict() if models and models.calibration else None,
+        prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}
+        if target_step_s else None,
         confidence=None if level is None else {
             "level": level, "step_time_s": float(dist.quantile(level)),
             "time_to_train_days": float(np.quantile(run_mean, level)) * steps / SECONDS_PER_DAY})
-
-
-def format_prediction(p: Prediction) -> str:
-    s = p.step_time_s
-    lines = [
-        f"{p.model} on {p.gpus} x {p.hardware}   "
-        + " ".join(f"{k}={v}" for k, v in p.layout.items()),
-        "",
-        "step time (s)   " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()),
-        f"throughput      {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}",
-        f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.0f} (stage "
-        f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
-        f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f})"
-        + ("" if p.fits else "   DOES NOT FIT"),
-        f"critical path   compute {p.breakdown_s['compute']:.3f} s, exposed communication "
-        f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s",
-        f"train {p.train_tokens:.3g} tokens   {p.time_to_train_days['p50']:.1f} days "
-        f"(90% band {p.time_to_train_days['p5']:.1f}-{p.time_to_train_days['p95']:.1f}), "
-        f"{p.gpu_hours:,.0f} GPU-hours"
-        + (f", ${p.cost_usd['p50']:,.0f} (band ${p.cost_usd['p5']:,.0f}-{p.cost_usd['p95']:,.0f})"
-           if p.cost_usd else ", no price in the hardware profile"),
-    ]
-    if p.prob_below:
-        lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
-    if p.confidence:
-        c = p.confidence
-        lines.append(f"with {c['level']:.0%} confidence   step <= {c['step_time_s']:.3f} s, "
-                     f"train in <= {c['time_to_train_days']:.1f} days (no failures; see prism variability)")
-    lines.append(f"evidence        {p.tier}")
-    lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
-    if p.calibration:
-        c = p.calibration
-        if c.get("source") == "trace":
-            lines.append(f"calibrated      +{c['op_overhead_us']:.0f} us per op: framework time measured in the "
-                         f"profiled steps of the imported traces (prism import-trace)")
-        else:
-            lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute "
-                         f"x{c['compute_scale']:.2f}, +{c['op_overhead_us']:.0f} us per op, "
-                         f"+{c['tp_overhead_us']:.0f} us per op under tp (prism calibrate)")
-    return "\n".join(lines)
-
-
-def plot_prediction(p: Prediction, path) -> Path:
-    """A PNG of one prediction: the step-time CDF with its p5/p50/p95 (and the target, if
-    any), and the median critical path split into compute, exposed communication and bubble."""
-    fig, (left, right) = new_figure(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
-    left.plot(p.cdf["t_s"], p.cdf["p"], color="tab:blue")
-    for key, style in (("p5", ":"), ("p50", "-"), ("p95", ":")):
-        left.axvline(p.step_time_s[key], color="tab:blue", linestyle=style, alpha=0.6)
-    if p.prob_below:
-        left.axvline(p.prob_below["t_s"], color="tab:red", label=f"target: P = {p.prob_below['p']:.2f}")
-        left.legend()
-    left.set(xlabel="step time (s)", ylabel="P(step <= t)",
-             title=f"{p.model} on {p.gpus} x {p.hardware} ({p.tier})")
-    parts = list(p.breakdown_s)
-    right.barh(parts[::-1], [p.breakdown_s[k] for k in parts][::-1], color="tab:orange")
-    right.set(xlabel="seconds (median, slowest stage)", title="critical path")
-    fig.tight_layout()
-    return save_figure(fig, path)

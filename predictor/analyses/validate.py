@@ -15,18 +15,17 @@ measured steps (the slowest rank of each) are scored against it:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.stats import ks_2samp
 
-from predictor.engine.compose import QuantileCache, compose
-from predictor.core.specs import HardwareConfig
 from predictor.core.errors import PrismError
-from predictor.app.figures import new_figure, save_figure
+from predictor.core.specs import HardwareConfig
 from predictor.data.measurements import measured_workloads
+from predictor.engine.compose import compose
 from predictor.latency.artifacts import ModelSet
+from predictor.latency.lookup import QuantileCache
 
 
 @dataclass
@@ -77,65 +76,25 @@ def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> Layout
         p95_p50_pred=float(p95 / p50))
 
 
-def validate(measured: pd.DataFrame, hw: HardwareConfig, models: ModelSet | None, draws: int = 4000,
+def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet | None, *, draws: int = 4000,
              seed: int = 0, calibrations: dict | None = None) -> Validation:
-    """Score every layout of ``measured`` (rows of a measurement file) on ``hw``.
+    """Score every layout of ``measured`` (rows of a measurement file,
+    :func:`predictor.data.measurements.read_measurements`) predicted on ``hardware`` with
+    ``models`` (None: the priors alone).
 
     ``calibrations`` maps a layout to the calibration to predict it with (e.g. one fitted
     without that layout, :func:`predictor.analyses.calibrate.cross_validate`); by default every
     layout uses the calibration stored with ``models``, if any.
     """
-    other = sorted(set(measured.hardware) - {hw.name})
+    other = sorted(set(measured.hardware) - {hardware.name})
     if other:
-        raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; "
+        raise PrismError(f"hardware={hardware.name}: the file was measured on {', '.join(other)}; "
                          f"validate with hardware={other[0]}", field='hardware')
     scores, meas, pred = [], {}, {}
-    cache = QuantileCache(models, hw)
-    for layout_id, work, t in measured_workloads(measured, hw):
+    cache = QuantileCache(models, hardware)
+    for layout_id, work, t in measured_workloads(measured, hardware):
         d = compose(work, models, draws=draws, seed=seed, cache=cache,
                     calibration=(calibrations or {}).get(layout_id)).draws
         scores.append(score(layout_id, d, t))
         meas[layout_id], pred[layout_id] = t, d
     return Validation(scores, meas, pred)
-
-
-def cdf_figure(v: Validation):
-    """One panel per layout: the predicted CDF (line) over the measured steps' ECDF (steps)."""
-    n = len(v.scores)
-    cols = min(4, n)
-    rows = -(-n // cols)
-    fig, axes = new_figure(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    for ax, s in zip(axes.flat, v.scores):
-        d, t = np.sort(v.predicted[s.layout_id]), np.sort(v.measured[s.layout_id])
-        ax.plot(d * 1e3, np.linspace(0, 1, len(d)), label="predicted")
-        ax.step(t * 1e3, np.arange(1, len(t) + 1) / len(t), where="post", label=f"measured ({len(t)} steps)")
-        ax.set_title(f"{s.layout_id}\nmedian err {s.median_ape:.1%}, KS {s.ks:.2f}", fontsize=8)
-        ax.set_xlabel("step time (ms)")
-        ax.set_ylabel("P(step <= t)")
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    fig.tight_layout()
-    return fig
-
-
-def plot_cdfs(v: Validation, path) -> Path:
-    """:func:`cdf_figure` written to the PNG ``path`` (atomically)."""
-    return save_figure(cdf_figure(v), path)
-
-
-def format_validation(v: Validation) -> str:
-    t = v.table()
-    shown = t[["layout_id", "steps", "measured_p50_s", "predicted_p50_s", "median_ape", "p95_ape", "ks",
-               "coverage_80"]].copy()
-    for c in ("measured_p50_s", "predicted_p50_s"):
-        shown[c] = (shown[c] * 1e3).map(lambda x: f"{x:.1f}")
-    shown = shown.rename(columns={"measured_p50_s": "meas p50 ms", "predicted_p50_s": "pred p50 ms"})
-    for c in ("median_ape", "p95_ape", "coverage_80"):
-        shown[c] = shown[c].map(lambda x: f"{x:.1%}")
-    shown["ks"] = shown["ks"].map(lambda x: f"{x:.3f}")
-    s = v.summary()
-    return (shown.to_string(index=False) + "\n\n"
-            f"{s['layouts']} layouts: median abs. error of the median {s['median_ape_median']:.1%} "
-            f"(worst {s['median_ape_worst']:.1%}), of p95 {s['p95_ape_median']:.1%}; median KS "
-            f"{s['ks_median']:.3f}; median 80% coverage {s['coverage_80_median']:.1%}")

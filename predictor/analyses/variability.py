@@ -1,7 +1,7 @@
 """``prism variability``: how a layout's step time spreads at scale, and why.
 
 DESIGN.md, "Analyses". Four studies of one layout, each built on the composer
-(:func:`predictor.engine.compose.compose`) with one shared :class:`QuantileCache`:
+(:func:`predictor.engine.compose.compose`) with one shared :class:`~predictor.latency.lookup.QuantileCache`:
 
 1. **Slowdown versus scale.** The *nominal* step is the step with every variability
    component held at its median (``hold=COMPONENTS``: every op at its median latency, every
@@ -40,25 +40,24 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
 
-from predictor.engine.compose import COMPONENTS, PER_STEP, QuantileCache, compose, workload_calls
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.core.profiles import section
-from predictor.workload.decompose import Workload, decompose
+from predictor.analyses.predict import SECONDS_PER_DAY, check_gpus, check_train_tokens, run_step_draws
 from predictor.core.errors import PrismError
-from predictor.app.figures import new_figure, save_figure
-from predictor.latency.artifacts import trained_models
-from predictor.analyses.predict import SECONDS_PER_DAY, run_step_draws
 from predictor.core.layout import resolve_layout
 from predictor.core.mesh import Mesh
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
+from predictor.latency.artifacts import trained_models
+from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import Workload, decompose
 
 MINUTES_PER_DAY = 1440.0
 
 
 @dataclass
 class AnalysisConfig:
-    """``analysis:`` in conf/config.yaml."""
+    """The settings of :func:`variability` (``analysis:`` in conf/config.yaml); each is
+    checked by :func:`check_analysis`."""
 
     draws: int = 2000
     thresholds: list[float] = field(default_factory=lambda: [0.05, 0.10, 0.20])
@@ -90,9 +89,8 @@ class VariabilityReport:
         return asdict(self)
 
 
-def analysis_settings(cfg: DictConfig) -> AnalysisConfig:
-    """``cfg.analysis`` checked: each bad value raises one PrismError naming its key."""
-    a = section(cfg, "analysis", AnalysisConfig)
+def check_analysis(a: AnalysisConfig) -> AnalysisConfig:
+    """``a`` if every setting is in range; else one PrismError naming the first bad key."""
     checks = [
         ("draws", a.draws >= 100, "must be at least 100, e.g. analysis.draws=2000"),
         ("runs", a.runs >= 100, "must be at least 100, e.g. analysis.runs=4000"),
@@ -112,14 +110,14 @@ def analysis_settings(cfg: DictConfig) -> AnalysisConfig:
 
 def scaled_layout(par: ParallelConfig, micro_batches: int, gpus: int) -> ParallelConfig:
     """``par`` on ``gpus`` GPUs: tp, pp, cp and the micro-batches per replica kept."""
-    dp = gpus // (par.tp * par.pp * par.cp)
+    dp = gpus // par.replica_gpus
     return replace(par, dp=dp, global_batch_size=par.micro_batch_size * dp * micro_batches)
 
 
 def scale_points(par: ParallelConfig, scales, gpus: int) -> list[int]:
     """GPU counts of the scale study: each scale rounded up to a multiple of tp·pp·cp, plus
     the job's own count."""
-    replica = par.tp * par.pp * par.cp
+    replica = par.replica_gpus
     return sorted({math.ceil(s / replica) * replica for s in scales} | {gpus})
 
 
@@ -248,25 +246,42 @@ def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus
             "interruptions": quantiles(failures), "goodput": quantiles(productive / total)}
 
 
-def variability(cfg: DictConfig) -> VariabilityReport:
-    """The four studies of the module docstring for the layout of ``cfg``."""
+def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
+                settings: AnalysisConfig | None = None, models_dir: str | Path | None = None, seed: int = 0,
+                train_tokens: float = 1e12) -> VariabilityReport:
+    """The four studies of the module docstring for one job.
+
+    Parameters
+    ----------
+    model, hardware, layout, gpus
+        The job, as :func:`~predictor.analyses.predict.predict` takes it.
+    settings : AnalysisConfig, optional
+        Draws, slowdown thresholds, GPU counts of the scale study, slow nodes, runs of
+        the time to train; None: the defaults of :class:`AnalysisConfig`.
+    models_dir, seed, train_tokens
+        As :func:`~predictor.analyses.predict.predict`.
+
+    Raises
+    ------
+    PrismError
+        Naming the field: an ``analysis.*`` setting, ``gpus``, ``train_tokens`` or the
+        layout's.
+    """
     t0 = time.perf_counter()
-    a = analysis_settings(cfg)
-    model = section(cfg, "model", ModelConfig)
-    hw = section(cfg, "hardware", HardwareConfig)
-    par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
-    gpus = par.dp * par.tp * par.pp * par.cp
-    seed = int(cfg.get("seed") or 0)
-    models = trained_models(hw, cfg.get("models_dir"))
-    cache = QuantileCache(models, hw)
-    work = decompose(model, par, hw, gpus)
+    a = check_analysis(settings or AnalysisConfig())
+    train_tokens = check_train_tokens(train_tokens)
+    par = resolve_layout(layout, check_gpus(gpus))
+    gpus = par.world_size
+    models = trained_models(hardware, models_dir)
+    cache = QuantileCache(models, hardware)
+    work = decompose(model, par, hardware, gpus)
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
     full = compose(work, models, draws=a.draws, seed=seed, cache=cache).draws
     persistent = compose(work, models, draws=a.draws, seed=seed, cache=cache, hold=PER_STEP).draws
-    steps = float(cfg.get("train_tokens") or 1e12) / work.tokens_per_step
+    steps = train_tokens / work.tokens_per_step
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(
-        model=model.name, hardware=hw.name, gpus=gpus,
+        model=model.name, hardware=hardware.name, gpus=gpus,
         layout={k: getattr(par, k) for k in ("dp", "tp", "pp", "cp", "micro_batch_size", "global_batch_size")},
         nominal_s=nominal_step(work, models, cache),
         step_time_s={f"p{round(q * 100)}": float(np.quantile(full, q)) for q in (0.05, 0.5, 0.95)}
@@ -275,88 +290,6 @@ def variability(cfg: DictConfig) -> VariabilityReport:
         scales=slowdown_vs_scale(model, work, models, cache, a, seed),
         attribution=attribution(work, models, cache, a.draws, seed),
         placements=placed, placement_spread=max(medians) / min(medians) if medians else 1.0,
-        time_to_train=time_to_train(run_step_draws(full, persistent), steps, hw, gpus, a.runs, seed)
+        time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
         | {"train_tokens": steps * work.tokens_per_step},
         settings=asdict(a), elapsed_s=time.perf_counter() - t0)
-
-
-def format_variability(r: VariabilityReport) -> str:
-    """The report as a table."""
-    s = r.step_time_s
-    thresholds = list(r.scales[0]["p_slowdown"])
-    lines = [f"{r.model} on {r.gpus} x {r.hardware}   " + " ".join(f"{k}={v}" for k, v in r.layout.items()),
-             f"step (s)        nominal {r.nominal_s:.3f} (every component at its median)   "
-             f"p5 {s['p5']:.3f}  p50 {s['p50']:.3f}  p95 {s['p95']:.3f}  mean {s['mean']:.3f}",
-             "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed",
-             f"{'gpus':>8} {'dp':>6} {'nominal':>8} {'p50':>8} {'p95':>8}  "
-             + "  ".join(f"P(>={x:>3})" for x in thresholds)]
-    for row in r.scales:
-        lines.append(f"{row['gpus']:>8} {row['dp']:>6} {row['nominal_s']:>8.3f} {row['p50_s']:>8.3f} "
-                     f"{row['p95_s']:>8.3f}  " + "  ".join(f"{p:>8.3f}" for p in row["p_slowdown"].values()))
-    top = r.attribution["ops"][:r.settings["top_ops"]]
-    lines += ["", "share of step-time variance (hold one at its median; drop in variance, normalised)",
-              "  components  " + "  ".join(f"{c['name']} {c['share']:.0%}" for c in r.attribution["components"]),
-              "  ops         " + "  ".join(f"{o['name']} {o['share']:.0%}" for o in top)]
-    lines += ["", f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']} compute): "
-              "median step per placement"]
-    for p in r.placements:
-        lines.append(f"  {p['placement']:<38} p50 {p['p50_s']:.3f}  p95 {p['p95_s']:.3f}  "
-                     f"x{p['vs_no_slow_nodes']:.3f}   slow GPUs per stage {p['slow_gpus_per_stage']}")
-    lines.append(f"  worst / best placement: {r.placement_spread:.3f}   (placements with the same slow GPUs per stage "
-                 f"coincide: the dp gradient reduction makes every replica wait for the slowest)")
-    t = r.time_to_train
-    lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {t['days']['p50']:.1f} days "
-              f"(90% band {t['days']['p5']:.1f}-{t['days']['p95']:.1f}), productive {t['productive_days']['p50']:.1f}, "
-              f"{t['interruptions']['p50']:.0f} interruptions, goodput {t['goodput']['p50']:.1%}",
-              f"({r.elapsed_s:.1f} s)"]
-    return "\n".join(lines)
-
-
-def variability_figure(r: VariabilityReport):
-    """The report as one figure of four panels: the step-time CDF against the nominal step
-    and its slowdown thresholds; P(slowdown >= x) versus GPU count; the shares of the
-    step-time variance (the ``top_ops`` op residuals, then the components); the median step
-    with the slow nodes in each placement, relative to none."""
-    fig, ((cdf, scale), (shares, placed)) = new_figure(2, 2, figsize=(12, 8))
-    fig.suptitle(f"{r.model} on {r.gpus} x {r.hardware}   "
-                 + " ".join(f"{k}={r.layout[k]}" for k in ("dp", "tp", "pp", "cp")))
-
-    cdf.plot(r.cdf["t_s"], r.cdf["p"], label=f"{r.gpus} GPUs")
-    for x in [0.0] + list(r.settings["thresholds"]):
-        cdf.axvline(r.nominal_s * (1 + x), color="grey", ls=":" if x else "--", lw=1)
-    cdf.set(xlabel="step time (s); dashed: nominal, dotted: nominal x (1 + x)", ylabel="P(step <= t)",
-            title="step-time distribution")
-    cdf.legend(fontsize=8)
-
-    gpus = [row["gpus"] for row in r.scales]
-    for x in r.scales[0]["p_slowdown"]:
-        scale.plot(gpus, [row["p_slowdown"][x] for row in r.scales], marker="o", label=f"slowdown >= {x}")
-    scale.axvline(r.gpus, color="grey", ls="--", lw=1, label=f"this job: {r.gpus} GPUs")
-    scale.set(xscale="log", xlabel="GPUs (tp, pp, cp and micro-batches per replica fixed)", ylabel="probability",
-              ylim=(-0.02, 1.02), title="P(step >= (1 + x) nominal) versus scale")
-    scale.legend(fontsize=8)
-
-    ops, comps = r.attribution["ops"][:r.settings["top_ops"]], r.attribution["components"]
-    names = [f"op {o['name']}" for o in ops] + [f"component {c['name']}" for c in comps]
-    values = [o["share"] for o in ops] + [c["share"] for c in comps]
-    colors = ["tab:blue"] * len(ops) + ["tab:orange"] * len(comps)
-    shares.barh(names[::-1], values[::-1], color=colors[::-1])
-    shares.tick_params(axis="y", labelsize=8)
-    shares.set(xlabel="share of step-time variance (held at its median; ops and components each sum to 1)",
-               title="what drives the spread")
-
-    labels = [f"{p['placement']}\n{p['slow_gpus_per_stage']}" for p in r.placements[1:]]
-    slower = [100 * (p["vs_no_slow_nodes"] - 1) for p in r.placements[1:]]
-    placed.barh(labels[::-1], slower[::-1], color="tab:red")
-    if not labels:
-        placed.text(0.5, 0.5, "no slow nodes placed (analysis.slow_nodes=0)", ha="center", transform=placed.transAxes)
-    placed.tick_params(axis="y", labelsize=7)
-    placed.set(xlabel="median step slower than with no slow nodes (%)",
-               title=f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']}): slow GPUs per stage")
-    fig.tight_layout()
-    return fig
-
-
-def plot_variability(r: VariabilityReport, path) -> Path:
-    """:func:`variability_figure` written to the PNG ``path`` (atomically)."""
-    return save_figure(variability_figure(r), path)

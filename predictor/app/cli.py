@@ -1,7 +1,9 @@
 """``prism <verb> [key=value ...]``: the command line.
 
-Each verb composes ``conf/`` with Hydra overrides, calls one Python function and prints
-a table (default) or JSON (``--json`` or ``output=json``). Bad input ends with one line
+Each verb composes ``conf/`` with Hydra overrides, turns the configuration into the typed
+specs and settings its analysis takes (:mod:`predictor.core.specs`), calls it and prints
+the result as a table (default, :mod:`predictor.app.render`) or JSON (``--json`` or
+``output=json``); ``plot=`` draws it (:mod:`predictor.app.plots`). Bad input ends with one line
 naming the field and the fix, and exit code 2. Verbs that measure (``sample``) import
 the torch-based :mod:`sampling` package only when they run, so ``predictor`` itself
 never imports torch.
@@ -12,9 +14,9 @@ import argparse
 import json
 import signal
 import sys
-from pathlib import Path
 from dataclasses import asdict
 from importlib import import_module
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -42,6 +44,49 @@ def _print(cfg, payload, table: str) -> None:
         print(json.dumps(payload, indent=2, default=str))
     else:
         print(table)
+
+
+def _job(cfg):
+    """The model, hardware and parallel layout of a composed configuration, checked."""
+    from predictor.core.profiles import section
+    from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+    return (section(cfg, "model", ModelConfig), section(cfg, "hardware", HardwareConfig),
+            section(cfg, "parallel", ParallelConfig))
+
+
+def _settings(cfg, *keys) -> dict:
+    """The top-level settings ``keys`` of ``cfg`` as keyword arguments of an analysis; a
+    setting left null keeps the analysis' default."""
+    return {key: cfg[key] for key in keys if cfg.get(key) is not None}
+
+
+def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
+    """Take the ``hardware=`` overrides out of ``overrides`` (``prism compare``).
+
+    Hydra would read ``hardware=[a,b]`` as a list of config-group options to merge into
+    one profile, so the list is parsed here instead. ``hardware=[a,b]``, ``hardware=a,b``
+    and repeated ``hardware=`` overrides all name several profiles.
+
+    Returns
+    -------
+    names : list of str or None
+        The profiles in the order given, without repeats; None where no ``hardware=`` was
+        given.
+    rest : list of str
+        The other overrides, unchanged.
+    """
+    names, rest = None, []
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        if key.lstrip("+~") != "hardware" or not sep:
+            rest.append(text)
+            continue
+        names = names or []
+        for name in value.strip().removeprefix("[").removesuffix("]").split(","):
+            name = name.strip().strip("'\"")
+            if name and name not in names:
+                names.append(name)
+    return names, rest
 
 
 def _measuring(verb: str, module: str):
@@ -135,7 +180,8 @@ def _import_trace(args) -> int:
     try:
         cost = None if cost is None else float(cost)
     except ValueError:
-        raise PrismError(f"profiler_cost_us={cost}: give microseconds per recorded event, e.g. 0.5", field='profiler_cost_us') from None
+        raise PrismError(f"profiler_cost_us={cost}: give microseconds per recorded event, e.g. 0.5",
+                         field='profiler_cost_us') from None
     report = import_trace(files, settings["out"], settings["hardware"], cost, progress=sys.stderr.isatty())
     _print_reports(report, settings["json"])
     return 0
@@ -152,20 +198,20 @@ def _import_microbench(args) -> int:
 
 
 def _hardware_and_samples(cfg):
-    from predictor.core.specs import HardwareConfig
     from predictor.core.profiles import section
+    from predictor.core.specs import HardwareConfig
     from predictor.data.store import read_samples
     if not cfg.samples:
-        raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)", field='samples')
+        raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)",
+                         field='samples')
     return section(cfg, "hardware", HardwareConfig), read_samples(cfg.samples)
 
 
 def _train(args) -> int:
     import time
 
-    from predictor.core.specs import RegressorConfig
-
     from predictor.core.profiles import section
+    from predictor.core.specs import RegressorConfig
     from predictor.data.importers.trace import trace_calibration
     from predictor.latency.artifacts import models_dir, train
     cfg = _load(args)
@@ -193,8 +239,8 @@ def _train(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from predictor.latency.evaluate import evaluate
     from predictor.latency.artifacts import ModelSet, models_dir
+    from predictor.latency.evaluate import evaluate
     cfg = _load(args)
     hw, samples = _hardware_and_samples(cfg)
     models = ModelSet.load(models_dir(cfg.models_dir) / hw.name, hw)
@@ -207,29 +253,34 @@ def _evaluate(args) -> int:
 
 
 def _predict(args) -> int:
-    from predictor.app.figures import plot_path
-    from predictor.analyses.predict import format_prediction, plot_prediction, predict
+    from predictor.analyses.predict import predict
+    from predictor.app.plots import plot_path, prediction_figure, save_figure
+    from predictor.app.render import format_prediction
     cfg = _load(args)
     png = plot_path(cfg.plot)
-    p = predict(cfg)
+    p = predict(*_job(cfg), cfg.gpus,
+                **_settings(cfg, "models_dir", "seed", "train_tokens", "target_step_s", "confidence"))
     if png:
-        plot_prediction(p, png)
+        save_figure(prediction_figure(p), png)
     _print(cfg, p.to_dict() | ({"plot": str(png)} if png else {}),
            format_prediction(p) + (f"\nplot            {png}" if png else ""))
     return 0
 
 
 def _variability(args) -> int:
-    from predictor.app.figures import plot_path
-    from predictor.analyses.variability import format_variability, plot_variability, variability
+    from predictor.analyses.variability import AnalysisConfig, variability
+    from predictor.app.plots import plot_path, save_figure, variability_figure
+    from predictor.app.render import format_variability
+    from predictor.core.profiles import section
     cfg = _load(args)
     if cfg.out:
         raise PrismError(f"out={cfg.out}: prism variability writes its figure to plot=PATH.png, "
                          "e.g. plot=variability.png", field='out')
     png = plot_path(cfg.plot)
-    report = variability(cfg)
+    report = variability(*_job(cfg), cfg.gpus, settings=section(cfg, "analysis", AnalysisConfig),
+                         **_settings(cfg, "models_dir", "seed", "train_tokens"))
     if png:
-        plot_variability(report, png)
+        save_figure(variability_figure(report), png)
     _print(cfg, report.to_dict() | {"plot": str(png) if png else None}, format_variability(report) + "\nplot    "
            + (str(png) if png else "none (plot=variability.png draws the CDF, slowdown vs scale, variance "
                                    "shares and slow-node placements)"))
@@ -237,25 +288,37 @@ def _variability(args) -> int:
 
 
 def _compare(args) -> int:
-    from predictor.analyses.compare import compare, format_comparison, plot_comparison, split_hardware
-    from predictor.app.figures import plot_path
+    from predictor.analyses.compare import check_hardware, compare, gpu_profiles
+    from predictor.app.config import load_config
+    from predictor.app.plots import comparison_figure, plot_path, save_figure
+    from predictor.app.render import format_comparison
+    from predictor.core.profiles import section
+    from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
     names, args.overrides = split_hardware(args.overrides)  # hardware=[a,b] is not a Hydra override
     cfg = _load(args)
     png = plot_path(cfg.plot)
-    c = compare(args.overrides, names)
+    # each profile composed with the same overrides, so that hardware.* edits apply to every one
+    profiles = [section(load_config([*args.overrides, f"hardware={name}"]), "hardware", HardwareConfig)
+                for name in check_hardware(gpu_profiles() if names is None else names)]
+    c = compare(section(cfg, "model", ModelConfig), profiles, section(cfg, "parallel", ParallelConfig), cfg.gpus,
+                **_settings(cfg, "models_dir", "seed", "train_tokens", "pue"))
     if png:
-        plot_comparison(c, png)
+        save_figure(comparison_figure(c), png)
     _print(cfg, c.to_dict() | {"plot": str(png) if png else None}, format_comparison(c) + "\nplot  "
            + (str(png) if png else "none (plot=compare.png draws the step-time CDFs and the time and cost bands)"))
     return 0
 
 
 def _search(args) -> int:
-    from predictor.app.figures import plot_path
-    from predictor.analyses.search import format_search, plot_search, search
+    from predictor.analyses.search import search
+    from predictor.app.plots import plot_path, save_figure, search_figure
+    from predictor.app.render import format_search
     cfg = _load(args)
-    result = search(cfg)
-    png = plot_search(result, plot_path(cfg.plot)) if cfg.plot else None
+    png = plot_path(cfg.plot)
+    model, hardware, base = _job(cfg)
+    result = search(model, hardware, cfg.gpus, base=base, **_settings(cfg, "rank_by", "top", "models_dir", "seed"))
+    if png:
+        save_figure(search_figure(result), png)
     _print(cfg, result.to_dict() | {"plot": str(png) if png else None}, format_search(result) + "\nplot      "
            + (str(png) if png else "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)"))
     return 0
@@ -286,8 +349,8 @@ def _measure(args) -> int:
 
 def _measured(args):
     """The config, hardware and measured rows of a verb that reads ``measured=FILE``."""
-    from predictor.core.specs import HardwareConfig
     from predictor.core.profiles import section
+    from predictor.core.specs import HardwareConfig
     from predictor.data.measurements import read_measurements
     cfg = _load(args)
     if not cfg.measured:
@@ -296,15 +359,15 @@ def _measured(args):
 
 
 def _validate(args) -> int:
-    from pathlib import Path
-
+    from predictor.analyses.validate import validate
+    from predictor.app.plots import cdf_figure, save_figure
+    from predictor.app.render import format_validation
     from predictor.latency.artifacts import trained_models
-    from predictor.analyses.validate import format_validation, plot_cdfs, validate
     cfg, hw, frame = _measured(args)
     models = trained_models(hw, cfg.models_dir)
     result = validate(frame, hw, models, seed=int(cfg.seed))
     png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
-    plot_cdfs(result, png)
+    save_figure(cdf_figure(result), png)
     if cfg.output == "json":
         print(json.dumps([s.to_dict() for s in result.scores], indent=2))
     else:
@@ -316,8 +379,9 @@ def _validate(args) -> int:
 
 def _calibrate(args) -> int:
     from predictor.analyses.calibrate import cross_validate, fit_calibration
+    from predictor.analyses.validate import validate
+    from predictor.app.render import format_validation
     from predictor.latency.artifacts import ModelSet, models_dir
-    from predictor.analyses.validate import format_validation, validate
     cfg, hw, frame = _measured(args)
     directory = models_dir(cfg.models_dir) / hw.name
     models = ModelSet.load(directory, hw)
@@ -508,10 +572,10 @@ VERBS = {
                   "prism import-trace run/*.json.gz out=samples/trace       # GPU traces name their device",
                   "prism train samples=samples/trace hardware=local-cpu models_dir=runs/trace-models",
                   "prism measure model=small out=runs/m.parquet measure.trace_dir=traces   # record some"],
-        positional="path", nargs="+", metavar="FILE", positional_help="trace files, then out=DIR (required), hardware=NAME "
-                                                      "(required for CPU traces), profiler_cost_us=US (CPU "
-                                                      "traces: the profiler's cost per recorded event; default: "
-                                                      "the one prism measure records) and output=json|table"),
+        positional="path", nargs="+", metavar="FILE",
+        positional_help="trace files, then out=DIR (required), hardware=NAME (required for CPU traces), "
+                        "profiler_cost_us=US (CPU traces: the profiler's cost per recorded event; default: "
+                        "the one prism measure records) and output=json|table"),
     "import-ett": dict(
         run=_import_ett, help="import estimate-train-time (arXiv 2509.22832) samples into the sample store",
         description="Convert one cluster folder of the estimate-train-time layout "

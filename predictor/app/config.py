@@ -39,5 +39,6 @@ def load_config(overrides: list[str] = ()) -> DictConfig:
         cause = exc.__cause__
         if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
             raise PrismError(f"{cause.full_key}: no such setting; `prism <verb> --show-config` "
-                             f"lists the settings (to add a new key anyway: +{cause.full_key}=...)", field=cause.full_key) from None
+                             f"lists the settings (to add a new key anyway: +{cause.full_key}=...)",
+                             field=cause.full_key) from None
         raise PrismError(f"configuration: {' '.join(str(exc).split())}") from None

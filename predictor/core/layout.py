@@ -17,6 +17,21 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe")
 ATTENTIONS = ("flash", "unfused")
 
 
+def check_schedule(schedule: str) -> str:
+    """``schedule`` as one of :data:`SCHEDULES`, or one error naming ``parallel.schedule``:
+    the one place that decides which pipeline schedules PRISM predicts."""
+    if schedule == "zero_bubble":
+        raise PrismError("parallel.schedule=zero_bubble: not modelled. Zero-bubble pipelines (ZB-H1, Qi et al. "
+                         "2024, arXiv 2401.10241) split each backward into its input- and weight-gradient halves "
+                         "and delay the latter into the bubble; PRISM's decomposition does not separate them yet. "
+                         "Use parallel.schedule=1f1b, whose step is an upper bound on ZB-H1's",
+                         field="parallel.schedule")
+    if schedule not in SCHEDULES:
+        raise PrismError(f"parallel.schedule={schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}",
+                         field="parallel.schedule")
+    return schedule
+
+
 def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
@@ -34,19 +49,15 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PrismError(f"parallel.{name}={value!r}: must be a positive integer", field=f"parallel.{name}")
     if par.sharding not in SHARDINGS:
-        raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')
+        raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}",
+                         field='parallel.sharding')
     if par.recompute not in RECOMPUTES:
-        raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}", field='parallel.recompute')
-    if par.schedule == "zero_bubble":
-        raise PrismError("parallel.schedule=zero_bubble: not modelled. Zero-bubble pipelines (ZB-H1, Qi et al. "
-                         "2024, arXiv 2401.10241) split each backward into its input- and weight-gradient halves "
-                         "and delay the latter into the bubble; PRISM's decomposition does not separate them yet. "
-                         "Use parallel.schedule=1f1b, whose step is an upper bound on ZB-H1's",
-                         field="parallel.schedule")
-    if par.schedule not in SCHEDULES:
-        raise PrismError(f"parallel.schedule={par.schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}", field='parallel.schedule')
+        raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}",
+                         field='parallel.recompute')
+    check_schedule(par.schedule)
     if par.attention not in ATTENTIONS:
-        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused", field='parallel.attention')
+        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused",
+                         field='parallel.attention')
     tp, name = par.tp, model.name
     if model.num_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "
@@ -67,7 +78,8 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     if par.schedule == "interleaved":
         if par.vpp < 2 or par.pp < 2:
             raise PrismError(f"parallel.schedule=interleaved: needs parallel.pp >= 2 and parallel.vpp >= 2 "
-                             f"(got pp={par.pp}, vpp={par.vpp}); set vpp or use schedule=1f1b", field='parallel.schedule')
+                             f"(got pp={par.pp}, vpp={par.vpp}); set vpp or use schedule=1f1b",
+                             field='parallel.schedule')
         if par.pp * par.vpp > model.num_layers:
             raise PrismError(f"parallel.vpp={par.vpp}: pp·vpp = {par.pp * par.vpp} model chunks exceed "
                              f"model.num_layers={model.num_layers}; lower vpp", field='parallel.vpp')
@@ -92,7 +104,7 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
                              f"carved out of the data-parallel ranks) and model.num_experts={model.num_experts}; "
                              f"pick ep among the common divisors", field="parallel.ep")
     if gpus is not None:
-        need = par.dp * par.tp * par.pp * par.cp
+        need = par.world_size
         if gpus != need:
             raise PrismError(f"gpus={gpus}: must equal dp·tp·pp·cp = {par.dp}·{par.tp}·{par.pp}·{par.cp} "
                              f"= {need}; set gpus={need} or change parallel.dp", field='gpus')
@@ -123,7 +135,7 @@ def with_default_batch(par: ParallelConfig) -> ParallelConfig:
 def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
     """A copy of ``par`` with dp filled from ``gpus`` and the default global batch
     (:func:`with_default_batch`)."""
-    per_replica = par.tp * par.pp * par.cp
+    per_replica = par.replica_gpus
     if gpus:
         if gpus % per_replica:
             raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "

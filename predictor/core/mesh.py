@@ -38,7 +38,7 @@ class Mesh:
     gpus_per_node: int
 
     @classmethod
-    def of(cls, layout, gpus_per_node: int) -> "Mesh":
+    def of(cls, layout, gpus_per_node: int) -> Mesh:
         """The mesh of a :class:`~predictor.core.specs.ParallelConfig` (validated by
         :func:`predictor.core.layout.validate_layout`)."""
         return cls(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, gpus_per_node)

@@ -88,6 +88,30 @@ OPS: dict[str, OpSpec] = {
     ]
 }
 
+@dataclass(frozen=True)
+class Call:
+    """``count`` calls of ``op`` in ``pass_`` at ``shape``: the one record of an operator
+    call, from a layer's ops through the step's decomposition and the composer to the
+    sampler's plan. Collectives also carry their group's placement on nodes."""
+
+    op: str
+    pass_: str
+    shape: tuple  # sorted (column, value) pairs: hashable, so equal calls are looked up once
+    count: int = 1
+    role: str = "compute"  # compute | tp | cp | pp | dp | optimizer | sampled
+    ranks_per_node: int = 1
+    nodes: int = 1
+
+    @classmethod
+    def of(cls, op: str, pass_: str, shape: dict, count: int = 1, role: str = "compute",
+           topology: tuple[int, int] = (1, 1)) -> Call:
+        return cls(op, pass_, tuple(sorted(shape.items())), count, role, *topology)
+
+    @property
+    def shape_dict(self) -> dict:
+        return dict(self.shape)
+
+
 COMPUTE_OPS = tuple(name for name, spec in OPS.items() if not spec.collective)
 COLLECTIVE_OPS = tuple(name for name, spec in OPS.items() if spec.collective)
 

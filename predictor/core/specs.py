@@ -8,7 +8,6 @@ a notebook can build them directly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from predictor.core.errors import PrismError
 
@@ -52,7 +51,7 @@ class MemorySpec:
 class LinkSpec:
     bandwidth: float  # bytes/s per GPU, per direction
     latency_us: float
-    nics_per_node: Optional[int] = None
+    nics_per_node: int | None = None
 
 
 @dataclass
@@ -83,21 +82,21 @@ class HardwareConfig:
 
     name: str
     device: DeviceSpec
-    peak_flops: dict[str, Optional[float]]
+    peak_flops: dict[str, float | None]
     memory: MemorySpec
     node: NodeSpec
     network: NetworkSpec
-    price_per_gpu_hour: Optional[float]
-    power_w: Optional[float]
+    price_per_gpu_hour: float | None
+    power_w: float | None
     variability: VariabilitySpec
     train_dtype: str = "bfloat16"  # the precision of compute ops when training on it
     # The linear layers' GEMMs where they run in another precision than train_dtype:
     # float8 for torchtitan's Float8 linears or Transformer Engine fp8; null = train_dtype.
-    gemm_dtype: Optional[str] = None
+    gemm_dtype: str | None = None
     # Another profile whose operator models this one borrows when it has none of its own:
     # a GPU with the same compute die (H200 = H100's GH100), so the models' efficiency
     # relative to the roofline floor carries over; the floor is this profile's.
-    models_from: Optional[str] = None
+    models_from: str | None = None
 
     def peak(self, dtype: str) -> float:
         value = self.peak_flops.get(dtype)
@@ -132,6 +131,16 @@ class ParallelConfig:
     # TP collectives run under the layer's GEMMs (Megatron --tp-comm-overlap, torchtitan
     # async TP); off: they run between them.
     overlap_tp_comm: bool = False
+
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs of one data-parallel replica: tp·cp·pp."""
+        return self.tp * self.cp * self.pp
+
+    @property
+    def world_size(self) -> int:
+        """GPUs of the job: dp·tp·cp·pp (ep lives inside dp·cp: :mod:`predictor.core.mesh`)."""
+        return self.dp * self.replica_gpus
 
 
 @dataclass
@@ -170,7 +179,7 @@ class MeasureConfig:
     device: str  # auto | cpu | cuda
     timeout_s: float
     seed: int = 0
-    trace_dir: Optional[str] = None  # also write torch.profiler traces of trace_steps more steps here
+    trace_dir: str | None = None  # also write torch.profiler traces of trace_steps more steps here
     trace_steps: int = 3
 
 

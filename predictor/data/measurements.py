@@ -31,10 +31,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.decompose import Workload, decompose
 from predictor.core.errors import PrismError
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.store import atomic_write_table
+from predictor.workload.decompose import Workload, decompose
 
 SCHEMA = pa.schema([
     ("layout_id", pa.string()), ("hardware", pa.string()), ("model_json", pa.string()),
@@ -68,7 +68,8 @@ def read_measurements(path) -> pd.DataFrame:
     """Every row of a measurement file, checked (one clear error naming file and column)."""
     path = Path(path)
     if not path.is_file():
-        raise PrismError(f"measured={path}: no such file; write one with `prism measure ... out={path}`", field='measured')
+        raise PrismError(f"measured={path}: no such file; write one with `prism measure ... out={path}`",
+                         field='measured')
     try:
         frame = pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:
@@ -76,7 +77,8 @@ def read_measurements(path) -> pd.DataFrame:
                          f"measure again", field='measured') from None
     missing = [c for c in COLUMNS if c not in frame]
     if missing:
-        raise PrismError(f"measured={path}: missing column(s) {', '.join(missing)}; not a `prism measure` file", field='measured')
+        raise PrismError(f"measured={path}: missing column(s) {', '.join(missing)}; not a `prism measure` file",
+                         field='measured')
     if frame.empty:
         raise PrismError(f"measured={path}: no rows; measure at least one layout", field='measured')
     if (frame.step_time_s <= 0).any() or frame.step_time_s.isna().any():
@@ -95,7 +97,7 @@ def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[st
     out = []
     for layout_id, group in step_times(frame).groupby("layout_id", sort=False):
         model, par = layout_configs(frame, layout_id)
-        out.append((layout_id, decompose(model, par, hw, par.dp * par.tp * par.pp * par.cp),
+        out.append((layout_id, decompose(model, par, hw, par.world_size),
                     group.step_time_s.to_numpy()))
     return out
 

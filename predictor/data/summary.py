@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from predictor.data import store
 from predictor.core.ops import OPS
+from predictor.data import store
 
 
 def summarize(path) -> pd.DataFrame:

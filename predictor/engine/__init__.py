@@ -1,2 +1,7 @@
 """The one composition implementation: operator quantiles -> draws -> per-stage sums ->
-pipeline schedule -> step-time distribution. Every analysis calls it."""
+pipeline schedule -> step-time distribution. Every analysis calls it.
+
+``draws`` (residuals by inverse CDF, variability factors) and ``stages`` (the stage
+arithmetic, for one layout or thousands) are shared by ``compose`` (one layout, the
+exact schedule walk of ``schedule``) and ``screen`` (every layout of a search at once,
+the walk shortened by a closed form)."""

@@ -62,8 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.core.errors import PrismError
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+from predictor.core.layout import check_schedule
 
 # Op of a rank's order: (is_backward, model chunk v, micro-batch j).
 Op = tuple[bool, int, int]
@@ -99,13 +98,7 @@ class PipelineResult:
 
 
 def _check_schedule(schedule: str, pp: int, m: int, vpp: int) -> str:
-    name = str(schedule).strip().lower()
-    if name in ("zero-bubble", "zero_bubble", "zb", "zbh1"):
-        raise PrismError(f"parallel.schedule={schedule!r}: the zero-bubble schedule is not modelled yet; "
-                         f"use one of {', '.join(SCHEDULES)}", field='parallel.schedule')
-    if name not in SCHEDULES:
-        raise PrismError(f"parallel.schedule={schedule!r}: unknown pipeline schedule; use one of "
-                         f"{', '.join(SCHEDULES)}", field='parallel.schedule')
+    name = check_schedule(schedule)
     if pp < 1:
         raise PrismError(f"parallel.pp={pp}: needs at least one pipeline stage", field='parallel.pp')
     if m < 1:
@@ -207,8 +200,8 @@ def _p2p(p, field: str, pp: int, vpp: int, m: int, s: int) -> np.ndarray:
     try:
         return np.broadcast_to(a, (pp, vpp, m, s))
     except ValueError:
-        raise PrismError(f"{field}: shape {a.shape} does not broadcast to (pp={pp}, vpp={vpp}, m={m}, S={s})", field=field) \
-            from None
+        raise PrismError(f"{field}: shape {a.shape} does not broadcast to (pp={pp}, vpp={vpp}, m={m}, S={s})",
+                         field=field) from None
 
 
 def simulate_pipeline(fwd, bwd, p2p_fwd=0.0, p2p_bwd=0.0, schedule: str = "1f1b",

@@ -24,13 +24,13 @@ import pandas as pd
 import sklearn
 import xgboost as xgb
 
-from predictor.latency.calibration import Calibration
-from predictor.core.specs import HardwareConfig, RegressorConfig
-from predictor.core.profiles import REPO_ROOT, load_hardware
 from predictor.core.errors import PrismError
+from predictor.core.ops import COLLECTIVE_OPS, OPS
+from predictor.core.profiles import REPO_ROOT, load_hardware
+from predictor.core.specs import HardwareConfig, RegressorConfig
+from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, feature_names, features
 from predictor.latency.regressor import QuantileXGBRegressor
-from predictor.core.ops import COLLECTIVE_OPS, OPS
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -41,7 +41,7 @@ def models_dir(configured=None) -> Path:
     return Path(configured) if configured else REPO_ROOT / "models"
 
 
-def trained_models(hw: HardwareConfig, root=None) -> "ModelSet | None":
+def trained_models(hw: HardwareConfig, root=None) -> ModelSet | None:
     """``hw``'s trained models, or None where none were trained (predictions then rest on
     priors)."""
     path = models_dir(root) / hw.name
@@ -60,7 +60,7 @@ TIERS = ("measured samples", "microbenchmarks", "spec-only prior")
 MICROBENCH = "microbench:"
 
 
-def evidence_tier(models: "ModelSet | None") -> str:
+def evidence_tier(models: ModelSet | None) -> str:
     """The tier (:data:`TIERS`) of ``models``; None means no trained models: the spec prior."""
     if models is None:
         return TIERS[2]
@@ -138,7 +138,7 @@ class ModelSet:
         self.models = models
         self.manifest = manifest or {}
 
-    def with_hardware(self, hw: HardwareConfig) -> "ModelSet":
+    def with_hardware(self, hw: HardwareConfig) -> ModelSet:
         """The same models queried for ``hw``: a copy of their profile with another network
         (a job on its own cluster), or a profile that borrows them (``models_from``); the
         floors, and so the predictions, follow ``hw``."""
@@ -206,7 +206,7 @@ class ModelSet:
         return directory
 
     @classmethod
-    def load(cls, directory, hw: HardwareConfig) -> "ModelSet":
+    def load(cls, directory, hw: HardwareConfig) -> ModelSet:
         """Load a hardware's models, checking them against the manifest and the profile."""
         directory = Path(directory)
         path = directory / MANIFEST
@@ -229,7 +229,8 @@ class ModelSet:
             for part, f in entry["files"].items():
                 file = directory / f["file"]
                 if not file.exists():
-                    raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train", field=str(file))
+                    raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train",
+                                     field=str(file))
                 if hashlib.sha256(file.read_bytes()).hexdigest() != f["sha256"]:
                     raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
                                      f"truncated); retrain with prism train", field=str(file))

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
-
 @dataclass(frozen=True)
 class Calibration:
     compute_scale: float = 1.0

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.latency.artifacts import ModelSet, shape_groups
 from predictor.core.ops import OPS
+from predictor.latency.artifacts import ModelSet, shape_groups
 
 COLUMNS = ["op", "pass", "group", "n", "rows", "mape_median", "pinball", "coverage_80", "coverage_90"]
 
@@ -31,8 +31,9 @@ def metrics(rows: pd.DataFrame, quantiles: np.ndarray, levels, groups: np.ndarra
     mid = levels.index(0.5)
     per_shape = pd.DataFrame({"g": groups, "y": lat, "p": quantiles[:, mid]}).groupby("g")
     measured, predicted = per_shape["y"].median(), per_shape["p"].first()
-    inside = lambda lo, hi: float(np.mean((lat >= quantiles[:, levels.index(lo)])
-                                          & (lat <= quantiles[:, levels.index(hi)])))
+    def inside(lo, hi):
+        return float(np.mean((lat >= quantiles[:, levels.index(lo)]) & (lat <= quantiles[:, levels.index(hi)])))
+
     return {"n": int(len(measured)), "rows": int(len(lat)),
             "mape_median": float(np.mean(np.abs(predicted - measured) / measured)),
             "pinball": pinball(np.log(lat), np.log(quantiles), levels),

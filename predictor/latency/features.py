@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.core.specs import HardwareConfig
 from predictor.core.errors import PrismError
 from predictor.core.ops import BUS_FACTOR, OPS, OPTIMIZERS, bytes_moved, dtype_bytes, flops
+from predictor.core.specs import HardwareConfig
 
 #: Columns a collective's features read besides its shape (from the sample store).
 TOPOLOGY = ("ranks_per_node", "nodes")

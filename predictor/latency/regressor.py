@@ -76,7 +76,7 @@ class QuantileXGBRegressor:
         params = {"tree_method": "hist", "max_depth": self.max_depth, "eta": self.learning_rate,
                   "min_child_weight": self.min_child_weight, "subsample": self.subsample,
                   "seed": self.random_state, "nthread": self.n_jobs, "objective": "reg:squarederror"}
-        data = xgb.DMatrix(X, label=y)
+        data = xgb.DMatrix(X, label=y, nthread=self.n_jobs)
         if quantiles:
             params.update(objective="reg:quantileerror", quantile_alpha=np.asarray(self.quantiles),
                           multi_strategy=self.multi_strategy, max_depth=self.spread_max_depth)
@@ -92,7 +92,7 @@ class QuantileXGBRegressor:
         self.booster_ = self._train(X, y - self._center(X), quantiles=True)
 
     def _center(self, X) -> np.ndarray:
-        return self.center_.predict(xgb.DMatrix(X))
+        return self.center_.predict(xgb.DMatrix(X, nthread=self.n_jobs))
 
     def fit(self, X, y, groups=None):
         """Fit on rows ``X``/``y``; rows sharing a group (a shape's repeats) stay together."""
@@ -115,7 +115,7 @@ class QuantileXGBRegressor:
 
     def _raw(self, X) -> np.ndarray:
         X = np.asarray(X, dtype=float)
-        spread = np.sort(self.booster_.predict(xgb.DMatrix(X)).reshape(len(X), -1), axis=1)
+        spread = np.sort(self.booster_.predict(xgb.DMatrix(X, nthread=self.n_jobs)).reshape(len(X), -1), axis=1)
         # the center is the median; the spread booster only shapes the quantiles around it
         mid = len(self.quantiles) // 2
         return self._center(X)[:, None] + spread - spread[:, mid:mid + 1]

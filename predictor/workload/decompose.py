@@ -26,33 +26,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
+from predictor.core.ops import Call
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.workload.layers import layer_ops, parameter_tensors
 from predictor.workload.memory import GRAD_BYTES, WEIGHT_BYTES, padded_vocab, stage_parameters
-from predictor.workload.layers import OpUse, layer_ops, parameter_tensors
 
 #: bf16 activations.
 ACT_BYTES = 2
 #: Megatron's DDP bucket: 40 M parameters (``bucket_size`` default, megatron/core/distributed).
 BUCKET_PARAMS = 40_000_000
-
-
-@dataclass(frozen=True)
-class Call:
-    """``count`` calls of ``op`` in ``pass_`` at ``shape``; collectives carry their topology."""
-
-    op: str
-    pass_: str
-    shape: tuple  # sorted (column, value) pairs
-    count: int
-    role: str  # compute | tp | cp | pp | dp | optimizer
-    ranks_per_node: int = 1
-    nodes: int = 1
-
-    @property
-    def shape_dict(self) -> dict:
-        return dict(self.shape)
 
 
 @dataclass
@@ -86,21 +70,16 @@ class Workload:
         return self.parallel.global_batch_size * self.seq
 
 
-def _call(use: OpUse, pass_: str, count: int, role="compute", topo=(1, 1)) -> Call:
-    return Call(use.op, pass_, tuple(sorted(use.shape.items())), count, role, *topo)
-
-
 def _collective(op: str, message: float, group: int, count: int, role: str, topo) -> Call:
-    shape = {"message_bytes": int(message), "group_size": group}
-    return Call(op, "step", tuple(sorted(shape.items())), count, role, *topo)
+    return Call.of(op, "step", {"message_bytes": int(message), "group_size": group}, count, role, topo)
 
 
 def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int) -> tuple[list[Call], list[Call]]:
     """Forward and backward calls of ``layers`` transformer layers for one micro-batch."""
     mbs, tp, cp = par.micro_batch_size, par.tp, par.cp
     compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention)
-    fwd = [_call(u, "fwd", u.count * layers) for u in compute]
-    bwd = [_call(u, "bwd", u.count * layers) for u in compute]
+    fwd = [replace(c, count=c.count * layers) for c in compute]
+    bwd = [replace(c, pass_="bwd", count=c.count * layers) for c in compute]
     activation = mbs * seq // cp * model.hidden_size * ACT_BYTES
     if tp > 1:
         if par.sequence_parallel:
@@ -115,8 +94,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int) -> tuple[list[C
         fwd.append(_collective("all_gather", kv, cp, layers, "cp", cp_topo))
         bwd.append(_collective("reduce_scatter", kv, cp, layers, "cp", cp_topo))
     if par.recompute == "full":
-        bwd += [Call(c.op, "fwd" if c.role == "compute" else c.pass_, c.shape, c.count, c.role,
-                     c.ranks_per_node, c.nodes) for c in fwd]
+        bwd += fwd  # every forward call, the layer's collectives included, runs again
     elif par.recompute == "selective":
         bwd += [c for c in fwd if c.op in ("attention", "bmm", "softmax")]
     return fwd, bwd
@@ -128,14 +106,14 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
     send and its once-per-step calls: DP gradient reduction, ZeRO gathers, optimizer step."""
     ends = []
     if first:
-        ends.append(OpUse("embedding", {"tokens": tokens, "hidden": model.hidden_size, "vocab": vocab}))
+        ends.append(Call.of("embedding", "fwd", {"tokens": tokens, "hidden": model.hidden_size, "vocab": vocab}))
     if last:
         sp_tokens = tokens // par.tp if par.sequence_parallel else tokens
-        ends += [OpUse(model.norm, {"tokens": sp_tokens, "hidden": model.hidden_size}),
-                 OpUse("gemm", {"m": tokens, "n": vocab, "k": model.hidden_size}),
-                 OpUse("cross_entropy", {"tokens": tokens, "vocab": vocab})]
-    stage.forward += [_call(u, "fwd", 1) for u in ends]
-    stage.backward += [_call(u, "bwd", 1) for u in ends]
+        ends += [Call.of(model.norm, "fwd", {"tokens": sp_tokens, "hidden": model.hidden_size}),
+                 Call.of("gemm", "fwd", {"m": tokens, "n": vocab, "k": model.hidden_size}),
+                 Call.of("cross_entropy", "fwd", {"tokens": tokens, "vocab": vocab})]
+    stage.forward += ends
+    stage.backward += [replace(c, pass_="bwd") for c in ends]
     layers = stage.layers
     if not last:
         sent = tokens * model.hidden_size * ACT_BYTES // (par.tp if par.sequence_parallel else 1)
@@ -155,8 +133,8 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
             stage.backward.append(gather)
     opt_params = params // dp_group if sharded else params
     tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
-    stage.step.append(Call("optimizer_step", "step", tuple(sorted(
-        {"params": max(opt_params, 1), "tensors": tensors, "optimizer": "adamw"}.items())), 1, "optimizer"))
+    stage.step.append(Call.of("optimizer_step", "step", {"params": max(opt_params, 1), "tensors": tensors,
+                                                         "optimizer": "adamw"}, role="optimizer"))
     return stage
 
 
@@ -165,7 +143,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``."""
     seq = seq or model.seq_length
     par = with_default_batch(par)
-    gpus = gpus or par.dp * par.tp * par.pp * par.cp
+    gpus = gpus or par.world_size
     validate_layout(model, par, gpus)
     mesh = Mesh.of(par, hw.node.gpus_per_node)
     tp_topo, cp_topo, dp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "dp", "pp"))

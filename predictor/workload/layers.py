@@ -2,24 +2,14 @@
 
 ``layer_ops`` lists one transformer layer's compute ops with their tensor-parallel
 sharded shapes (Megatron-LM's column/row split: TP divides heads and the FFN width,
-Shoeybi et al. 2019, arXiv 1909.08053); ``model_ops`` adds the embedding, the output
-head, the loss and the optimizer step. Sampling plans use them to measure the shapes
-a target workload needs; the composer builds the whole step on them.
+Shoeybi et al. 2019, arXiv 1909.08053); :func:`predictor.workload.decompose.decompose`
+builds the whole step on them (the embedding, output head, loss, optimizer step and
+collectives are its own), and sampling plans take their targets from that step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from predictor.core.ops import Call
 from predictor.core.specs import ModelConfig
-
-
-@dataclass(frozen=True)
-class OpUse:
-    """One op call in a step: the op, its shape, and how many times a layer/step runs it."""
-
-    op: str
-    shape: dict
-    count: int = 1
 
 
 def layer_parameters(model: ModelConfig, tp: int = 1) -> tuple[int, int]:
@@ -52,21 +42,21 @@ def parameter_tensors(model: ModelConfig) -> int:
 
 
 def attention_ops(micro_batch: int, heads: int, kv: int, seq_q: int, seq_kv: int, head_dim: int,
-                  kernel: str = "flash") -> list[OpUse]:
+                  kernel: str = "flash") -> list[Call]:
     """The attention core: one fused kernel (FlashAttention, SDPA), or Megatron's unfused
     path before it: QK^T (baddbmm), the fused scale-mask-softmax, and PV (bmm)."""
     if kernel == "flash":
-        return [OpUse("attention", {"batch": micro_batch, "heads": heads, "kv_heads": kv, "seq_q": seq_q,
+        return [Call.of("attention", "fwd", {"batch": micro_batch, "heads": heads, "kv_heads": kv, "seq_q": seq_q,
                                     "seq_kv": seq_kv, "head_dim": head_dim, "causal": True})]
     bh = micro_batch * heads  # grouped K/V are expanded to every query head first
-    return [OpUse("bmm", {"batch": bh, "m": seq_q, "n": seq_kv, "k": head_dim}),
-            OpUse("softmax", {"batch": micro_batch, "heads": heads, "seq_q": seq_q, "seq_kv": seq_kv,
+    return [Call.of("bmm", "fwd", {"batch": bh, "m": seq_q, "n": seq_kv, "k": head_dim}),
+            Call.of("softmax", "fwd", {"batch": micro_batch, "heads": heads, "seq_q": seq_q, "seq_kv": seq_kv,
                               "causal": True}),
-            OpUse("bmm", {"batch": bh, "m": seq_q, "n": head_dim, "k": seq_kv})]
+            Call.of("bmm", "fwd", {"batch": bh, "m": seq_q, "n": head_dim, "k": seq_kv})]
 
 
 def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1, cp: int = 1,
-              sequence_parallel: bool = False, attention: str = "flash") -> list[OpUse]:
+              sequence_parallel: bool = False, attention: str = "flash") -> list[Call]:
     """The compute ops of one transformer layer for one micro-batch.
 
     With context parallelism each rank holds ``seq / cp`` tokens and attends to the
@@ -80,37 +70,19 @@ def layer_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1, cp: i
     t_sp = t // tp if sequence_parallel else t
     norm = model.norm
     ops = [
-        OpUse(norm, {"tokens": t_sp, "hidden": h}, 2),
-        OpUse("gemm", {"m": t, "n": (heads + 2 * kv) * hd, "k": h}),  # QKV
+        Call.of(norm, "fwd", {"tokens": t_sp, "hidden": h}, 2),
+        Call.of("gemm", "fwd", {"m": t, "n": (heads + 2 * kv) * hd, "k": h}),  # QKV
         *attention_ops(micro_batch, heads, kv, seq // cp, seq, hd, attention),
-        OpUse("gemm", {"m": t, "n": h, "k": heads * hd}),  # attention output
-        OpUse("residual_add", {"tokens": t_sp, "hidden": h}, 2),
+        Call.of("gemm", "fwd", {"m": t, "n": h, "k": heads * hd}),  # attention output
+        Call.of("residual_add", "fwd", {"tokens": t_sp, "hidden": h}, 2),
     ]
     if model.position == "rope":
-        ops.append(OpUse("rope", {"tokens": t, "heads": heads, "head_dim": hd}))
-        ops.append(OpUse("rope", {"tokens": t, "heads": kv, "head_dim": hd}))
+        ops.append(Call.of("rope", "fwd", {"tokens": t, "heads": heads, "head_dim": hd}))
+        ops.append(Call.of("rope", "fwd", {"tokens": t, "heads": kv, "head_dim": hd}))
     if model.activation == "swiglu":
-        ops.append(OpUse("gemm", {"m": t, "n": 2 * ffn, "k": h}))
+        ops.append(Call.of("gemm", "fwd", {"m": t, "n": 2 * ffn, "k": h}))
     else:
-        ops.append(OpUse("gemm", {"m": t, "n": ffn, "k": h}))
-    ops.append(OpUse(model.activation, {"tokens": t, "hidden": ffn}))
-    ops.append(OpUse("gemm", {"m": t, "n": h, "k": ffn}))  # FFN down
-    return ops
-
-
-def model_ops(model: ModelConfig, micro_batch: int, seq: int, tp: int = 1,
-              optimizer: str = "adamw") -> list[OpUse]:
-    """All compute ops of one step of a single pipeline stage holding every layer."""
-    t = micro_batch * seq
-    vocab = model.vocab_size // tp  # vocabulary-parallel embedding and head
-    ops = [OpUse(o.op, o.shape, o.count * model.num_layers)
-           for o in layer_ops(model, micro_batch, seq, tp)]
-    ops += [
-        OpUse("embedding", {"tokens": t, "hidden": model.hidden_size, "vocab": vocab}),
-        OpUse(model.norm, {"tokens": t, "hidden": model.hidden_size}),
-        OpUse("gemm", {"m": t, "n": vocab, "k": model.hidden_size}),  # output head
-        OpUse("cross_entropy", {"tokens": t, "vocab": vocab}),
-        OpUse("optimizer_step", {"params": parameter_count(model) // tp,
-                                 "tensors": parameter_tensors(model), "optimizer": optimizer}),
-    ]
+        ops.append(Call.of("gemm", "fwd", {"m": t, "n": ffn, "k": h}))
+    ops.append(Call.of(model.activation, "fwd", {"tokens": t, "hidden": ffn}))
+    ops.append(Call.of("gemm", "fwd", {"m": t, "n": h, "k": ffn}))  # FFN down
     return ops

@@ -102,11 +102,10 @@ transient buffers (activation gradients, bucketed gradient reduction). Override 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
-from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.core.errors import PrismError
 from predictor.core.layout import RECOMPUTES, SHARDINGS, layers_per_stage, validate_layout
+from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.workload.layers import layer_parameters
 
 GiB = 1024 ** 3
@@ -185,7 +184,8 @@ def model_state_bytes(params: float, shard_group: int = 1, sharding: str = "none
     """(weights, gradients, optimizer) bytes of ``params`` parameters under ZeRO-style
     sharding over ``shard_group`` ranks (ZeRO Sec. 3.1 / Fig. 1 with ``grad_bytes=2``)."""
     if sharding not in _SHARDED:
-        raise PrismError(f"parallel.sharding={sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')
+        raise PrismError(f"parallel.sharding={sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}",
+                         field='parallel.sharding')
     w, g, o = _SHARDED[sharding]
     n = shard_group
     return (params * WEIGHT_BYTES / (n if w else 1),
@@ -198,11 +198,12 @@ def model_state_bytes(params: float, shard_group: int = 1, sharding: str = "none
 def layer_activation_bytes(model: ModelConfig, seq: int, micro_batch: int, tp: int = 1,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = True, cp: int = 1,
-                           dropout: Optional[bool] = None) -> float:
+                           dropout: bool | None = None) -> float:
     """Activation bytes one transformer layer stores for one micro-batch on one GPU
     (Korthikanti et al. 2022, Table 2, generalised as the module docstring explains)."""
     if recompute not in RECOMPUTES:
-        raise PrismError(f"parallel.recompute={recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}", field='parallel.recompute')
+        raise PrismError(f"parallel.recompute={recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}",
+                         field='parallel.recompute')
     drop = model.family == "gpt" if dropout is None else dropout
     s, b, h, t = seq / cp, micro_batch, model.hidden_size, tp
     sp = sequence_parallel and tp > 1
@@ -250,9 +251,9 @@ def in_flight_microbatches(par: ParallelConfig, stage: int) -> float:
 
 # ---------------------------------------------------------------- the breakdown
 
-def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: Optional[int] = None, *,
+def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = None, *,
                      flash_attention: bool = True, grad_bytes: float = GRAD_BYTES,
-                     workspace_gib: float = WORKSPACE_GIB, dropout: Optional[bool] = None,
+                     workspace_gib: float = WORKSPACE_GIB, dropout: bool | None = None,
                      vocab_multiple: int = VOCAB_MULTIPLE) -> list[MemoryBreakdown]:
     """The :class:`MemoryBreakdown` of one GPU of every pipeline stage."""
     seq = model.seq_length if seq is None else seq
@@ -287,10 +288,10 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: Optional[int]
     return out
 
 
-def memory_per_gpu(model: ModelConfig, par: ParallelConfig, seq: Optional[int] = None,
-                   stage: Optional[int] = None, *, flash_attention: bool = True,
+def memory_per_gpu(model: ModelConfig, par: ParallelConfig, seq: int | None = None,
+                   stage: int | None = None, *, flash_attention: bool = True,
                    grad_bytes: float = GRAD_BYTES, workspace_gib: float = WORKSPACE_GIB,
-                   dropout: Optional[bool] = None,
+                   dropout: bool | None = None,
                    vocab_multiple: int = VOCAB_MULTIPLE) -> MemoryBreakdown:
     """Per-GPU memory of stage ``stage``, or (``stage=None``) of the stage with the largest
     total. ``seq`` defaults to ``model.seq_length``; see the module docstring for the model."""

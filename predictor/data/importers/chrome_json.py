@@ -17,8 +17,8 @@ import codecs
 import gzip
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from predictor.core.errors import PrismError
 
@@ -45,7 +45,8 @@ class TraceStream:
 
     def events(self) -> Iterator[dict]:
         if not self.path.is_file():
-            raise PrismError(f"{self.path}: no such trace file; pass the JSON files torch.profiler exported", field=str(self.path))
+            raise PrismError(f"{self.path}: no such trace file; pass the JSON files torch.profiler exported",
+                             field=str(self.path))
         opener = gzip.open if self.path.suffix == ".gz" else open
         with opener(self.path, "rb") as raw:
             self._raw, self._decode = raw, codecs.getincrementaldecoder("utf-8")("strict")
@@ -80,7 +81,8 @@ class TraceStream:
         if not seen_events:
             keys = ", ".join(sorted(self.metadata)[:8]) or "none"
             raise PrismError(f"{self.path}: JSON without a traceEvents array (top-level keys: {keys}); "
-                             f"not a PyTorch profiler trace. Export one with prof.export_chrome_trace(PATH)", field=str(self.path))
+                             f"not a PyTorch profiler trace. Export one with prof.export_chrome_trace(PATH)",
+                             field=str(self.path))
 
     def _array(self) -> Iterator[dict]:
         first = True
@@ -109,7 +111,8 @@ class TraceStream:
             raise PrismError(f"{self.path}: not UTF-8 text ({exc.reason} at byte {self.bytes_read}); "
                              f"not a PyTorch profiler trace", field=str(self.path)) from None
         except (OSError, EOFError) as exc:  # a broken .gz
-            raise PrismError(f"{self.path}: cannot be decompressed ({exc}); it is truncated or corrupt", field=str(self.path)) from None
+            raise PrismError(f"{self.path}: cannot be decompressed ({exc}); it is truncated or corrupt",
+                             field=str(self.path)) from None
         if not data:
             self._eof = True
         if self._pos > len(self._buf) // 2:

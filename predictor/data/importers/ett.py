@@ -52,20 +52,20 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from predictor.data import store
-from predictor.core.specs import HardwareConfig
-from predictor.core.profiles import load_hardware, match_hardware
 from predictor.core.errors import PrismError
-from predictor.latency.features import floor_us
 from predictor.core.ops import DTYPE_BYTES, OPS, SHAPE_COLUMNS
+from predictor.core.profiles import load_hardware, match_hardware
+from predictor.core.specs import HardwareConfig
+from predictor.data import store
+from predictor.latency.features import floor_us
 
 ETT_REPOSITORY = "https://github.com/DebarghaG/estimate-train-time"
 ETT_PAPER = "arXiv 2509.22832"
@@ -354,7 +354,8 @@ class ImportReport:
 def _cluster_dir(path) -> Path:
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise PrismError(f"{path}: no such folder; pass an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter", field=str(path))
+        raise PrismError(f"{path}: no such folder; pass an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter",
+                         field=str(path))
     if not (root / "operator").is_dir() and not (root / "nccl").is_dir():
         clusters = sorted(p.name for p in root.iterdir()
                           if p.is_dir() and ((p / "operator").is_dir() or (p / "nccl").is_dir()))
@@ -369,7 +370,8 @@ def _read_csv(path: Path) -> pd.DataFrame:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise PrismError(f"{path}: not a readable CSV ({' '.join(str(exc).split())}); "
-                         f"restore the file from the ETT artifact or move it out of the folder", field=str(path)) from None
+                         f"restore the file from the ETT artifact or move it out of the folder",
+                         field=str(path)) from None
     df.columns = [str(c).strip() for c in df.columns]
     return df
 
@@ -591,7 +593,8 @@ def import_ett(path, out_dir) -> ImportReport:
             skipped_files.append({"file": rel, "reason": "not a CSV file"})
             continue
         if not sample:
-            skipped_files.append({"file": rel, "reason": "name is not <GPU>_<function>_<precision>[_<nodes>_<gpus>].csv"})
+            skipped_files.append({"file": rel,
+                                  "reason": "name is not <GPU>_<function>_<precision>[_<nodes>_<gpus>].csv"})
             continue
         gpus.setdefault(sample["gpu"], file)
         function, dtype = sample["function"], _PRECISION[sample["precision"]]
@@ -646,7 +649,8 @@ def import_ett(path, out_dir) -> ImportReport:
                       "(np.mean(sorted(runs)[2:7]), Kernel_sampling/sampling_controller.py); each run is the GPU "
                       "span from the first to the last kernel of the target op. repeat numbers the rows of one "
                       "function that map to the same PRISM shape (0, 1, 2, ...), not timed repeats"),
-        "collective_timing": "rank 0's kernel span (GPUModeling25 NCCL_sampling/sampling_controller.py), not the slowest rank",
+        "collective_timing": ("rank 0's kernel span (GPUModeling25 NCCL_sampling/sampling_controller.py), "
+                              "not the slowest rank"),
         "passes": {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us) / dur": "step"},
         "mapping": {f: {"op": (OPERATORS[f].op if f in OPERATORS else COLLECTIVES[f][0]),
                         "source": (OPERATORS[f].source if f in OPERATORS else
@@ -703,12 +707,13 @@ def ett_baseline(path) -> pd.DataFrame:
         _require(df, file, need, f"{kind} summary")
         error = pd.to_numeric(df["Best_error%"], errors="coerce")
         if error.isna().any():
-            raise PrismError(f"{file}: column Best_error%: {int(error.isna().sum())} value(s) not a number", field=str(file))
+            raise PrismError(f"{file}: column Best_error%: {int(error.isna().sum())} value(s) not a number",
+                             field=str(file))
         hardware = match_hardware(summary["gpu"])
         if hardware is None:
             raise PrismError(f"{file}: GPU {summary['gpu']!r} matches no profile in conf/hardware/", field=str(file))
         functions = df["Function"].astype(str).str.strip()
-        ops = functions.map(lambda f: OPERATORS[f].op if kind == "operator" and f in OPERATORS
+        ops = functions.map(lambda f, kind=kind: OPERATORS[f].op if kind == "operator" and f in OPERATORS
                             else COLLECTIVES[f][0] if kind == "nccl" and f in COLLECTIVES else None)
         if kind == "operator":
             pass_ = df["Propagation"].astype(str).str.strip().replace({"dur": "step"})

@@ -34,7 +34,6 @@ Each row's ``origin`` is ``microbench:<source>``.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,10 +41,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.data import store
-from predictor.core.specs import HardwareConfig
-from predictor.core.profiles import load_hardware
 from predictor.core.errors import PrismError
+from predictor.core.profiles import load_hardware
+from predictor.core.specs import HardwareConfig
+from predictor.data import store
 
 #: Hardware profile -> the keys its rows carry in each source.
 SOURCES = {

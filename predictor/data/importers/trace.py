@@ -68,12 +68,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.data import store
-from predictor.latency.calibration import Calibration
-from predictor.core.profiles import load_hardware, match_hardware
 from predictor.core.errors import PrismError
-from predictor.data.importers.chrome_json import TraceStream
 from predictor.core.ops import DTYPE_BYTES, OPS
+from predictor.core.profiles import load_hardware, match_hardware
+from predictor.data import store
+from predictor.data.importers.chrome_json import TraceStream
+from predictor.latency.calibration import Calibration
 
 IMPORTER_VERSION = 1
 
@@ -305,7 +305,8 @@ class _TraceReader:
                 self._cpu_event(e)
         if not saw_op:
             raise PrismError(f"{self.path}: a Chrome trace without PyTorch operator events (cpu_op); not a "
-                             f"PyTorch profiler trace, or one recorded without ProfilerActivity.CPU", field=str(self.path))
+                             f"PyTorch profiler trace, or one recorded without ProfilerActivity.CPU",
+                             field=str(self.path))
         return stream.metadata
 
     def _cpu_event(self, e: dict) -> None:
@@ -518,7 +519,8 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     start = time.monotonic()
     paths = [Path(p) for p in paths]
     if not paths:
-        raise PrismError("import-trace: no trace files given; pass the JSON files torch.profiler exported", field='import-trace')
+        raise PrismError("import-trace: no trace files given; pass the JSON files torch.profiler exported",
+                         field='import-trace')
     readers = []
     for path in tqdm(paths, desc="traces", unit="file", disable=not progress):
         reader = _TraceReader(path)
@@ -532,7 +534,8 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         hardware = match_hardware(device_name) if device_props else None
         if hardware is None:
             raise PrismError(f"hardware=NAME is required: the trace names no known GPU (device {device_name!r}); "
-                             f"give the conf/hardware profile of the machine traced, e.g. hardware=local-cpu", field='hardware')
+                             f"give the conf/hardware profile of the machine traced, e.g. hardware=local-cpu",
+                             field='hardware')
     if profiler_cost_us is None:
         recorded = metadata.get("prism_profiler_cost_us")
         profiler_cost_us = float(recorded) if recorded is not None else None

@@ -1,0 +1,196 @@
+"""Text rendering of the analyses' results: the tables the ``prism`` verbs print.
+
+One ``format_*`` per result type of :mod:`predictor.analyses`; each returns the text and
+prints nothing (the command line prints it, :mod:`predictor.app.cli`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it runs, not all five
+    from predictor.analyses.compare import Comparison
+    from predictor.analyses.predict import Prediction
+    from predictor.analyses.search import SearchResult
+    from predictor.analyses.validate import Validation
+    from predictor.analyses.variability import VariabilityReport
+
+
+def format_prediction(p: Prediction) -> str:
+    """The prediction as ``prism predict`` prints it."""
+    s = p.step_time_s
+    lines = [
+        f"{p.model} on {p.gpus} x {p.hardware}   "
+        + " ".join(f"{k}={v}" for k, v in p.layout.items()),
+        "",
+        "step time (s)   " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()),
+        f"throughput      {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}",
+        f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.0f} (stage "
+        f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
+        f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f})"
+        + ("" if p.fits else "   DOES NOT FIT"),
+        f"critical path   compute {p.breakdown_s['compute']:.3f} s, exposed communication "
+        f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s",
+        f"train {p.train_tokens:.3g} tokens   {p.time_to_train_days['p50']:.1f} days "
+        f"(90% band {p.time_to_train_days['p5']:.1f}-{p.time_to_train_days['p95']:.1f}), "
+        f"{p.gpu_hours:,.0f} GPU-hours"
+        + (f", ${p.cost_usd['p50']:,.0f} (band ${p.cost_usd['p5']:,.0f}-{p.cost_usd['p95']:,.0f})"
+           if p.cost_usd else ", no price in the hardware profile"),
+    ]
+    if p.prob_below:
+        lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
+    if p.confidence:
+        c = p.confidence
+        lines.append(f"with {c['level']:.0%} confidence   step <= {c['step_time_s']:.3f} s, "
+                     f"train in <= {c['time_to_train_days']:.1f} days (no failures; see prism variability)")
+    lines.append(f"evidence        {p.tier}")
+    lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
+    if p.calibration:
+        c = p.calibration
+        if c.get("source") == "trace":
+            lines.append(f"calibrated      +{c['op_overhead_us']:.0f} us per op: framework time measured in the "
+                         f"profiled steps of the imported traces (prism import-trace)")
+        else:
+            lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute "
+                         f"x{c['compute_scale']:.2f}, +{c['op_overhead_us']:.0f} us per op, "
+                         f"+{c['tp_overhead_us']:.0f} us per op under tp (prism calibrate)")
+    return "\n".join(lines)
+
+
+def compact_number(v: float) -> str:
+    """``v`` in three significant figures with k / M / B, for money and hour columns (and
+    the cost axis of :func:`predictor.app.plots.comparison_figure`)."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k"), (1.0, "")):
+        if abs(v) >= scale * 0.9995:  # 999,600 reads 1.00M, not 1.00e+03k
+            return f"{v / scale:#.3g}".rstrip(".") + suffix
+    return f"{v:.3g}"
+
+
+def _short(v: float) -> str:
+    """Three decimals for seconds and days of ordinary size, three significant figures below
+    0.1 (a tiny model's step on a GPU is a fraction of a millisecond)."""
+    return f"{v:,.3f}" if v >= 0.1 else f"{v:.3g}"
+
+
+def _band(d: dict | None, fmt, missing: str) -> tuple[str, str]:
+    if d is None:
+        return missing, ""
+    return fmt(d["p50"]), f"{fmt(d['p5'])}-{fmt(d['p95'])}"
+
+
+def format_comparison(c: Comparison) -> str:
+    """The comparison as a table: one column per profile, one row per quantity."""
+    layout = " ".join(f"{k}={c.layout[k]}" for k in ("dp", "tp", "pp", "cp", "micro_batch_size",
+                                                     "global_batch_size", "recompute", "sharding"))
+    base = c.results[0].hardware
+    rows = [("evidence", [r.tier for r in c.results]),
+            ("step p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
+            ("step p5-p95 (s)", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}" for r in c.results]),
+            (f"speed-up vs {base}", [f"{r.speedup:.2f}x" for r in c.results]),
+            ("tokens/s", [f"{r.tokens_per_s:,.0f}" for r in c.results]),
+            ("MFU", [f"{r.mfu:.1%}" for r in c.results]),
+            ("memory/GPU (GiB)", [f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}" for r in c.results]),
+            ("fits", ["yes" if r.fits else "NO" for r in c.results]),
+            ("price ($/GPU-h)", ["none" if r.price_per_gpu_hour is None else f"{r.price_per_gpu_hour:.2f}"
+                                 for r in c.results]),
+            ("power (W)", ["none" if r.power_w is None else f"{r.power_w:.0f}" for r in c.results])]
+    for label, unit, attr, fmt, missing in (
+            ("train", "days", "time_to_train_days", lambda v: f"{v:,.1f}" if v >= 10 else _short(v), ""),
+            ("GPU-hours", "", "gpu_hours", compact_number, ""),
+            ("cost", "USD", "cost_usd", lambda v: f"${compact_number(v)}", "no price"),
+            ("energy", "MWh", "energy_mwh", lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}", "no power_w")):
+        cells = [_band(getattr(r, attr), fmt, missing) for r in c.results]
+        suffix = f" ({unit})" if unit else ""
+        rows += [(f"{label} p50{suffix}", [p50 for p50, _ in cells]), (f"{label} p5-p95", [b for _, b in cells])]
+    width = max(len(label) for label, _ in rows) + 2
+    cols = [max(len(r.hardware), *(len(cells[i]) for _, cells in rows)) + 2 for i, r in enumerate(c.results)]
+    lines = [f"{c.model} on {c.gpus} GPUs   {layout}   train {c.train_tokens:.3g} tokens", "",
+             " " * width + "".join(r.hardware.ljust(w) for r, w in zip(c.results, cols)).rstrip()]
+    lines += [label.ljust(width) + "".join(cell.ljust(w) for cell, w in zip(cells, cols)).rstrip()
+              for label, cells in rows]
+    lines += [""] + [f"note  {n}" for n in c.notes] + [f"({c.elapsed_s:.1f} s)"]
+    return "\n".join(lines)
+
+
+def format_variability(r: VariabilityReport) -> str:
+    """The report as a table."""
+    s = r.step_time_s
+    thresholds = list(r.scales[0]["p_slowdown"])
+    lines = [f"{r.model} on {r.gpus} x {r.hardware}   " + " ".join(f"{k}={v}" for k, v in r.layout.items()),
+             f"step (s)        nominal {r.nominal_s:.3f} (every component at its median)   "
+             f"p5 {s['p5']:.3f}  p50 {s['p50']:.3f}  p95 {s['p95']:.3f}  mean {s['mean']:.3f}",
+             "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed",
+             f"{'gpus':>8} {'dp':>6} {'nominal':>8} {'p50':>8} {'p95':>8}  "
+             + "  ".join(f"P(>={x:>3})" for x in thresholds)]
+    for row in r.scales:
+        lines.append(f"{row['gpus']:>8} {row['dp']:>6} {row['nominal_s']:>8.3f} {row['p50_s']:>8.3f} "
+                     f"{row['p95_s']:>8.3f}  " + "  ".join(f"{p:>8.3f}" for p in row["p_slowdown"].values()))
+    top = r.attribution["ops"][:r.settings["top_ops"]]
+    lines += ["", "share of step-time variance (hold one at its median; drop in variance, normalised)",
+              "  components  " + "  ".join(f"{c['name']} {c['share']:.0%}" for c in r.attribution["components"]),
+              "  ops         " + "  ".join(f"{o['name']} {o['share']:.0%}" for o in top)]
+    lines += ["", f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']} compute): "
+              "median step per placement"]
+    for p in r.placements:
+        lines.append(f"  {p['placement']:<38} p50 {p['p50_s']:.3f}  p95 {p['p95_s']:.3f}  "
+                     f"x{p['vs_no_slow_nodes']:.3f}   slow GPUs per stage {p['slow_gpus_per_stage']}")
+    lines.append(f"  worst / best placement: {r.placement_spread:.3f}   (placements with the same slow GPUs per stage "
+                 f"coincide: the dp gradient reduction makes every replica wait for the slowest)")
+    t = r.time_to_train
+    lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {t['days']['p50']:.1f} days "
+              f"(90% band {t['days']['p5']:.1f}-{t['days']['p95']:.1f}), productive {t['productive_days']['p50']:.1f}, "
+              f"{t['interruptions']['p50']:.0f} interruptions, goodput {t['goodput']['p50']:.1%}",
+              f"({r.elapsed_s:.1f} s)"]
+    return "\n".join(lines)
+
+
+def _layout_table(rows: list[dict], rank_by: str) -> list[str]:
+    """Search layouts as fixed-width lines, a header first; screened figures are marked."""
+    stat = [] if rank_by in ("p50", "p95") else [f"{rank_by}_s"]
+    head = (f"{'rank':>5} {'dp':>5} {'tp':>3} {'pp':>3} {'cp':>3} {'vpp':>3} {'mbs':>3} {'recompute':<9} "
+            f"{'sharding':<21} " + "".join(f"{c:>9}" for c in ["p50_s", "p95_s", *stat, "risk"])
+            + f" {'mem_GiB':>8} {'tokens/s':>10} {'MFU':>6}")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['rank']:>5} {r['dp']:>5} {r['tp']:>3} {r['pp']:>3} {r['cp']:>3} {r['vpp']:>3} {r['mbs']:>3} "
+                     f"{r['recompute']:<9} {r['sharding']:<21} "
+                     + "".join(f"{r[c]:>9.3f}" for c in ["p50_s", "p95_s", *stat, "risk"])
+                     + f" {r['memory_gib']:>8.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%}"
+                     + ("" if r["composed"] else "  (screen)"))
+    return lines
+
+
+def format_search(r: SearchResult) -> str:
+    """The counts, the top layouts and both Pareto fronts as tables."""
+    c = r.counts
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(c["invalid_by_reason"].items()))
+    lines = [f"{r.model} on {r.gpus} x {r.hardware}   global batch {r.global_batch_size} x {r.seq_length} tokens   "
+             f"ranked by {r.rank_by}",
+             f"layouts   {c['enumerated']} enumerated, {c['invalid']} invalid{f' ({reasons})' if reasons else ''}, "
+             f"{c['do_not_fit']} do not fit in memory, {c['ranked']} ranked   ({r.seconds:.1f} s)",
+             "", f"top {min(r.top, len(r.layouts))} by {r.rank_by} (composed with {r.draws['composed']} draws; "
+                 f"the rest screened with {r.draws['screen']})"]
+    lines += _layout_table(r.layouts[:r.top], r.rank_by)
+    lines += ["", f"Pareto front: {r.rank_by} vs memory per GPU ({len(r.front_memory)} layouts)"]
+    lines += _layout_table([r.layouts[i] for i in r.front_memory], r.rank_by)
+    lines += ["", f"Pareto front: p50 vs risk = p95/p50 ({len(r.front_risk)} layouts)"]
+    lines += _layout_table([r.layouts[i] for i in r.front_risk], r.rank_by)
+    lines.append(f"\nevidence  {r.tier}")
+    return "\n".join(lines)
+
+
+def format_validation(v: Validation) -> str:
+    """The scores as a table, one row per layout, and their summary."""
+    t = v.table()
+    shown = t[["layout_id", "steps", "measured_p50_s", "predicted_p50_s", "median_ape", "p95_ape", "ks",
+               "coverage_80"]].copy()
+    for c in ("measured_p50_s", "predicted_p50_s"):
+        shown[c] = (shown[c] * 1e3).map(lambda x: f"{x:.1f}")
+    shown = shown.rename(columns={"measured_p50_s": "meas p50 ms", "predicted_p50_s": "pred p50 ms"})
+    for c in ("median_ape", "p95_ape", "coverage_80"):
+        shown[c] = shown[c].map(lambda x: f"{x:.1%}")
+    shown["ks"] = shown["ks"].map(lambda x: f"{x:.3f}")
+    s = v.summary()
+    return (shown.to_string(index=False) + "\n\n"
+            f"{s['layouts']} layouts: median abs. error of the median {s['median_ape_median']:.1%} "
+            f"(worst {s['median_ape_worst']:.1%}), of p95 {s['p95_ape_median']:.1%}; median KS "
+            f"{s['ks_median']:.3f}; median 80% coverage {s['coverage_80_median']:.1%}")

@@ -1,0 +1,71 @@
+"""The composer's random draws: operator residuals from their quantiles, and the
+variability factors that scale whole stages (DESIGN.md, "Composer" step 2).
+
+Per GPU, a persistent spatial factor times a per-step temporal factor, both lognormal
+with median 1, is lognormal with sigma ``hypot(spatial_cv, temporal_cv)``; a stage runs
+at the pace of its slowest GPU, the largest of N such factors, drawn directly as the
+order statistic ``F^-1(u^(1/N))`` (David & Nagaraja, *Order Statistics*, 3rd ed., §2.1:
+the maximum of N iid variables has CDF ``F^N``), whatever N is. Every collective of a
+step shares one lognormal communication regime (congestion is correlated).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtri
+
+from predictor.core.specs import VariabilitySpec
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Lognormal sigmas of the variability factors, a held component at zero."""
+
+    temporal: float
+    spatial: float
+    regime: float
+
+    @classmethod
+    def of(cls, variability: VariabilitySpec, hold=()) -> Spread:
+        """``variability``'s sigmas, those named in ``hold`` (temporal, spatial, regime) at zero."""
+        sigma = {"temporal": variability.temporal_cv, "spatial": variability.spatial_cv,
+                 "regime": variability.comm_regime_cv}
+        return cls(**{k: 0.0 if k in hold else v for k, v in sigma.items()})
+
+    @property
+    def gpu(self) -> float:
+        """Sigma of one GPU's compute factor: spatial times temporal."""
+        return float(np.hypot(self.temporal, self.spatial))
+
+    def regime_factor(self, rng: np.random.Generator, draws: int) -> np.ndarray:
+        """(draws,) communication regimes, one per step, shared by every collective."""
+        return np.exp(self.regime * rng.standard_normal(draws))
+
+
+def inverse_cdf(q: np.ndarray, levels: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Draws from quantiles ``q`` (n, k) at ``levels`` for uniforms ``u`` (n, S): piecewise
+    linear in log latency, tails extended with the outermost pair's slope in z-space."""
+    logq = np.log(q)
+    z_levels = ndtri(levels)
+    z = ndtri(np.clip(u, 1e-4, 1 - 1e-4))
+    out = np.empty_like(u)
+    for i in range(len(q)):
+        lo_slope = (logq[i, 1] - logq[i, 0]) / (z_levels[1] - z_levels[0])
+        hi_slope = (logq[i, -1] - logq[i, -2]) / (z_levels[-1] - z_levels[-2])
+        inner = np.interp(z[i], z_levels, logq[i])
+        below, above = z[i] < z_levels[0], z[i] > z_levels[-1]
+        inner[below] = logq[i, 0] + lo_slope * (z[i][below] - z_levels[0])
+        inner[above] = logq[i, -1] + hi_slope * (z[i][above] - z_levels[-1])
+        out[i] = np.exp(inner)
+    return out
+
+
+def max_of_lognormals(sigma: float, n: int, u: np.ndarray) -> np.ndarray:
+    """The largest of ``n`` iid lognormal(0, sigma) factors, drawn as F^-1(u^(1/n))
+    (zero for ``n = 0``: no GPU to wait for)."""
+    if n == 0:
+        return np.zeros_like(u)
+    if sigma <= 0:
+        return np.ones_like(u)
+    return np.exp(sigma * ndtri(np.clip(u, 1e-12, 1 - 1e-12) ** (1.0 / n)))

@@ -1,0 +1,297 @@
+"""A pipeline stage's time per Monte Carlo draw, by the composer's rules, for one layout
+or for thousands at once (DESIGN.md, "Composer" step 2).
+
+This is the composer's arithmetic, written once: :func:`predictor.engine.compose.compose`
+runs it for one layout and walks the pipeline schedule exactly; the search's
+:func:`predictor.engine.screen.screen` runs it for every layout at once. Two steps:
+
+1. :func:`draw_stage_sums`: for each distinct stage (a *kind* of :class:`StagePlan`) and
+   each :class:`Part`, the sum of its calls' latencies (us) over S draws. Each distinct
+   call is drawn once per step by inverse CDF from its quantiles, inside a training step
+   (:func:`predictor.latency.lookup.in_step`). ``count`` identical calls add up as
+   ``count * median + sqrt(count) * (draw - median)`` (independent residuals), and a
+   micro-batch's calls carry ``1/sqrt(m)`` of that deviation, because the schedule repeats
+   one draw for all ``m`` micro-batches, whose own residuals would partly cancel. Calls
+   resting on a prior (:attr:`~predictor.latency.lookup.Evidence.prior`) share one draw
+   and add ``count * (draw - median)``: a prior's error is systematic, wrong alike for
+   every call on it, which widens the band the more of a step rests on priors.
+2. :func:`stage_times`: each stage's forward and backward of one micro-batch and what it
+   does after the pipeline, per draw. Compute runs at the pace of the stage's slowest GPU
+   and collectives at the step's communication regime (:mod:`predictor.engine.draws`);
+   overlapped TP collectives (Megatron ``--tp-comm-overlap``) cost only what the pass's
+   compute leaves uncovered (perfect overlap: a lower bound on the exposed time);
+   Megatron's pipeline sends are blocking (``send_forward_recv_backward`` ...), so a
+   transfer is part of the sending stage's forward (backward) rather than a free delay;
+   the DP gradient reduction runs under the last micro-batch's backward but its last
+   bucket, the sharded optimizer's parameter gather under the next step's forwards but
+   its first bucket (Megatron ``overlap_grad_reduce`` / ``overlap_param_gather``); the
+   optimizer step is compute after both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+from scipy.sparse import csr_matrix
+
+from predictor.core.errors import PrismError
+from predictor.core.ops import OPS, Call
+from predictor.engine.draws import inverse_cdf
+from predictor.latency.calibration import Calibration
+from predictor.latency.lookup import Evidence, QuantileCache, in_step
+from predictor.latency.regressor import DEFAULT_QUANTILES
+from predictor.workload.decompose import StageWork, Workload
+
+
+class Part(IntEnum):
+    """The sums a stage's time is built from, kept apart because :func:`stage_times`
+    treats each differently."""
+
+    FORWARD_COMPUTE = 0
+    FORWARD_COMM = 1
+    FORWARD_TP_OVERLAPPED = 2  # TP collectives that overlap the forward's compute
+    BACKWARD_COMPUTE = 3
+    BACKWARD_COMM = 4
+    BACKWARD_TP_OVERLAPPED = 5
+    SEND = 6  # the activation sent to the next stage; its gradient comes back alike
+    GRAD_REDUCE = 7  # the DP gradient reduction, in buckets
+    PARAM_GATHER = 8  # the sharded optimizer's updated weights, gathered back
+    OPTIMIZER = 9
+
+
+#: Parts that run once per micro-batch (the rest once per step).
+PER_MICRO_BATCH = (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.BACKWARD_COMPUTE,
+                   Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.SEND)
+_FORWARD, _BACKWARD, _STEP, _SEND = range(4)  # where a call sits in a StageWork, in this order
+
+
+def _identity(stage: StageWork) -> tuple:
+    """The calls of ``stage`` by identity: decompose builds alike stages from the same Call
+    objects, so equal identities mean equal calls (distinct objects are never merged)."""
+    return (tuple(map(id, stage.forward)), tuple(map(id, stage.backward)), id(stage.p2p),
+            tuple(map(id, stage.step)))
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """Every pipeline stage of ``works`` (layouts on one hardware) as a row, layout after
+    layout, each layout's stages in order, and per layout what the rules read of it.
+    Stages with the same calls in layouts that treat calls alike (micro-batches, TP
+    overlap, tp degree) share one *kind*, whose sums are drawn once: the search's layouts
+    share most of theirs."""
+
+    works: list[Workload]
+    kinds: list[StageWork]  # one representative stage per kind
+    kind_layout: np.ndarray  # (kinds,) a layout each kind belongs to
+    kind: np.ndarray  # (rows,) each row's kind
+    layout: np.ndarray  # (rows,) each row's layout
+    position: np.ndarray  # (rows,) each row's pipeline stage in its layout
+    starts: np.ndarray  # (layouts,) each layout's first row
+    micro_batches: np.ndarray  # (layouts,) and the settings below, per layout
+    tp: np.ndarray
+    overlap_tp_comm: np.ndarray
+    overlap_grad_reduce: np.ndarray
+    overlap_param_gather: np.ndarray
+
+    @property
+    def pp(self) -> np.ndarray:
+        """(layouts,) pipeline stages of each layout."""
+        return np.diff(np.append(self.starts, len(self.kind)))
+
+    @classmethod
+    def of(cls, works: list[Workload]) -> StagePlan:
+        kinds, kind_layout, kind = [], [], []
+        known: dict[tuple, list[int]] = {}
+        for n, work in enumerate(works):
+            par = work.parallel
+            key = (id(work.stages), work.micro_batches, par.overlap_tp_comm, par.tp)
+            if key not in known:
+                seen: dict[tuple, int] = {}
+                identities = [_identity(st) for st in work.stages]
+                for st, calls in zip(work.stages, identities):
+                    if calls not in seen:
+                        seen[calls] = len(kinds)
+                        kinds.append(st)
+                        kind_layout.append(n)
+                known[key] = [seen[calls] for calls in identities]
+            kind.extend(known[key])
+        pps = np.array([len(w.stages) for w in works])
+        layout = np.repeat(np.arange(len(works)), pps)
+        starts = np.concatenate([[0], np.cumsum(pps)[:-1]])
+        pars = [w.parallel for w in works]
+        return cls(works, kinds, np.array(kind_layout), np.array(kind), layout, np.arange(len(layout)) - starts[layout],
+                   starts, np.array([w.micro_batches for w in works], float), np.array([p.tp for p in pars]),
+                   *(np.array([getattr(p, name) for p in pars], bool)
+                     for name in ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather")))
+
+
+@dataclass(frozen=True)
+class StageSums:
+    """:func:`draw_stage_sums`' answer: per :class:`Part` and kind, the sum (us) with every
+    call at its median, (parts, kinds), and drawn, (parts, kinds, S); each kind's DP bucket
+    count; and the distinct calls drawn with the evidence each rests on."""
+
+    nominal: np.ndarray
+    drawn: np.ndarray
+    buckets: np.ndarray
+    calls: list[Call]
+    evidence: list[Evidence]
+
+
+def _held_residuals(calls: list[Call], hold) -> np.ndarray:
+    """Which calls' residuals ``hold`` pins at their median (a boolean mask): all for
+    ``residual``, one op's for ``residual:<op>`` or ``residual:<op>/<pass>``."""
+    if "residual" in hold:
+        return np.ones(len(calls), bool)
+    names = {h.partition(":")[2] for h in hold if h.startswith("residual:")}
+    mask = np.array([c.op in names or f"{c.op}/{c.pass_}" in names for c in calls], bool)
+    found = {n for n in names for c in calls if n in (c.op, f"{c.op}/{c.pass_}")}
+    if names - found:
+        keys = sorted({f"{c.op}/{c.pass_}" for c in calls})
+        raise PrismError(f"hold: residual:{sorted(names - found)[0]} names no op of this workload; "
+                         f"choose from {', '.join(keys)}", field='hold')
+    return mask
+
+
+#: A pass's part by route: compute, communication, overlappable TP communication.
+_PASS_PARTS = {_FORWARD: (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED),
+               _BACKWARD: (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED)}
+
+
+def _step_part(call: Call) -> Part:
+    """The part of a once-per-step call: the DP reduction or gather, or the optimizer."""
+    if call.role == "optimizer":
+        return Part.OPTIMIZER
+    if call.role == "dp":
+        return Part.PARAM_GATHER if call.op == "all_gather" else Part.GRAD_REDUCE
+    raise ValueError(f"{call.op}/{call.pass_} with role {call.role!r} in a stage's step: the composer "
+                     f"has no rule for it")
+
+
+def _instances(plan: StagePlan, tp: np.ndarray):
+    """Every call of every kind: its kind, its place (_FORWARD ... _SEND), its column among
+    the distinct calls (apart per tp degree ``tp`` of its layout), and the distinct calls
+    with their tp degrees."""
+    instances, lengths = [], []
+    for st in plan.kinds:
+        for calls in (st.forward, st.backward, st.step, [st.p2p] if st.p2p else []):  # as _FORWARD ... _SEND
+            instances += calls
+            lengths.append(len(calls))
+    kinds = np.repeat(np.arange(len(plan.kinds)), np.add.reduceat(lengths, np.arange(0, len(lengths), 4)))
+    where = np.repeat(np.tile(np.arange(4), len(plan.kinds)), lengths)
+    degree = tp[plan.kind_layout[kinds]]
+    degrees = np.unique(degree)
+    index: dict[int, dict[Call, int]] = {int(d): {} for d in degrees}
+    cols = np.array([index[d].setdefault(c, len(index[d])) for c, d in zip(instances, degree.tolist())], int)
+    sizes = [len(i) for i in index.values()]
+    cols += np.cumsum([0, *sizes])[np.searchsorted(degrees, degree)]
+    return kinds, where, cols, [c for i in index.values() for c in i], np.repeat(degrees, sizes)
+
+
+def _parts(plan: StagePlan, calls: list[Call], kinds, where, cols) -> np.ndarray:
+    """The :class:`Part` of every call instance."""
+    route = np.where(~np.array([OPS[c.op].collective for c in calls], bool)[cols], 0,
+                     np.where(np.array([c.role == "tp" for c in calls], bool)[cols]
+                              & plan.overlap_tp_comm[plan.kind_layout[kinds]], 2, 1))
+    step = np.zeros(len(calls), int)
+    once = np.unique(cols[where == _STEP])
+    step[once] = [_step_part(calls[c]) for c in once]
+    return np.select([where == _FORWARD, where == _BACKWARD, where == _SEND],
+                     [np.take(_PASS_PARTS[_FORWARD], route), np.take(_PASS_PARTS[_BACKWARD], route), Part.SEND],
+                     step[cols])
+
+
+def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int, rng: np.random.Generator,
+                    calibration: Calibration | None = None, hold=()) -> StageSums:
+    """Step 1 of the module docstring for every kind of ``plan``, ``draws`` draws.
+
+    ``calibration`` (default: the one stored with ``models``, if any) turns operator
+    quantiles into in-step ones; under one, a call is drawn apart for each tp degree.
+    ``hold`` pins residuals at their median (:func:`_held_residuals`); the same random
+    numbers are drawn either way.
+    """
+    calibration = calibration or (models.calibration if models is not None else None)
+    tp = plan.tp if calibration is not None else np.ones(len(plan.works), int)
+    kinds, where, cols, calls, degree = _instances(plan, tp)
+    q, evidence = cache.lookup(calls)
+    q = in_step(q, calls, degree, calibration)
+    levels = np.asarray(DEFAULT_QUANTILES)
+    median = q[:, list(levels).index(0.5)]
+    u = rng.uniform(size=(len(calls), draws))
+    prior = np.array([e.prior for e in evidence], bool)
+    u[prior] = rng.uniform(size=draws)
+    u[_held_residuals(calls, hold)] = 0.5
+    deviation = inverse_cdf(q, levels, u) - median[:, None]
+
+    part = _parts(plan, calls, kinds, where, cols)
+    count = np.array([c.count for c in calls], float)[cols]
+    spread = np.where(np.isin(part, PER_MICRO_BATCH), 1 / np.sqrt(plan.micro_batches[plan.kind_layout[kinds]]), 1.0)
+    weight = np.where(prior[cols], count, spread * np.sqrt(count))
+    rows = kinds * len(Part) + part
+    size = len(plan.kinds) * len(Part)
+    nominal = np.bincount(rows, weights=count * median[cols], minlength=size)
+    drawn = nominal[:, None] + csr_matrix((weight, (rows, cols)), shape=(size, len(calls))) @ deviation
+    buckets = np.ones(len(plan.kinds))
+    reduce = part == Part.GRAD_REDUCE
+    np.maximum.at(buckets, kinds[reduce], count[reduce])
+    # part-major, so that each part's rows gather contiguously
+    return StageSums(nominal.reshape(-1, len(Part)).T.copy(),
+                     drawn.reshape(len(plan.kinds), len(Part), draws).transpose(1, 0, 2).copy(),
+                     buckets, calls, evidence)
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """:func:`stage_times`' answer, (rows, S) each, in us: per micro-batch the forward and
+    backward compute, their exposed communication (overlapped TP included) and the
+    pipeline transfers a stage sends and receives; once per step the exposed DP
+    collectives and the optimizer step."""
+
+    forward_compute: np.ndarray
+    forward_comm: np.ndarray
+    backward_compute: np.ndarray
+    backward_comm: np.ndarray
+    send: np.ndarray  # the activation sent on to the next stage
+    send_back: np.ndarray  # the gradient sent back to the previous stage, as large as the activation that came
+    data_parallel: np.ndarray
+    optimizer: np.ndarray
+
+    @property
+    def forward(self) -> np.ndarray:
+        """One micro-batch's forward, its blocking send included."""
+        return self.forward_compute + self.forward_comm + self.send
+
+    @property
+    def backward(self) -> np.ndarray:
+        """One micro-batch's backward, the blocking send of its gradient included."""
+        return self.backward_compute + self.backward_comm + self.send_back
+
+    @property
+    def after(self) -> np.ndarray:
+        """What follows the stage's last backward: exposed DP collectives and the optimizer."""
+        return self.data_parallel + self.optimizer
+
+
+def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: slice, speed,
+                regime) -> StageTimes:
+    """Step 2 of the module docstring for the stage ``rows`` of ``plan`` (whole layouts).
+
+    sums: (parts, kinds, S) per-kind sums (:class:`StageSums` ``drawn``, or ``nominal``
+    with a last axis of one); buckets: (kinds,) DP buckets; speed: (rows, S) each stage's
+    slowest-GPU factor; regime: (S,) the step's communication regime (or a scalar).
+    """
+    kind, layout = plan.kind[rows], plan.layout[rows]
+    part = sums[:, kind]
+    fc, bc, opt = (part[p] * speed for p in (Part.FORWARD_COMPUTE, Part.BACKWARD_COMPUTE, Part.OPTIMIZER))
+    fm = part[Part.FORWARD_COMM] * regime + np.maximum(part[Part.FORWARD_TP_OVERLAPPED] * regime - fc, 0.0)
+    bm = part[Part.BACKWARD_COMM] * regime + np.maximum(part[Part.BACKWARD_TP_OVERLAPPED] * regime - bc, 0.0)
+    send, reduce, gather = (part[p] * regime for p in (Part.SEND, Part.GRAD_REDUCE, Part.PARAM_GATHER))
+    bucket = buckets[kind, None]
+    reduce = np.where(plan.overlap_grad_reduce[layout, None],
+                      np.maximum(reduce / bucket, reduce - (bc + bm)), reduce)
+    gather = np.where(plan.overlap_param_gather[layout, None],
+                      np.maximum(gather / bucket, gather - plan.micro_batches[layout, None] * fc), gather)
+    first = (plan.position[rows] == 0)[:, None]
+    send_back = np.where(first, 0.0, np.roll(send, 1, axis=0))  # over the previous stage's link
+    return StageTimes(fc, fm, bc, bm, send, send_back, reduce + gather, opt)

@@ -1,0 +1,141 @@
+"""Latency quantiles of a workload's operator calls, and the evidence each rests on.
+
+DESIGN.md, "Composer" step 2, and README "Evidence tiers". A compute op takes its
+quantiles from the hardware's trained model (:class:`predictor.latency.artifacts.ModelSet`)
+where one exists, else from the roofline prior: the floor of
+:mod:`predictor.latency.features` over :data:`ROOFLINE_EFFICIENCY`. A collective takes
+the trained model only where the models were measured on this profile's network (and,
+for models of intra-node microbenchmarks, only inside one node), else the network prior:
+the floor over :data:`NCCL_EFFICIENCY`. Priors are lognormal bands of
+:data:`PRIOR_SIGMA` around that centre.
+
+Each call's :class:`Evidence` says which of the three it rests on as a field, so that
+the composer can treat a prior's error as systematic (one draw shared by every call on
+a prior) without reading the display text. :func:`in_step` turns isolated-operator
+quantiles into quantiles inside a training step (:mod:`predictor.latency.calibration`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import pandas as pd
+from scipy.special import ndtri
+
+from predictor.core.ops import OPS, Call
+from predictor.core.specs import HardwareConfig
+from predictor.latency.artifacts import ModelSet
+from predictor.latency.calibration import Calibration
+from predictor.latency.features import floor_us
+from predictor.latency.regressor import DEFAULT_QUANTILES
+
+
+class Source(Enum):
+    """Where a call's latency quantiles come from."""
+
+    MODEL = "model"  # a trained quantile model of samples or microbenchmarks
+    NETWORK_PRIOR = "network prior"  # a collective without a model of this network
+    ROOFLINE_PRIOR = "roofline prior"  # a compute op without a model
+
+
+#: Share of link bandwidth NCCL reaches on large messages (nccl-tests bus bandwidth on
+#: DGX A100: ~230 of 300 GB/s NVLink, ~23 of 25 GB/s per HDR NIC): a prior, not a fit.
+NCCL_EFFICIENCY = 0.8
+#: Efficiency of compute ops without a model, relative to the roofline floor.
+ROOFLINE_EFFICIENCY = 0.5
+#: Relative spread (lognormal sigma) of the priors: no samples, so a wide band.
+PRIOR_SIGMA = {Source.NETWORK_PRIOR: 0.15, Source.ROOFLINE_PRIOR: 0.3}
+_PRIOR_EFFICIENCY = {Source.NETWORK_PRIOR: NCCL_EFFICIENCY, Source.ROOFLINE_PRIOR: ROOFLINE_EFFICIENCY}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one call's quantiles rest on: ``source``, and ``text`` as reports show it
+    (``models/<hardware>``, ``network prior (<network>)``, ``roofline prior``)."""
+
+    source: Source
+    text: str
+
+    @property
+    def prior(self) -> bool:
+        """A prior's error is systematic: wrong alike for every call that rests on it."""
+        return self.source is not Source.MODEL
+
+
+def _prior_quantiles(center_us: np.ndarray, sigma: float, levels: np.ndarray) -> np.ndarray:
+    return center_us[:, None] * np.exp(sigma * ndtri(levels))[None, :]
+
+
+def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfig, dtype: str,
+                   levels=DEFAULT_QUANTILES) -> tuple[np.ndarray, list[Evidence]]:
+    """Latency quantiles (us) of each call at ``levels``, shape (len(calls), k), and the
+    evidence of each."""
+    levels = np.asarray(levels)
+    out = np.zeros((len(calls), len(levels)))
+    evidence: list[Evidence | None] = [None] * len(calls)
+    own_network = models is not None and models.manifest.get("collective_network") == hw.network.name
+    intra_only = models is not None and models.manifest.get("collective_scope") == "intra-node"
+    model = Evidence(Source.MODEL, f"models/{models.manifest.get('hardware', hw.name)}") if models is not None else None
+    by_op: dict[tuple, list[int]] = {}
+    for i, c in enumerate(calls):
+        by_op.setdefault((c.op, c.pass_), []).append(i)
+    for (op, pass_), idx in by_op.items():
+        idx = np.asarray(idx)
+        op_dtype = hw.gemm_dtype if op == "gemm" and hw.gemm_dtype else dtype
+        frame = pd.DataFrame([dict(calls[i].shape_dict, dtype=op_dtype, nodes=calls[i].nodes,
+                                   ranks_per_node=calls[i].ranks_per_node) for i in idx])
+        collective = OPS[op].collective
+        modelled = np.full(len(idx), models is not None and models.has(op, pass_) and (not collective or own_network))
+        if collective and intra_only:
+            modelled &= frame["nodes"].to_numpy() <= 1
+        if modelled.any():
+            sub = frame[modelled].reset_index(drop=True)
+            out[idx[modelled]] = models.query(op, pass_, sub)[[f"q{a:g}" for a in levels]].to_numpy()
+        source = Source.NETWORK_PRIOR if collective else Source.ROOFLINE_PRIOR
+        rest = ~modelled
+        if rest.any():
+            center = floor_us(op, pass_, frame[rest].reset_index(drop=True), hw) / _PRIOR_EFFICIENCY[source]
+            out[idx[rest]] = _prior_quantiles(center, PRIOR_SIGMA[source], levels)
+        prior = Evidence(source, f"network prior ({hw.network.name})" if collective else "roofline prior")
+        for i, m in zip(idx, modelled):
+            evidence[i] = model if m else prior
+    return out, evidence
+
+
+class QuantileCache:
+    """Latency quantiles of calls, looked up once per distinct call across many workloads
+    (one model query per op for a whole batch of layouts)."""
+
+    def __init__(self, models: ModelSet | None, hw: HardwareConfig, dtype: str | None = None):
+        self.models, self.hw, self.dtype = models, hw, dtype or hw.train_dtype
+        self._q: dict[Call, np.ndarray] = {}
+        self._evidence: dict[Call, Evidence] = {}
+
+    def fill(self, calls: list[Call]) -> None:
+        missing = [c for c in dict.fromkeys(calls) if c not in self._q]
+        if missing:
+            q, evidence = call_quantiles(missing, self.models, self.hw, self.dtype)
+            self._q.update(zip(missing, q))
+            self._evidence.update(zip(missing, evidence))
+
+    def lookup(self, calls: list[Call]) -> tuple[np.ndarray, list[Evidence]]:
+        """Quantiles (len(calls), k) at :data:`~predictor.latency.regressor.DEFAULT_QUANTILES`
+        and the evidence of each call."""
+        self.fill(calls)
+        return np.stack([self._q[c] for c in calls]), [self._evidence[c] for c in calls]
+
+
+def in_step(q_us: np.ndarray, calls: list[Call], tp, calibration: Calibration | None) -> np.ndarray:
+    """Quantiles ``q_us`` (len(calls), k) of isolated calls as they run inside a training
+    step of tensor-parallel degree ``tp`` (one int, or one per call):
+    :meth:`Calibration.apply` per call. No calibration: unchanged."""
+    if calibration is None:
+        return q_us
+    degrees = np.broadcast_to(np.asarray(tp, int), (len(calls),)).tolist()
+    keys = [(OPS[c.op].collective, d) for c, d in zip(calls, degrees)]
+    out = np.empty_like(q_us)
+    for collective, degree in set(keys):
+        rows = [i for i, k in enumerate(keys) if k == (collective, degree)]
+        out[rows] = calibration.apply(q_us[rows], collective, degree)
+    return out

@@ -1,0 +1,154 @@
+"""The one way PRISM runs a job under ``torchrun`` (DESIGN.md, "Measuring side"): collective
+sampling (:mod:`sampling.collectives`) and the reference workload (:mod:`sampling.reference`)
+both go through it.
+
+The front-end calls :func:`run_torchrun`: it writes the resolved job to ``job.json`` in a
+folder of the caller's, starts ``python -m torch.distributed.run --standalone`` on it and
+waits, showing the ranks' progress.
+
+- A timeout stops the job and raises :class:`PrismError` naming the setting to change.
+- Ctrl-C or SIGTERM is passed to torchrun, which passes it to every rank; the ranks flush
+  what they measured and exit, torchrun exits, and ``KeyboardInterrupt`` is re-raised.
+- A rank that fails gives one :class:`PrismError` line: the first rank to fail and its
+  exception (the other ranks usually fail after it, on a closed connection, and
+  torchrun's own summary names no cause), with the file keeping every rank's output.
+
+Each rank starts in :func:`worker_main`, which reads the job, makes SIGTERM end the rank
+as Ctrl-C does (exit code 130, no traceback) and records the rank's error for the
+front-end; rank 0 reports progress with :func:`report_progress`. The job a rank reads
+has the folder under ``"dir"``, where it may also write its results.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from predictor.core.errors import PrismError
+
+#: torchrun gives its ranks 30 s to exit after a signal before it kills them; it gets a
+#: little longer than that before it is killed itself.
+STOP_GRACE_S = 45
+
+
+def run_torchrun(module: str, job: dict, nproc: int, workdir: Path, *, what: str, timeout_s: float,
+                 timeout_field: str, timeout_fix: str, failure_field: str, threads_per_rank: int = 1,
+                 progress=None) -> None:
+    """Run ``python -m module JOB.json`` on ``nproc`` local ranks under torchrun; see the
+    module doc. ``what`` names the job in messages; a timeout raises :class:`PrismError`
+    with ``timeout_field`` and ``timeout_fix``, a failed rank one with ``failure_field``.
+    ``progress`` (a tqdm bar) follows the count rank 0 reports."""
+    workdir = Path(workdir)
+    job_file, log = workdir / "job.json", workdir / "torchrun.log"
+    job_file.write_text(json.dumps({**job, "dir": str(workdir)}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", module, str(job_file)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank)}
+    deadline = time.monotonic() + timeout_s
+    with open(log, "w") as out, _sigterm_interrupts():
+        # torchrun gets a session of its own, so that a terminal's Ctrl-C reaches only this
+        # process and is passed on once: a second signal during torchrun's shutdown stops
+        # it from waiting for its ranks to flush.
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    _stop(proc)
+                    raise PrismError(f"{timeout_field}: {what} was stopped after {timeout_s:g} s; {timeout_fix}",
+                                     field=timeout_field)
+                _show(progress, workdir)
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            _stop(proc)
+            raise
+    _show(progress, workdir)
+    if proc.returncode != 0:
+        raise PrismError(f"{what} failed: {_first_error(workdir, proc.returncode)}; every rank's output is "
+                         f"kept in {_keep(log)}", field=failure_field)
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """SIGTERM raises KeyboardInterrupt while torchrun runs, so that a scheduler's kill is
+    passed on as Ctrl-C is, for callers other than the CLI (which does this for itself)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python delivers signals to the main thread only
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to torchrun, which passes it to its ranks and waits for them; killed if it
+    outlives its grace or on a second Ctrl-C."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.kill()
+        proc.wait()
+
+
+def _show(progress, workdir: Path) -> None:
+    path = workdir / "progress"
+    if progress is not None and path.exists():
+        progress.update(int(path.read_text()) - progress.n)
+
+
+def _first_error(workdir: Path, returncode: int) -> str:
+    """The error of the rank that failed first, as :func:`worker_main` recorded it."""
+    errors = [json.loads(p.read_text()) for p in workdir.glob("error-rank*.json")]
+    if not errors:
+        return (f"torchrun exited with code {returncode} and no rank reported an error (a rank killed by a "
+                f"signal, e.g. out of memory)")
+    first = min(errors, key=lambda e: e["time_ns"])
+    return f"rank {first['rank']} raised {first['error']}"
+
+
+def _keep(log: Path) -> str:
+    """A copy of ``log`` that outlives the caller's (usually temporary) folder."""
+    fd, kept = tempfile.mkstemp(prefix="prism-torchrun-", suffix=".log")
+    os.close(fd)
+    shutil.copyfile(log, kept)
+    return kept
+
+
+def report_progress(job: dict, done: int) -> None:
+    """Rank 0's count of finished units (steps, tasks) for the front-end's progress bar."""
+    path = Path(job["dir"]) / "progress"
+    tmp = path.with_name(".progress.tmp")
+    tmp.write_text(str(done))
+    os.replace(tmp, path)  # the front-end never reads half a number
+
+
+def worker_main(run: Callable[[dict], object]) -> None:
+    """A rank's entry: ``run`` the job in the JSON file named by argv[1]; see the module doc."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    job = json.loads(Path(sys.argv[1]).read_text())
+    try:
+        run(job)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        rank = int(os.environ.get("RANK", 0))
+        lines = str(exc).strip().splitlines()
+        error = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        record = {"rank": rank, "time_ns": time.time_ns(), "error": error}
+        (Path(job["dir"]) / f"error-rank{rank}.json").write_text(json.dumps(record))
+        raise  # the traceback goes to the log the front-end keeps

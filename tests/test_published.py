@@ -1,0 +1,67 @@
+"""Published runs (predictor.data.published): the rows, their measured step times, their specs."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.core.errors import PrismError
+from predictor.data.published import ASSUMED, FLOP_COUNT, measured_step_s, published_runs, row_model, single_node_runs
+
+H100_SETS = ("torchtitan", "megatronlm_readme_h100", "neusight_dist")
+
+
+def test_narayanan_step_times_follow_eq3(shared_data):
+    rows = published_runs(shared_data / "e2e", ["narayanan2021_t1"])
+    assert len(rows) == 10 and rows.measured_s.notna().all()
+    r = rows.iloc[0]  # GPT 1.7B on 32 A100 at 137 TFLOP/s: eq. 3 of arXiv 2104.04473
+    b, s, L, h, V = r.gbs, r.seq_len, r.layers, r.hidden, r.vocab
+    eq3 = 96 * b * s * L * h ** 2 * (1 + s / (6 * h) + V / (16 * L * h))
+    assert r.measured_s == pytest.approx(eq3 / (137e12 * 32), rel=1e-12)
+
+
+def test_h100_rows_take_what_their_sources_state(shared_data):
+    rows = published_runs(shared_data / "e2e", H100_SETS, gpu="H100")
+    assert set(rows.set_id) == set(H100_SETS) and rows.gpu.str.contains("H100").all()
+    megatron = rows[rows.set_id == "megatronlm_readme_h100"]
+    assert (megatron.zero_or_distopt == "distributed optimizer").all()
+    assert ((megatron.seq_parallel == "on") == (megatron.tp > 1)).all()
+    stated = megatron[megatron.tflops_per_gpu.notna()]
+    r = stated.iloc[0]  # Megatron-LM's own count: 72·B·s·L·h²·(1 + s/6h + V/12Lh), no recompute
+    b, s, L, h, V = r.gbs, r.seq_len, r.layers, r.hidden, r.vocab
+    megatron_flops = 72 * b * s * L * h ** 2 * (1 + s / (6 * h) + V / (12 * L * h))
+    assert r.measured_s == pytest.approx(megatron_flops / (r.tflops_per_gpu * 1e12 * r.num_gpus), rel=1e-12)
+    titan = rows[rows.set_id == "torchtitan"]
+    derived = titan.iter_time_s_derived.notna()
+    assert (titan.measured_s[derived] == titan.iter_time_s_derived[derived]).all()
+    assert titan.measured_s[~derived].isna().all()  # states neither a time nor a rate
+    assert set(ASSUMED) <= set(H100_SETS)
+
+
+def test_single_node_runs_are_in_the_table_layout(shared_data):
+    runs = single_node_runs(shared_data / "e2e", 7)
+    table = pd.read_csv(shared_data / "e2e" / "e2e_training_visible.csv", nrows=1)
+    assert len(runs) == 7 and set(runs.columns) - {"measured_s"} <= set(table.columns)
+    assert (runs.measured_s == runs.iter_time_s).all()
+
+
+def test_a_rate_without_a_known_flop_count_is_refused():
+    row = pd.Series({"set_id": "somebody2030", "iter_time_s": np.nan, "tflops_per_gpu": 300.0})
+    assert "somebody2030" not in FLOP_COUNT
+    with pytest.raises(PrismError) as err:
+        measured_step_s(row)
+    assert err.value.field == "set_id"
+
+
+def test_a_missing_table_names_the_folder(tmp_path):
+    with pytest.raises(PrismError, match="no such table") as err:
+        published_runs(tmp_path)
+    assert err.value.field == str(tmp_path / "e2e_training_visible.csv")
+
+
+def test_row_model_fills_blanks_by_family():
+    row = pd.Series({"model": "Llama 3.1 8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+                     "ffn": 14336, "vocab": np.nan, "seq_len": 8192})
+    llama = row_model(row)
+    assert (llama.vocab_size, llama.activation, llama.num_kv_heads, llama.tied_embeddings) == (128256, "swiglu", 8,
+                                                                                             False)
+    gpt = row_model(pd.Series(row.to_dict() | {"model": "GPT 1.7B", "kv_heads": np.nan, "ffn": np.nan}))
+    assert (gpt.vocab_size, gpt.ffn_hidden_size, gpt.num_kv_heads) == (51200, 4 * 4096, 32)
