@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from predictor.core.errors import PrismError
-from predictor.core.layout import resolve_layout
+from predictor.core.layout import AXES, resolve_layout
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
 from predictor.latency.artifacts import TIERS, evidence_tier, trained_models
@@ -162,7 +162,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         basis.setdefault(source, []).append(key)
     return Prediction(
         model=model.name, hardware=hardware.name, gpus=gpus,
-        layout={k: getattr(par, k) for k in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "global_batch_size",
+        layout={k: getattr(par, k) for k in (*AXES, "vpp", "micro_batch_size", "global_batch_size",
                                               "sequence_parallel", "recompute", "sharding", "schedule")},
         step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
         tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),

@@ -43,7 +43,7 @@ import numpy as np
 
 from predictor.analyses.predict import SECONDS_PER_DAY, check_gpus, check_train_tokens, run_step_draws
 from predictor.core.errors import PrismError
-from predictor.core.layout import resolve_layout
+from predictor.core.layout import AXES, resolve_layout
 from predictor.core.mesh import Mesh
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
@@ -282,7 +282,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(
         model=model.name, hardware=hardware.name, gpus=gpus,
-        layout={k: getattr(par, k) for k in ("dp", "tp", "pp", "cp", "micro_batch_size", "global_batch_size")},
+        layout={k: getattr(par, k) for k in (*AXES, "micro_batch_size", "global_batch_size")},
         nominal_s=nominal_step(work, models, cache),
         step_time_s={f"p{round(q * 100)}": float(np.quantile(full, q)) for q in (0.05, 0.5, 0.95)}
         | {"mean": float(full.mean())},

@@ -46,6 +46,18 @@ def _print(cfg, payload, table: str) -> None:
         print(table)
 
 
+def _report(cfg, result, text: str, png, figure, width: int, hint: str) -> int:
+    """Print a verb's ``result``, as JSON or as ``text`` and a ``plot`` line aligned to its
+    table's labels (``width``), after saving ``figure(result)`` to ``png`` where asked;
+    ``hint`` says what ``plot=`` would draw."""
+    from predictor.app.plots import save_figure
+    if png:
+        save_figure(figure(result), png)
+    plot = str(png) if png else None
+    _print(cfg, result.to_dict() | {"plot": plot}, f"{text}\n{'plot':<{width}}{plot or hint}")
+    return 0
+
+
 def _job(cfg):
     """The model, hardware and parallel layout of a composed configuration, checked."""
     from predictor.core.profiles import section
@@ -254,22 +266,19 @@ def _evaluate(args) -> int:
 
 def _predict(args) -> int:
     from predictor.analyses.predict import predict
-    from predictor.app.plots import plot_path, prediction_figure, save_figure
+    from predictor.app.plots import plot_path, prediction_figure
     from predictor.app.render import format_prediction
     cfg = _load(args)
     png = plot_path(cfg.plot)
     p = predict(*_job(cfg), cfg.gpus,
                 **_settings(cfg, "models_dir", "seed", "train_tokens", "target_step_s", "confidence"))
-    if png:
-        save_figure(prediction_figure(p), png)
-    _print(cfg, p.to_dict() | ({"plot": str(png)} if png else {}),
-           format_prediction(p) + (f"\nplot            {png}" if png else ""))
-    return 0
+    return _report(cfg, p, format_prediction(p), png, prediction_figure, 16,
+                   "none (plot=predict.png draws the step-time CDF and the critical path)")
 
 
 def _variability(args) -> int:
     from predictor.analyses.variability import AnalysisConfig, variability
-    from predictor.app.plots import plot_path, save_figure, variability_figure
+    from predictor.app.plots import plot_path, variability_figure
     from predictor.app.render import format_variability
     from predictor.core.profiles import section
     cfg = _load(args)
@@ -279,18 +288,15 @@ def _variability(args) -> int:
     png = plot_path(cfg.plot)
     report = variability(*_job(cfg), cfg.gpus, settings=section(cfg, "analysis", AnalysisConfig),
                          **_settings(cfg, "models_dir", "seed", "train_tokens"))
-    if png:
-        save_figure(variability_figure(report), png)
-    _print(cfg, report.to_dict() | {"plot": str(png) if png else None}, format_variability(report) + "\nplot    "
-           + (str(png) if png else "none (plot=variability.png draws the CDF, slowdown vs scale, variance "
-                                   "shares and slow-node placements)"))
-    return 0
+    return _report(cfg, report, format_variability(report), png, variability_figure, 8,
+                   "none (plot=variability.png draws the CDF, slowdown vs scale, variance shares and "
+                   "slow-node placements)")
 
 
 def _compare(args) -> int:
     from predictor.analyses.compare import check_hardware, compare, gpu_profiles
     from predictor.app.config import load_config
-    from predictor.app.plots import comparison_figure, plot_path, save_figure
+    from predictor.app.plots import comparison_figure, plot_path
     from predictor.app.render import format_comparison
     from predictor.core.profiles import section
     from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
@@ -302,26 +308,20 @@ def _compare(args) -> int:
                 for name in check_hardware(gpu_profiles() if names is None else names)]
     c = compare(section(cfg, "model", ModelConfig), profiles, section(cfg, "parallel", ParallelConfig), cfg.gpus,
                 **_settings(cfg, "models_dir", "seed", "train_tokens", "pue"))
-    if png:
-        save_figure(comparison_figure(c), png)
-    _print(cfg, c.to_dict() | {"plot": str(png) if png else None}, format_comparison(c) + "\nplot  "
-           + (str(png) if png else "none (plot=compare.png draws the step-time CDFs and the time and cost bands)"))
-    return 0
+    return _report(cfg, c, format_comparison(c), png, comparison_figure, 6,
+                   "none (plot=compare.png draws the step-time CDFs and the time and cost bands)")
 
 
 def _search(args) -> int:
     from predictor.analyses.search import search
-    from predictor.app.plots import plot_path, save_figure, search_figure
+    from predictor.app.plots import plot_path, search_figure
     from predictor.app.render import format_search
     cfg = _load(args)
     png = plot_path(cfg.plot)
     model, hardware, base = _job(cfg)
     result = search(model, hardware, cfg.gpus, base=base, **_settings(cfg, "rank_by", "top", "models_dir", "seed"))
-    if png:
-        save_figure(search_figure(result), png)
-    _print(cfg, result.to_dict() | {"plot": str(png) if png else None}, format_search(result) + "\nplot      "
-           + (str(png) if png else "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)"))
-    return 0
+    return _report(cfg, result, format_search(result), png, search_figure, 10,
+                   "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)")
 
 
 def _predict_batch(args) -> int:

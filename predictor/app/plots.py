@@ -16,6 +16,7 @@ import numpy as np
 
 from predictor.app.render import compact_number
 from predictor.core.errors import PrismError
+from predictor.core.layout import AXES
 
 if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it runs, not all five
     from predictor.analyses.compare import Comparison
@@ -160,7 +161,7 @@ def variability_figure(r: VariabilityReport):
     with the slow nodes in each placement, relative to none."""
     fig, ((cdf, scale), (shares, placed)) = new_figure(2, 2, figsize=(12, 8))
     fig.suptitle(f"{r.model} on {r.gpus} x {r.hardware}   "
-                 + " ".join(f"{k}={r.layout[k]}" for k in ("dp", "tp", "pp", "cp")))
+                 + " ".join(f"{k}={r.layout[k]}" for k in AXES))
 
     cdf.plot(r.cdf["t_s"], r.cdf["p"], label=f"{r.gpus} GPUs")
     for x in [0.0] + list(r.settings["thresholds"]):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from predictor.core.layout import AXES
+
 if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it runs, not all five
     from predictor.analyses.compare import Comparison
     from predictor.analyses.predict import Prediction
@@ -79,8 +81,8 @@ def _band(d: dict | None, fmt, missing: str) -> tuple[str, str]:
 
 def format_comparison(c: Comparison) -> str:
     """The comparison as a table: one column per profile, one row per quantity."""
-    layout = " ".join(f"{k}={c.layout[k]}" for k in ("dp", "tp", "pp", "cp", "micro_batch_size",
-                                                     "global_batch_size", "recompute", "sharding"))
+    layout = " ".join(f"{k}={c.layout[k]}" for k in (*AXES, "micro_batch_size", "global_batch_size", "recompute",
+                                                     "sharding"))
     base = c.results[0].hardware
     rows = [("evidence", [r.tier for r in c.results]),
             ("step p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),

@@ -10,6 +10,8 @@ from dataclasses import replace
 from predictor.core.errors import PrismError
 from predictor.core.specs import ModelConfig, ParallelConfig
 
+#: The parallel axes a layout names (torchtitan's and Megatron's names), as reports list them.
+AXES = ("dp", "tp", "pp", "cp", "ep")
 #: The choices of :class:`~predictor.core.specs.ParallelConfig`'s enumerated settings.
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "distributed_optimizer")
 RECOMPUTES = ("none", "selective", "full")

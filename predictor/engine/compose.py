@@ -42,8 +42,7 @@ COMPONENTS = ("temporal", "spatial", "regime", "residual")
 #: Components that average out over the steps of a long run.
 PER_STEP = ("temporal", "regime")
 
-#: Monte Carlo draws of one prediction: ``prism predict``, ``compare`` and the layouts a
-#: search shows are composed alike, so a search's figures are the ones predict gives.
+#: Monte Carlo draws of one prediction (``prism predict``, ``compare``).
 DRAWS = 2000
 
 
