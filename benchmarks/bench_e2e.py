@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
 
 from predictor.analyses.batch import predict_table
+from predictor.core.profiles import DATA_DIR
 from predictor.data.published import published_runs, single_node_runs
 
-E2E = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e"
+E2E = DATA_DIR / "e2e"
 
 
 def errors(pred, measured) -> str:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from predictor.analyses.batch import predict_table
+from predictor.core.profiles import DATA_DIR
 from predictor.data.published import ASSUMED, published_runs
 
-E2E = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2e"
+E2E = DATA_DIR / "e2e"
 SETS = ("torchtitan", "megatronlm_readme_h100", "neusight_dist")
 
 

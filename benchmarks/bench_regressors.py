@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,14 +24,14 @@ from sklearn.model_selection import GroupKFold
 
 from predictor.app.config import load_config
 from predictor.core.ops import OPS
-from predictor.core.profiles import section
+from predictor.core.profiles import DATA_DIR, section
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.data.importers.ett import ett_baseline, import_ett
 from predictor.data.store import read_samples
 from predictor.latency.artifacts import fit_operator_model, shape_groups, train
 from predictor.latency.evaluate import metrics
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "ett"
+ETT = DATA_DIR / "ett"
 HARDWARE = {"Perlmutter": "a100-sxm4-80gb", "Vista": "gh200"}
 # Which GEMM dimension is the model's hidden size, per ETT linear function.
 HIDDEN_OF = {"linear1": "k", "linear2": "n", "linear3": "k", "linear4": "n", "linear_final": "k"}
@@ -100,7 +99,7 @@ def main():
     for cluster in args.clusters:
         hw = section(load_config([f"hardware={HARDWARE[cluster]}"]), "hardware", HardwareConfig)
         with tempfile.TemporaryDirectory() as tmp:
-            import_ett(SHARED / cluster, tmp)
+            import_ett(ETT / cluster, tmp)
             rows = read_samples(tmp)
         print(f"\n=== {cluster} ({hw.name}): {len(rows)} rows")
 
@@ -117,7 +116,7 @@ def main():
               f"100,000 gemm shape queries in {query_s:.2f} s")
 
         oof = out_of_fold(rows, hw, rc)
-        pairs = pair_table(oof, ett_baseline(SHARED / cluster))
+        pairs = pair_table(oof, ett_baseline(ETT / cluster))
         print("\ninterpolation (5-fold CV by shape): median MAPE per ETT pair vs the authors' Best_error%")
         print(pairs[["origin", "pass", "nodes", "ranks_per_node", "best_model", "best_error", "ours", "n",
                      "beats"]].to_string(index=False, float_format=lambda v: f"{v:.4f}"))

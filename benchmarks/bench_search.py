@@ -28,12 +28,13 @@ import pandas as pd
 from predictor.analyses.batch import predict_table
 from predictor.analyses.search import rank_layouts
 from predictor.core.errors import PrismError
+from predictor.core.profiles import DATA_DIR
 from predictor.data.published import published_runs, row_workload
 from predictor.latency.artifacts import trained_models
 from predictor.workload.decompose import decompose
 
 ROOT = Path(__file__).resolve().parents[1]
-E2E = ROOT.parent / "shared" / "data" / "e2e"
+E2E = DATA_DIR / "e2e"
 COMMAND = ["prism", "search", "model=llama3-70b", "hardware=h100-sxm", "gpus=1024", "--json"]
 WITHIN = 0.05
 

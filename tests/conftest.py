@@ -1,18 +1,15 @@
 import os
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+from predictor.core.profiles import DATA_DIR
 
 
 @pytest.fixture
-def shared_data():
-    """../shared/data beside the checkout (CI always has it); skip elsewhere."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"needs the shared reference data at {SHARED_DATA} (CI has it beside the checkout)")
-    return SHARED_DATA
+def reference_data():
+    """The reference data the project ships (data/): every clone has it, so nothing skips."""
+    assert DATA_DIR.is_dir(), f"{DATA_DIR} is missing from the checkout"
+    return DATA_DIR
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """`prism import-ett`: the estimate-train-time layout mapped onto PRISM's vocabulary.
 
-The real-data tests read ../shared/data/ett (the ``shared_data`` fixture skips without it);
+The real-data tests read the shipped data/ett (the ``reference_data`` fixture);
 the small synthetic folders below cover bad input everywhere.
 """
 import hashlib
@@ -28,11 +28,11 @@ _IMPORTS = {}
 
 
 @pytest.fixture
-def perlmutter(shared_data, tmp_path_factory):
+def perlmutter(reference_data, tmp_path_factory):
     """One import of Perlmutter shared by the tests of this module: (report, out_dir, folder)."""
     if "perlmutter" not in _IMPORTS:
         out = tmp_path_factory.mktemp("ett-store")
-        folder = shared_data / "ett" / "Perlmutter"
+        folder = reference_data / "ett" / "Perlmutter"
         _IMPORTS["perlmutter"] = (import_ett(folder, out), out, folder)
     return _IMPORTS["perlmutter"]
 
@@ -161,16 +161,16 @@ def test_a_second_import_fails_and_leaves_the_first_run_alone(perlmutter):
     assert _md5(report.run_file) == digest and store.run_files(out) == [out / "ett-perlmutter.parquet"]
 
 
-def test_bad_paths_give_one_clear_error(shared_data, tmp_path):
+def test_bad_paths_give_one_clear_error(reference_data, tmp_path):
     with pytest.raises(PrismError, match="no such folder"):
-        import_ett(shared_data / "ett" / "Nowhere", tmp_path)
+        import_ett(reference_data / "ett" / "Nowhere", tmp_path)
     with pytest.raises(PrismError, match="Perlmutter, Vista"):
-        import_ett(shared_data / "ett", tmp_path)  # the parent of the clusters
+        import_ett(reference_data / "ett", tmp_path)  # the parent of the clusters
     assert list(tmp_path.iterdir()) == []
 
 
-def test_vista_maps_to_gh200_and_flags_implausible_rows(shared_data, tmp_path):
-    report = import_ett(shared_data / "ett" / "Vista", tmp_path)
+def test_vista_maps_to_gh200_and_flags_implausible_rows(reference_data, tmp_path):
+    report = import_ett(reference_data / "ett" / "Vista", tmp_path)
     assert report.hardware == "gh200" and report.device_name == "NVIDIAGH200120GB"
     flagged = {(s["origin"], s["pass"]) for s in report.suspect}
     # its flash-attention "backward" is mostly shorter than its forward, below the roofline
@@ -178,8 +178,8 @@ def test_vista_maps_to_gh200_and_flags_implausible_rows(shared_data, tmp_path):
     assert ("ett:Vista/firstStage_optimizer", "step") in flagged  # multi-second steps at mp=1
 
 
-def test_baseline_reads_the_authors_summaries(shared_data):
-    base = ett_baseline(shared_data / "ett" / "Perlmutter")
+def test_baseline_reads_the_authors_summaries(reference_data):
+    base = ett_baseline(reference_data / "ett" / "Perlmutter")
     assert list(base.columns) == ["origin", "hardware", "op", "pass", "nodes", "ranks_per_node",
                                   "best_model", "best_error"]
     assert set(base["pass"]) == {"fwd", "bwd", "step"}

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from predictor.app.config import load_config
 from predictor.core.ops import Call
-from predictor.core.profiles import load_hardware, load_model, section
+from predictor.core.profiles import DATA_DIR, load_hardware, load_model, section
 from predictor.core.specs import ParallelConfig, RegressorConfig
 from predictor.data.importers.microbench import import_microbench
 from predictor.data.published import row_precision
@@ -19,8 +18,7 @@ from predictor.latency.artifacts import TIERS, evidence_tier, train, trained_mod
 from predictor.latency.lookup import Source, call_quantiles
 from predictor.workload.decompose import decompose
 
-MICROBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "microbench"
-pytestmark = pytest.mark.skipif(not MICROBENCH.exists(), reason="../shared/data/microbench is not beside the checkout")
+MICROBENCH = DATA_DIR / "microbench"
 
 
 @pytest.fixture(scope="module")

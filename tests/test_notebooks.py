@@ -13,7 +13,6 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 # seconds per notebook; all three run in about a minute on 2 idle cores (bench_notebooks.py)
 LIMIT_S = {"validation.ipynb": 240, "hardware_comparison_70b.ipynb": 120, "variability_at_scale.ipynb": 120}
-NEEDS_SHARED = {"validation.ipynb"}
 
 
 def test_every_notebook_is_tested():
@@ -21,9 +20,7 @@ def test_every_notebook_is_tested():
 
 
 @pytest.mark.parametrize("name", sorted(LIMIT_S))
-def test_notebook_runs_top_to_bottom(name, tmp_path, request):
-    if name in NEEDS_SHARED:
-        request.getfixturevalue("shared_data")  # skips, saying why, without ../shared
+def test_notebook_runs_top_to_bottom(name, tmp_path):
     committed = NOTEBOOKS / name
     before = committed.read_bytes()
     copy = tmp_path / name

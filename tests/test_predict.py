@@ -57,8 +57,8 @@ def test_predict_names_a_bad_layout():
     assert out.returncode == 2 and "gpus=10" in out.stderr
 
 
-def test_predict_batch_adds_the_columns(shared_data, tmp_path):
-    table = pd.read_csv(shared_data / "e2e" / "e2e_training_visible.csv")
+def test_predict_batch_adds_the_columns(reference_data, tmp_path):
+    table = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv")
     rows = table[table.set_id == "vtrain_multi"].head(4)
     src = tmp_path / "in.csv"
     rows.to_csv(src, index=False)
@@ -72,8 +72,8 @@ def test_predict_batch_adds_the_columns(shared_data, tmp_path):
     assert ((result.pred_iter_time_s_p50 - result.iter_time_s).abs() / result.iter_time_s < 0.5).all()
 
 
-def test_predict_batch_reports_errors_per_row(shared_data):
-    table = pd.read_csv(shared_data / "e2e" / "e2e_training_visible.csv").head(2).copy()
+def test_predict_batch_reports_errors_per_row(reference_data):
+    table = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv").head(2).copy()
     table.loc[table.index[0], "gpu"] = "Voodoo5"
     result = predict_table(table, draws=100)
     assert "Voodoo5" in result.pred_status.iloc[0] and result.pred_status.iloc[1] == "ok"

@@ -9,8 +9,8 @@ from predictor.data.published import ASSUMED, FLOP_COUNT, measured_step_s, publi
 H100_SETS = ("torchtitan", "megatronlm_readme_h100", "neusight_dist")
 
 
-def test_narayanan_step_times_follow_eq3(shared_data):
-    rows = published_runs(shared_data / "e2e", ["narayanan2021_t1"])
+def test_narayanan_step_times_follow_eq3(reference_data):
+    rows = published_runs(reference_data / "e2e", ["narayanan2021_t1"])
     assert len(rows) == 10 and rows.measured_s.notna().all()
     r = rows.iloc[0]  # GPT 1.7B on 32 A100 at 137 TFLOP/s: eq. 3 of arXiv 2104.04473
     b, s, L, h, V = r.gbs, r.seq_len, r.layers, r.hidden, r.vocab
@@ -18,8 +18,8 @@ def test_narayanan_step_times_follow_eq3(shared_data):
     assert r.measured_s == pytest.approx(eq3 / (137e12 * 32), rel=1e-12)
 
 
-def test_h100_rows_take_what_their_sources_state(shared_data):
-    rows = published_runs(shared_data / "e2e", H100_SETS, gpu="H100")
+def test_h100_rows_take_what_their_sources_state(reference_data):
+    rows = published_runs(reference_data / "e2e", H100_SETS, gpu="H100")
     assert set(rows.set_id) == set(H100_SETS) and rows.gpu.str.contains("H100").all()
     megatron = rows[rows.set_id == "megatronlm_readme_h100"]
     assert (megatron.zero_or_distopt == "distributed optimizer").all()
@@ -36,9 +36,9 @@ def test_h100_rows_take_what_their_sources_state(shared_data):
     assert set(ASSUMED) <= set(H100_SETS)
 
 
-def test_single_node_runs_are_in_the_table_layout(shared_data):
-    runs = single_node_runs(shared_data / "e2e", 7)
-    table = pd.read_csv(shared_data / "e2e" / "e2e_training_visible.csv", nrows=1)
+def test_single_node_runs_are_in_the_table_layout(reference_data):
+    runs = single_node_runs(reference_data / "e2e", 7)
+    table = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv", nrows=1)
     assert len(runs) == 7 and set(runs.columns) - {"measured_s"} <= set(table.columns)
     assert (runs.measured_s == runs.iter_time_s).all()
 

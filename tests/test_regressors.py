@@ -1,4 +1,4 @@
-"""Quantile regressors on real data: ETT's A100 samples (../shared/data) and this CPU's."""
+"""Quantile regressors on real data: ETT's A100 samples (data/ett) and this CPU's."""
 import json
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import pytest
 
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError
-from predictor.core.profiles import section
+from predictor.core.profiles import DATA_DIR, section
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.data.importers.ett import import_ett
 from predictor.data.store import read_samples
@@ -31,11 +31,8 @@ def _rc(**params):
 
 @pytest.fixture(scope="module")
 def ett_a100(tmp_path_factory):
-    from tests.conftest import SHARED_DATA
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"needs the shared reference data at {SHARED_DATA}")
     out = tmp_path_factory.mktemp("ett")
-    import_ett(SHARED_DATA / "ett" / "Perlmutter", out)
+    import_ett(DATA_DIR / "ett" / "Perlmutter", out)
     return out, read_samples(out)
 
 

@@ -499,12 +499,12 @@ VERBS = {
                   "prism search model=llama3-8b hardware=h100-sxm gpus=16 --json | jq '.top_layouts[0]'"]),
     "predict-batch": dict(
         run=_predict_batch, help="predict every workload of a table in the e2e CSV layout",
-        description="Read workloads in the column layout of ../shared/data/e2e/e2e_training_visible.csv "
+        description="Read workloads in the column layout of data/e2e/e2e_training_visible.csv "
                     "and write them with pred_iter_time_s_p50/_p5/_p95, pred_mem_gib and pred_status "
                     "(ok or the error). Blank fields take defaults (micro-batch 1, no cp, 1F1B, ...); "
                     "the gpu column picks the hardware profile; stated interconnect bandwidths replace "
                     "the profile's network.",
-        examples=["prism predict-batch ../shared/data/e2e/e2e_training_visible.csv out=predicted.csv"],
+        examples=["prism predict-batch data/e2e/e2e_training_visible.csv out=predicted.csv"],
         positional="path", positional_help="a CSV in the e2e table layout", overrides=True,
         overrides_help="out=OUT.csv (required)"),
     "measure": dict(
@@ -544,16 +544,16 @@ VERBS = {
         examples=["prism samples samples/cpu", "prism samples samples/cpu --json"], positional="path"),
     "import-microbench": dict(
         run=_import_microbench, help="import published GPU microbenchmarks (GEMM, FlashAttention, NCCL) as samples",
-        description="Turn the published microbenchmarks of ../shared/data/microbench (OpenXLA's H100/B200 GEMM and "
+        description="Turn the published microbenchmarks of data/microbench (OpenXLA's H100/B200 GEMM and "
                     "collective tables, FlashAttention-2 on H100, nccl-tests on a DGX H100) into one run per "
                     "hardware, out/microbench-<hardware>.parquet, tagged origin=microbench:<source>. Models "
                     "trained on it (prism train) rest on 'microbenchmarks', the middle evidence tier between "
                     "measured samples and the spec-only prior; their collectives cover one node only. Rows "
                     "faster than the profile's peak are left out and counted.",
-        examples=["prism import-microbench ../shared/data/microbench out=samples/microbench",
+        examples=["prism import-microbench data/microbench out=samples/microbench",
                   "prism train samples=samples/microbench/microbench-h100-sxm.parquet hardware=h100-sxm",
-                  "prism import-microbench ../shared/data/microbench out=samples/microbench hardware=b200 --json"],
-        positional="path", positional_help="the microbench folder, e.g. ../shared/data/microbench",
+                  "prism import-microbench data/microbench out=samples/microbench hardware=b200 --json"],
+        positional="path", positional_help="the microbench folder, e.g. data/microbench",
         overrides=True, overrides_help="out=DIR (required); hardware=h100-sxm,b200 (default: both); "
                        "output=json is the same as --json"),
     "import-trace": dict(
@@ -586,10 +586,10 @@ VERBS = {
                     "per function, the files and rows left out and why, and rows that look physically "
                     "implausible. An existing run is never overwritten. out=DIR is this verb's only "
                     "setting (plus output=json); it reads no Hydra configuration.",
-        examples=["prism import-ett ../shared/data/ett/Perlmutter out=samples/ett",
-                  "prism import-ett ../shared/data/ett/Vista out=samples/ett --json",
+        examples=["prism import-ett data/ett/Perlmutter out=samples/ett",
+                  "prism import-ett data/ett/Vista out=samples/ett --json",
                   "prism samples samples/ett      # what was imported"],
-        positional="path", positional_help="an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter",
+        positional="path", positional_help="an ETT cluster folder, e.g. data/ett/Perlmutter",
         overrides=True, overrides_help="out=DIR (required): the sample store to write ett-<cluster>.parquet into; "
                        "output=json is the same as --json"),
 }

@@ -22,6 +22,8 @@ from predictor.core.specs import HardwareConfig, ModelConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
+#: The reference data the project ships (published measurements, with sources and licences).
+DATA_DIR = REPO_ROOT / "data"
 GROUPS = ("model", "hardware", "parallel", "sampling", "regressor", "measure")
 
 

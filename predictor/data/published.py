@@ -1,4 +1,4 @@
-"""Published end-to-end training runs: the tables of ``shared/data/e2e``, the rows an
+"""Published end-to-end training runs: the tables of ``data/e2e``, the rows an
 analysis picks from them, the step time each row measured, and each row as PRISM's specs.
 
 The table layout is the 36 columns of ``e2e_training_visible.csv`` (one run a row: model,
@@ -57,7 +57,7 @@ ASSUMED = {
 
 def _read(path: Path) -> pd.DataFrame:
     if not path.is_file():
-        raise PrismError(f"{path}: no such table; point the published-runs folder at shared/data/e2e",
+        raise PrismError(f"{path}: no such table; point the published-runs folder at data/e2e",
                          field=str(path))
     return pd.read_csv(path)
 

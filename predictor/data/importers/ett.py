@@ -354,7 +354,7 @@ class ImportReport:
 def _cluster_dir(path) -> Path:
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise PrismError(f"{path}: no such folder; pass an ETT cluster folder, e.g. ../shared/data/ett/Perlmutter",
+        raise PrismError(f"{path}: no such folder; pass an ETT cluster folder, e.g. data/ett/Perlmutter",
                          field=str(path))
     if not (root / "operator").is_dir() and not (root / "nccl").is_dir():
         clusters = sorted(p.name for p in root.iterdir()
@@ -551,7 +551,7 @@ def import_ett(path, out_dir) -> ImportReport:
 
     Parameters
     ----------
-    path : an ETT cluster folder, e.g. ``../shared/data/ett/Perlmutter``.
+    path : an ETT cluster folder, e.g. ``data/ett/Perlmutter``.
     out_dir : the sample store (a folder of runs) to write ``ett-<cluster>.parquet`` into.
 
     Returns
@@ -569,7 +569,7 @@ def import_ett(path, out_dir) -> ImportReport:
 
     Examples
     --------
-    >>> report = import_ett("../shared/data/ett/Perlmutter", "samples/ett")  # doctest: +SKIP
+    >>> report = import_ett("data/ett/Perlmutter", "samples/ett")  # doctest: +SKIP
     >>> report.rows_per_op["gemm"]                                            # doctest: +SKIP
     """
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Import published microbenchmarks (``../shared/data/microbench``) into the sample store.
+"""Import published microbenchmarks (``data/microbench``) into the sample store.
 
 Where a GPU has no operator samples of its own, its published microbenchmarks are the
 next best evidence (``predictor.latency.artifacts.TIERS``): trained on them, the
@@ -76,8 +76,8 @@ class MicrobenchReport:
 
 def _read(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:
     if not path.exists():
-        raise PrismError(f"{path}: missing; point the import at the shared microbench folder "
-                         f"(../shared/data/microbench)", field=str(path))
+        raise PrismError(f"{path}: missing; point the import at the microbench folder "
+                         f"(data/microbench)", field=str(path))
     frame = pd.read_csv(path)
     missing = [c for c in needed if c not in frame]
     if missing:
@@ -144,7 +144,7 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
 
     Examples
     --------
-    >>> report = import_microbench("../shared/data/microbench", "h100-sxm", "samples/microbench")  # doctest: +SKIP
+    >>> report = import_microbench("data/microbench", "h100-sxm", "samples/microbench")  # doctest: +SKIP
     >>> report.rows["gemm/fwd"]                                                                   # doctest: +SKIP
     375
     """
