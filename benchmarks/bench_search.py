@@ -62,8 +62,8 @@ def search_ranking(rows: pd.DataFrame) -> pd.DataFrame:
     works, index = [], []
     for i, row in rows.iterrows():
         try:
-            model, par, hw = row_workload(row, profiles)
-            works.append(decompose(model, par, hw, int(row["num_gpus"])))
+            job = row_workload(row, profiles)
+            works.append(decompose(job.model, job.parallel, job.hardware, job.gpus))
             index.append(i)
         except PrismError:
             continue

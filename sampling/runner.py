@@ -138,13 +138,23 @@ def _rows(task: Task, latencies: list[float], base: dict) -> list[dict]:
 
 
 def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
-    """Run ``cfg.sampling`` on ``cfg.hardware`` into ``cfg.output_dir``; see module doc."""
+    """Run ``cfg.sampling`` on ``cfg.hardware`` into ``cfg.output_dir``, the only writer of
+    that store while it runs (:func:`predictor.data.store.writer_lock`); see module doc."""
     sc = section(cfg, "sampling", SamplingConfig)
     hw = section(cfg, "hardware", HardwareConfig)
     plan = make_plan(sc, hw)
     device = _device(hw)
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    with store.writer_lock(output_dir) as note:
+        if note:
+            print(f"prism sample: note: {note}", file=sys.stderr)
+        return _sample(sc, hw, plan, device, output_dir, progress)
+
+
+def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.device, output_dir: Path,
+            progress: bool) -> SamplingReport:
+    """The tasks of ``plan`` not yet in ``output_dir``, measured and stored as a new run."""
     recovered = [str(p) for p in store.recover_unfinished(output_dir)]
     done, spent = _done_tasks(output_dir, plan, hw.name, sc.repeats)
     todo_compute = [t for t in plan.compute if t.key not in done]

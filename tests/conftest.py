@@ -2,7 +2,9 @@ import os
 
 import pytest
 
-from predictor.core.profiles import DATA_DIR
+from predictor.core.profiles import DATA_DIR, REPO_ROOT
+
+ROOT = REPO_ROOT  # the checkout: tests read its measurements/, samples/ and models/
 
 
 @pytest.fixture

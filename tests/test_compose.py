@@ -42,16 +42,19 @@ def test_collectives_use_the_network_they_were_measured_on():
     assert compose(cpu_work, cpu_models, draws=100).basis["all_reduce/step"] == "models/local-cpu"
 
 
-def test_calls_on_a_prior_share_one_draw():
-    """A prior's error is systematic: every call resting on one takes the same draw, so
-    every stage part made of such calls deviates from its median the same way per draw."""
+def test_calls_on_a_prior_carry_no_variability_and_are_counted():
+    """A prior's spread is doubt about the median, not jitter a run would show: calls
+    resting on one stay at their median in the step's draws (the predictive uncertainty
+    states the doubt), and the step reports how much of it rests on priors."""
     work, models = _setup("parallel.tp=4", "parallel.pp=2", "parallel.dp=2", "parallel.global_batch_size=16")
     plan = StagePlan.of([work])
-    for source, shared in ((None, True), (models, False)):
+    for source, on_priors in ((None, True), (models, False)):
         sums = draw_stage_sums(plan, source, QuantileCache(source, work.hardware), 200, np.random.default_rng(0))
-        signs = np.sign(sums.drawn - sums.nominal[..., None])[sums.nominal > 0]  # (parts with calls, draws)
-        assert all(e.prior for e in sums.evidence) == shared
-        assert bool((signs == signs[0]).all()) == shared
+        assert all(e.prior for e in sums.evidence) == on_priors
+        assert np.allclose(sums.drawn, sums.nominal[..., None]) == on_priors
+        assert np.allclose(sums.prior_nominal, sums.nominal) == on_priors
+    assert compose(work, None, draws=100).prior_share == pytest.approx(1.0)
+    assert 0.0 < compose(work, models, draws=100).prior_share < 1.0
 
 
 def test_single_gpu_step_is_the_sum_of_its_operators():

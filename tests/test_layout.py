@@ -50,3 +50,11 @@ def test_mesh_sizes_strides_and_topology():
     assert mesh.topology("pp") == (1, 2)  # neighbouring stages on two nodes
     assert mesh.stage_nodes(1) == list(range(8, 16))
     assert mesh.gpus_per_stage_on([0, 8]) == (8, 8, 0, 0)
+
+
+def test_layout_sizes_are_positive_integers():
+    with pytest.raises(PrismError, match=r"parallel.dp=2.0: must be a positive integer") as err:
+        validate_layout(LLAMA, ParallelConfig(tp=8, dp=2.0, global_batch_size=16))
+    assert err.value.field == "parallel.dp"
+    with pytest.raises(PrismError, match="seq=0: must be a positive integer"):
+        validate_layout(LLAMA, ParallelConfig(tp=8, global_batch_size=8), seq=0)

@@ -30,9 +30,11 @@ def test_predict_reports_the_design_fields():
     assert p["prob_below"]["p"] == 1.0
     ttt = p["time_to_train_days"]
     assert ttt["p5"] <= ttt["p50"] <= ttt["p95"]
-    # per-step jitter averages out over a run: the run's band is narrower than a step's
-    assert ttt["p50"] == pytest.approx(p["train_tokens"] / p["tokens_per_s"] * s["mean"] / s["p50"] / 86400, rel=0.02)
-    assert ttt["p95"] / ttt["p5"] < s["p95"] / s["p5"]
+    assert ttt["p50"] == pytest.approx(p["train_tokens"] / p["tokens_per_s"] * s["mean"] / s["p50"] / 86400, rel=0.05)
+    # per-step jitter averages out over a run; the doubt about the median does not: the
+    # time-to-train band is about as wide as the median step's 90% predictive interval
+    lo, hi = p["predictive"]["interval_s"]["90%"]
+    assert ttt["p95"] / ttt["p5"] == pytest.approx(hi / lo, rel=0.25)
     assert len(p["cdf"]["t_s"]) == 101 and p["cost_usd"]["p50"] > 0
     assert any(src.startswith("models/a100") for src in p["basis"])
     # the Python API on typed specs is the command line's prediction

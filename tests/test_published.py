@@ -4,7 +4,15 @@ import pandas as pd
 import pytest
 
 from predictor.core.errors import PrismError
-from predictor.data.published import ASSUMED, FLOP_COUNT, measured_step_s, published_runs, row_model, single_node_runs
+from predictor.data.published import (
+    ASSUMED,
+    FLOP_COUNT,
+    measured_step_s,
+    published_runs,
+    row_model,
+    row_workload,
+    single_node_runs,
+)
 
 H100_SETS = ("torchtitan", "megatronlm_readme_h100", "neusight_dist")
 
@@ -65,3 +73,43 @@ def test_row_model_fills_blanks_by_family():
                                                                                              False)
     gpt = row_model(pd.Series(row.to_dict() | {"model": "GPT 1.7B", "kv_heads": np.nan, "ffn": np.nan}))
     assert (gpt.vocab_size, gpt.ffn_hidden_size, gpt.num_kv_heads) == (51200, 4 * 4096, 32)
+
+
+def _row(reference_data, set_id: str, **cells) -> dict:
+    runs = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv", dtype=str, keep_default_na=False)
+    return runs[runs.set_id == set_id].iloc[-1].to_dict() | cells
+
+
+def test_blank_cells_take_their_framework_defaults(reference_data):
+    blank = {"recompute": "", "seq_parallel": "", "zero_or_distopt": "", "precision": ""}
+    titan = row_workload(_row(reference_data, "torchtitan", tp="8", dp="8", **blank), {})  # 64 GPUs
+    assert (titan.parallel.recompute, titan.parallel.sequence_parallel, titan.parallel.sharding,
+            titan.hardware.train_dtype) == ("selective", True, "fsdp", "bfloat16")
+    assert "recompute=selective (blank: torchtitan's default)" in titan.assumed
+    megatron = row_workload(_row(reference_data, "vtrain_multi", **blank), {})
+    assert (megatron.parallel.recompute, megatron.parallel.sequence_parallel, megatron.parallel.sharding) == (
+        "none", False, "none")
+    assert "seq_parallel=off (blank: Megatron-LM's default)" in megatron.assumed
+    accelerate = row_workload(_row(reference_data, "neusight_dist"), {})
+    assert accelerate.hardware.train_dtype == "float32" and "precision=fp32 (blank: accelerate's default)" in \
+        accelerate.assumed
+    toml = row_workload(_row(reference_data, "torchtitan", recompute="toml default"), {})
+    assert toml.parallel.recompute == "selective"
+
+
+def test_interleaving_without_its_size(reference_data):
+    """'yes (V not stated)': torchtitan's 2 stages per rank; Megatron-LM has no default."""
+    runs = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv", dtype=str, keep_default_na=False)
+    row = runs[runs.vp.str.startswith("yes")].iloc[0].to_dict()
+    job = row_workload(row, {})
+    assert (job.parallel.vpp, job.parallel.schedule) == (2, "interleaved")
+    with pytest.raises(PrismError, match="^vp=") as err:
+        row_workload(row | {"framework": "Megatron-Core r0.8.0"}, {})
+    assert err.value.field == "vp"
+
+
+def test_rows_on_one_hardware_share_it(reference_data):
+    hardware: dict = {}
+    a, b = (row_workload(_row(reference_data, "vtrain_multi", mbs=m), hardware) for m in ("1", "2"))
+    assert a.hardware is b.hardware and a.key != b.key
+    assert row_workload(_row(reference_data, "vtrain_multi", mbs="1.0"), hardware).key == a.key

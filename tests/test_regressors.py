@@ -1,4 +1,5 @@
 """Quantile regressors on real data: ETT's A100 samples (data/ett) and this CPU's."""
+import gzip
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from predictor.core.profiles import DATA_DIR, section
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.data.importers.ett import import_ett
 from predictor.data.store import read_samples
+from predictor.latency import artifacts
 from predictor.latency.artifacts import ModelSet, fit_operator_model, shape_groups, train
 from predictor.latency.regressor import QuantileXGBRegressor, conformal_offsets
 
@@ -74,7 +76,7 @@ def test_floor_relative_target_extrapolates_to_larger_hidden_sizes(ett_a100):
     assert np.mean(np.abs(q[:, 3] - y) / y) < 0.12
 
 
-def test_models_round_trip_through_ubj_and_manifest(ett_a100, tmp_path):
+def test_models_round_trip_through_compressed_ubj_and_manifest(ett_a100, tmp_path):
     _, rows = ett_a100
     hw = _hw()
     some = rows[rows.op.isin(["layernorm", "send_recv"])]
@@ -82,16 +84,52 @@ def test_models_round_trip_through_ubj_and_manifest(ett_a100, tmp_path):
     models.save(tmp_path / A100)
     manifest = json.loads((tmp_path / A100 / "manifest.json").read_text())
     assert set(manifest["models"]) == {"layernorm/fwd", "layernorm/bwd", "send_recv/step"}
+    assert (manifest["format"], manifest["boosters"]) == (2, "ubj.gz")
     assert manifest["quantiles"] == [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95]
     assert {"xgboost", "scikit-learn"} <= set(manifest["versions"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [A100]  # no temporary folder left beside it
     assert sorted(p.name for p in (tmp_path / A100).iterdir()) == [
-        "layernorm__bwd.quantiles.ubj", "layernorm__bwd.ubj", "layernorm__fwd.quantiles.ubj",
-        "layernorm__fwd.ubj", "manifest.json", "send_recv__step.quantiles.ubj", "send_recv__step.ubj"]
+        "layernorm__bwd.quantiles.ubj.gz", "layernorm__bwd.ubj.gz", "layernorm__fwd.quantiles.ubj.gz",
+        "layernorm__fwd.ubj.gz", "manifest.json", "send_recv__step.quantiles.ubj.gz", "send_recv__step.ubj.gz"]
+    # XGBoost's own UBJ bytes, compressed: the same booster, so the same predictions, bit for bit
+    center = models.models[("layernorm", "fwd")].regressor.center_
+    assert gzip.decompress((tmp_path / A100 / "layernorm__fwd.ubj.gz").read_bytes()) == center.save_raw("ubj")
     loaded = ModelSet.load(tmp_path / A100, hw)
-    probe = some[some.op == "layernorm"].head(50)
-    pd.testing.assert_frame_equal(models.query("layernorm", "fwd", probe), loaded.query("layernorm", "fwd", probe))
+    for op, pass_ in models.models:
+        probe = some[(some.op == op) & (some["pass"] == pass_)].head(300)
+        pd.testing.assert_frame_equal(models.query(op, pass_, probe), loaded.query(op, pass_, probe),
+                                      check_exact=True)
     with pytest.raises(PrismError, match="no model for gemm/fwd"):
         loaded.query("gemm", "fwd", probe)
+
+
+def test_a_save_is_whole_or_nothing(ett_a100, tmp_path, monkeypatch):
+    _, rows = ett_a100
+    hw = _hw()
+    old = train(rows[rows.op == "layernorm"], hw, _rc(n_estimators=5), n_jobs=1)
+    old.save(tmp_path / A100)
+    before = {p.name: p.read_bytes() for p in (tmp_path / A100).iterdir()}
+    new = train(rows[rows.op.isin(["layernorm", "send_recv"])], hw, _rc(n_estimators=10), n_jobs=1)
+    written = []
+
+    def write_then_fail(booster, path):  # the third booster file fails, as a full disk or Ctrl-C would
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        written.append(path)
+        return real_write(booster, path)
+
+    real_write = artifacts.write_booster
+    monkeypatch.setattr(artifacts, "write_booster", write_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        new.save(tmp_path / A100)
+    assert len(written) == 2 and not any(p.exists() for p in written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [A100]
+    assert {p.name: p.read_bytes() for p in (tmp_path / A100).iterdir()} == before
+    assert set(ModelSet.load(tmp_path / A100, hw).models) == {("layernorm", "fwd"), ("layernorm", "bwd")}
+    monkeypatch.undo()
+    new.save(tmp_path / A100)  # a whole save replaces the folder: nothing of the old set is left
+    assert set(ModelSet.load(tmp_path / A100, hw).models) == set(new.models)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [A100]
 
 
 def test_loading_refuses_stale_or_damaged_artifacts(ett_a100, tmp_path):
@@ -106,10 +144,25 @@ def test_loading_refuses_stale_or_damaged_artifacts(ett_a100, tmp_path):
     faster.memory.bandwidth *= 1.1
     with pytest.raises(PrismError, match="changed .* since these models were trained"):
         ModelSet.load(tmp_path / A100, faster)
-    ubj = tmp_path / A100 / "layernorm__fwd.ubj"
+    ubj = tmp_path / A100 / "layernorm__fwd.ubj.gz"
     ubj.write_bytes(ubj.read_bytes()[:100])
     with pytest.raises(PrismError, match="does not match its checksum"):
         ModelSet.load(tmp_path / A100, hw)
+    manifest = tmp_path / A100 / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"format": 2', '"format": 1'))
+    with pytest.raises(PrismError, match="format 1 .* reads format 2 .*retrain with prism train"):
+        ModelSet.load(tmp_path / A100, hw)
+
+
+def test_shipped_models_are_lean_and_load():
+    from predictor.core.profiles import REPO_ROOT, group_options, load_hardware
+    shipped = REPO_ROOT / "models"
+    assert sum(p.stat().st_size for p in shipped.rglob("*") if p.is_file()) <= 20 * 2 ** 20  # issue 16
+    hardware = [p.name for p in shipped.iterdir() if p.name in group_options("hardware")]
+    assert len(hardware) >= 5
+    for name in hardware:
+        models = ModelSet.load(shipped / name, load_hardware(name))
+        assert models.manifest["boosters"] == "ubj.gz" and models.models
 
 
 def test_regressor_follows_the_estimator_api():
@@ -130,7 +183,7 @@ def test_train_and_evaluate_commands_on_ett(ett_a100, tmp_path):
     out = _prism("train", f"samples={store_dir}", f"hardware={A100}", f"models_dir={tmp_path}",
                  "regressor.params.n_estimators=10")
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / A100 / "gemm__fwd.ubj").exists() and "models for a100-sxm4-80gb" in out.stdout
+    assert (tmp_path / A100 / "gemm__fwd.ubj.gz").exists() and "models for a100-sxm4-80gb" in out.stdout
     out = _prism("evaluate", f"samples={store_dir}", f"hardware={A100}", f"models_dir={tmp_path}", "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -139,6 +192,26 @@ def test_train_and_evaluate_commands_on_ett(ett_a100, tmp_path):
     assert ("all_reduce", "2x4") in collectives  # per collective and topology
     gemm = next(r for r in result if r["op"] == "gemm" and r["pass"] == "fwd")
     assert gemm["n"] > 1000 and gemm["mape_median"] < 0.1
+
+
+def test_train_writes_outside_the_shipped_models_unless_told(ett_a100, tmp_path):
+    from predictor.core.profiles import REPO_ROOT
+    from predictor.data.store import write_run
+    _, rows = ett_a100
+    write_run(rows[rows.op == "layernorm"], tmp_path / "samples", "layernorm", {})
+    shipped = {p: p.stat().st_mtime_ns for p in (REPO_ROOT / "models").rglob("*")}
+    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "train", f"samples={tmp_path / 'samples'}",
+                          f"hardware={A100}", "regressor.params.n_estimators=5", "--json"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["models_dir"] == "runs/models" and report["folder"] == f"runs/models/{A100}"
+    assert report["predict"] == f"prism predict hardware={A100} models_dir=runs/models"
+    assert (tmp_path / "runs" / "models" / A100 / "manifest.json").exists()
+    assert {p: p.stat().st_mtime_ns for p in (REPO_ROOT / "models").rglob("*")} == shipped
+    table = _prism("train", f"samples={tmp_path / 'samples'}", f"hardware={A100}", f"models_dir={tmp_path / 'm'}",
+                   "regressor.params.n_estimators=5").stdout
+    assert f"predict with them: prism predict hardware={A100} models_dir={tmp_path / 'm'}" in table
 
 
 def test_cpu_samples_train_and_evaluate_through_the_same_commands(tmp_path):

@@ -126,3 +126,12 @@ def test_a_truncated_file_in_the_store_stops_sampling_and_is_left_intact(tmp_pat
     err = capsys.readouterr().err
     assert "cut.parquet: not a readable Parquet file" in err and "truncated or corrupt" in err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_second_run_into_a_store_being_written_stops_with_one_error(tmp_path, capsys):
+    with store.writer_lock(tmp_path):
+        assert main(["sample", *SMALL_PLAN, f"output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("prism sample: error: output_dir=")
+    assert "another prism sample is writing into this store" in err and ".writer.lock" in err
+    assert list(tmp_path.iterdir()) == []  # nothing measured, and the lock went with its holder

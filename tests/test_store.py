@@ -1,4 +1,9 @@
 import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -78,3 +83,35 @@ def test_files_missing_required_columns_or_with_unknown_ops_are_rejected(tmp_pat
     w.close()
     with pytest.raises(PrismError, match="unknown op 'convolution'"):
         store.read_samples(tmp_path / "s")
+
+
+def test_one_writer_per_store(tmp_path):
+    with store.writer_lock(tmp_path) as note:
+        assert note is None
+        with pytest.raises(PrismError) as err:
+            with store.writer_lock(tmp_path):
+                pass
+        message = str(err.value)
+        assert err.value.field == "output_dir" and str(tmp_path) in message
+        assert f"pid {os.getpid()} on host {socket.gethostname()}" in message
+        assert "another output_dir" in message and str(tmp_path / ".writer.lock") in message
+    assert not (tmp_path / ".writer.lock").exists()  # released: the next run may write
+    with store.writer_lock(tmp_path):
+        assert (tmp_path / ".writer.lock").exists()
+
+
+def test_the_lock_of_a_dead_writer_on_this_host_is_taken_over_with_a_note(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock = tmp_path / ".writer.lock"
+    lock.write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "started": "2025-01-01T00:00:00"}))
+    with store.writer_lock(tmp_path) as note:
+        assert f"took over the writer lock of pid {gone.pid}" in note
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+    # a writer on another host cannot be checked from here: its lock stands
+    lock.write_text(json.dumps({"pid": gone.pid, "host": "elsewhere", "started": "2025-01-01T00:00:00"}))
+    with pytest.raises(PrismError, match="on host elsewhere.*delete"):
+        with store.writer_lock(tmp_path):
+            pass
+    assert lock.exists()

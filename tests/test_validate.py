@@ -1,5 +1,10 @@
 """`prism validate`: the scores, and the verb on a measurement file."""
+import json
+import subprocess
+import sys
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from predictor.analyses.validate import score
@@ -55,3 +60,25 @@ def test_validate_names_a_missing_file_and_a_foreign_hardware(tmp_path, cpu_env)
     assert missing.returncode == 2 and "measured=" in missing.stderr and "prism measure" in missing.stderr
     foreign = run(f"measured={ROOT / 'measurements' / 'local-cpu-suite.parquet'}", "hardware=a100-sxm4-80gb")
     assert foreign.returncode == 2 and "validate with hardware=local-cpu" in foreign.stderr
+
+
+def test_validate_published_reports_coverage_and_draws_reliability(tmp_path, reference_data, cpu_env):
+    """prism validate published=TABLE: coverage of the predictive intervals on a table of runs."""
+    table = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv")
+    small = table[table.set_id.isin(["narayanan2021_t1", "neusight_dist"])]
+    path = tmp_path / "runs.csv"
+    small.to_csv(path, index=False)
+    png = tmp_path / "rel.png"
+    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "validate", f"published={path}", f"plot={png}",
+                          "--json"], capture_output=True, text=True, env=cpu_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    overall = result["summary"][0]
+    assert overall["group"] == "all" and overall["runs"] == len(small)
+    assert all(0 <= overall[f"cover{c}"] <= 1 for c in (50, 80, 90)) and overall["width90"] > 0
+    assert [r["nominal"] for r in result["reliability"]][0] == pytest.approx(0.1) and png.stat().st_size > 0
+    bad = tmp_path / "no_steps.csv"
+    small.drop(columns=["iter_time_s", "iter_time_s_derived", "tflops_per_gpu"]).to_csv(bad, index=False)
+    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "validate", f"published={bad}"],
+                         capture_output=True, text=True, env=cpu_env, timeout=300)
+    assert out.returncode == 2 and "published" in out.stderr and "Traceback" not in out.stderr

@@ -1,56 +1,302 @@
-"""``prism predict-batch``: workloads in the published-runs table layout in, predictions beside them.
+"""``prism predict-batch``: a table of training jobs in, each job's predicted step time
+beside it.
 
-Reads the 36-column layout of ``e2e_training_visible.csv`` (:mod:`predictor.data.published`,
-which also says what blank fields default to) and adds ``pred_iter_time_s_p50/_p5/_p95``,
-``pred_mem_gib`` and ``pred_status`` (``ok`` or the error).
+The table's columns, units, blanks and spellings are :mod:`predictor.data.runs_table`'s;
+:func:`predictor.data.published.row_workload` turns a row into specs. Every row comes out
+with its input cells and :data:`OUTPUT_COLUMNS`: the run's median step (s) at the
+p5/p10/p50/p90/p95 of its predictive distribution (the composed median, and the doubt
+about it: :mod:`predictor.analyses.doubt`), the within-run spread p95/p50 (step-time
+variability) and memory per GPU (GiB), or blank with ``pred_status`` naming the column to fix (``ok``
+otherwise); ``pred_assumed``, what was assumed for its blank and free-text cells; and
+``pred_key``, the row's index in the input and a hash of its cells and of the settings
+(draws, seed, models), by which a rerun recognises the rows already written.
+
+A row's prediction depends on that row alone, drawn with ``seed``: the same row predicts
+the same in any table. Rows that share a model, layout and hardware share their work:
+results are kept by the specs' values (:attr:`~predictor.data.published.RowJob.key`), each
+chunk of rows looks its operator calls up in one query per op and hardware
+(:class:`~predictor.latency.lookup.QuantileCache`), and each decomposition is made once.
+
+Rows are written to ``out`` a chunk at a time, each chunk one write followed by a flush,
+so Ctrl-C keeps every finished chunk; running the same command again skips the rows
+``out`` already holds (a torn last line or rows of an edited input are dropped and
+predicted again) and leaves ``out`` in input order.
 """
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
+from predictor.analyses.doubt import doubt_of, family, shipped_model
 from predictor.core.errors import PrismError
-from predictor.core.specs import HardwareConfig
-from predictor.data.published import row_workload
-from predictor.engine.compose import compose
-from predictor.latency.artifacts import ModelSet, trained_models
+from predictor.data.published import RowJob, row_workload, spec_column
+from predictor.data.runs_table import BY_NAME, Table, check_output, read_table
+from predictor.engine.compose import compose, workload_calls
+from predictor.latency.artifacts import ModelSet, evidence_tier, models_dir, trained_models
+from predictor.latency.lookup import QuantileCache
+from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import decompose
 from predictor.workload.memory import memory_per_gpu
 
+#: Monte Carlo draws per row: the median's sampling error at 500 draws is ~0.2% of a step
+#: (benchmarks/bench_batch.py prints what fewer draws cost on the published runs).
+DRAWS = 500
+#: The run's median step (s) at the predictive distribution's quantiles (what a measured
+#: step is compared with), the within-run spread, and memory per GPU (GiB).
+PREDICTED = ("pred_iter_time_s_p50", "pred_iter_time_s_p5", "pred_iter_time_s_p10", "pred_iter_time_s_p90",
+             "pred_iter_time_s_p95", "pred_step_jitter_p95_over_p50", "pred_mem_gib")
+OUTPUT_COLUMNS = (*PREDICTED, "pred_status", "pred_assumed", "pred_key")
+#: Rows per chunk (one model query per op for all of them, one write to ``out``): the
+#: first chunks are smaller, so that the progress bar and ``out`` show rows early.
+CHUNK_ROWS = 256
+FIRST_CHUNK_ROWS = 16
 
-def predict_table(table: pd.DataFrame, draws: int = 1000, models_root=None) -> pd.DataFrame:
-    """``table`` with the predicted columns added (one prediction per row)."""
-    profiles: dict[str, HardwareConfig] = {}
-    cache: dict[str, ModelSet | None] = {}
+
+@dataclass(frozen=True)
+class RowPrediction:
+    """One row's outcome: ``values`` in :data:`PREDICTED` order, None where it failed."""
+
+    values: tuple[float, ...] | None
+    status: str
+    assumed: str
+
+
+def _failure(exc: Exception) -> str:
+    """The status of a row that cannot be predicted: the column and the fix."""
+    if not isinstance(exc, PrismError):  # a bug below: say so, and let the batch go on
+        return f"not predicted ({type(exc).__name__}: {exc}); please report this row"
+    column = spec_column(exc.field)
+    text = str(exc)
+    return text if column is None or text.startswith(column) else f"{column}: {text}"
+
+
+class BatchPredictor:
+    """Predicts table rows with ``draws`` draws each from ``seed``, keeping for the rows
+    still to come what every row shares: hardware profiles, trained models, operator
+    quantiles per hardware, and each distinct job's result."""
+
+    def __init__(self, draws: int = DRAWS, seed: int = 0, models_root=None):
+        self.draws, self.seed, self.models_root = draws, seed, models_root
+        self.hardware: dict = {}  # row_workload's profiles and their per-row variants
+        self.models: dict[str, ModelSet | None] = {}  # profile -> trained models
+        self.lookups: dict[tuple, QuantileCache] = {}  # hardware key -> its calls' quantiles
+        self.results: dict[tuple, tuple[tuple[float, ...] | None, str]] = {}  # RowJob.key -> (values, status)
+
+    def predict(self, rows: list[Mapping]) -> list[RowPrediction]:
+        """One prediction per row (a mapping of column to cell), in order."""
+        jobs: list[RowJob | str] = []
+        for row in rows:
+            try:
+                jobs.append(row_workload(row, self.hardware))
+            except Exception as exc:  # no cell may stop the batch: a bug below fails its row alone
+                jobs.append(_failure(exc))
+        new = {job.key: job for job in jobs if isinstance(job, RowJob) and job.key not in self.results}
+        self._predict_new(new)
+        out = []
+        for job in jobs:
+            if isinstance(job, str):
+                out.append(RowPrediction(None, job, ""))
+            else:
+                values, status = self.results[job.key]
+                out.append(RowPrediction(values, status, "; ".join(job.assumed)))
+        return out
+
+    def _predict_new(self, jobs: dict[tuple, RowJob]) -> None:
+        works = {}
+        for key, job in jobs.items():
+            try:
+                works[key] = decompose(job.model, job.parallel, job.hardware, job.gpus)
+            except Exception as exc:
+                self.results[key] = (None, _failure(exc))
+        calls: dict[tuple, list] = {}
+        for key, work in works.items():
+            calls.setdefault(jobs[key].hardware_key, []).extend(workload_calls(work))
+        for job in jobs.values():
+            if job.hardware_key in calls:
+                try:  # every call of the chunk on this hardware in one query per op
+                    self._lookup(job).fill(calls.pop(job.hardware_key))
+                except Exception:  # compose looks the rows up one by one below: only the bad ones fail
+                    pass
+        for key, work in works.items():
+            job = jobs[key]
+            try:
+                cache = self._lookup(job)
+                dist = compose(work, cache.models, draws=self.draws, seed=self.seed, cache=cache)
+                doubt = doubt_of(work, dist, evidence_tier(cache.models), family(job.framework), shipped_model())
+                q = dict(zip(DEFAULT_QUANTILES, doubt.quantiles_s))
+                v5, v50, v95 = dist.quantile([0.05, 0.5, 0.95])
+                mem = memory_per_gpu(job.model, job.parallel, flash_attention=job.parallel.attention == "flash")
+                values = (float(v50), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),
+                          float(mem.total_gib))
+                if all(math.isfinite(v) and v > 0 for v in values):
+                    self.results[key] = (values, "ok")
+                else:
+                    self.results[key] = (None, "not predicted: the sizes lie beyond what the models and priors "
+                                               "cover (a step time that is not a positive number); check them")
+            except Exception as exc:
+                self.results[key] = (None, _failure(exc))
+
+    def _lookup(self, job: RowJob) -> QuantileCache:
+        """The quantiles of the calls on ``job``'s hardware: its profile's trained models
+        (None: the priors) on the row's variant of the profile."""
+        if job.hardware_key not in self.lookups:
+            name = job.hardware_key[0]
+            if name not in self.models:
+                self.models[name] = trained_models(self.hardware[name], self.models_root)
+            models = self.models[name]
+            self.lookups[job.hardware_key] = QuantileCache(models and models.with_hardware(job.hardware), job.hardware)
+        return self.lookups[job.hardware_key]
+
+
+def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, seed: int = 0) -> pd.DataFrame:
+    """``table`` with :data:`PREDICTED`, ``pred_status`` and ``pred_assumed`` added (one
+    prediction per row; NaN where ``pred_status`` is not ``ok``)."""
+    rows = [{str(name).strip().lower(): value for name, value in r.items()} for r in table.to_dict("records")]
+    predictions = BatchPredictor(draws, seed, models_root).predict(rows)
     out = table.copy()
-    cols = {c: [] for c in ("pred_iter_time_s_p50", "pred_iter_time_s_p5", "pred_iter_time_s_p95",
-                            "pred_mem_gib", "pred_status")}
-    for _, row in table.iterrows():
-        try:
-            model, par, hw = row_workload(row, profiles)
-            if hw.name not in cache:
-                cache[hw.name] = trained_models(profiles[hw.name], models_root)
-            models = cache[hw.name] and cache[hw.name].with_hardware(hw)
-            dist = compose(decompose(model, par, hw, int(row["num_gpus"])), models, draws=draws)
-            p5, p50, p95 = dist.quantile([0.05, 0.5, 0.95])
-            mem = memory_per_gpu(model, par, flash_attention=par.attention == "flash").total_gib
-            values = [p50, p5, p95, mem, "ok"]
-        except PrismError as exc:
-            values = [np.nan] * 4 + [str(exc)]
-        for c, v in zip(cols, values):
-            cols[c].append(v)
-    for c, v in cols.items():
-        out[c] = v
+    for i, column in enumerate(PREDICTED):
+        out[column] = [p.values[i] if p.values else math.nan for p in predictions]
+    out["pred_status"] = [p.status for p in predictions]
+    out["pred_assumed"] = [p.assumed for p in predictions]
     return out
 
 
-def predict_batch(path, out_path, draws: int = 1000) -> pd.DataFrame:
-    table = pd.read_csv(path)
-    result = predict_table(table, draws=draws)
-    out_path = Path(out_path)
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
-    result.to_csv(tmp, index=False)
-    tmp.replace(out_path)
-    return result
+@dataclass
+class BatchReport:
+    """What ``prism predict-batch`` did: rows predicted and failed (this run and resumed
+    from ``out`` together), rows resumed, and input columns it did not read."""
+
+    table: str
+    out: str
+    status: str  # done | interrupted
+    rows: int
+    predicted: int
+    failed: int
+    resumed: int
+    written: int
+    distinct_jobs: int  # distinct (model, layout, hardware, GPUs) this run predicted: rows alike share one
+    draws: int
+    seconds: float
+    unread_columns: list[str]
+
+    def format(self) -> str:
+        lines = [f"{self.out}: {self.rows} rows, {self.predicted} predicted, {self.failed} with an error in "
+                 f"pred_status ({self.resumed} resumed from an earlier run; {self.seconds:.1f} s, "
+                 f"{self.draws} draws a row)"]
+        if self.unread_columns:
+            lines.append(f"carried through unread: {', '.join(self.unread_columns)}")
+        if self.status == "interrupted":
+            lines.append(f"interrupted: {self.written} of {self.rows} rows are in {self.out}; run the same command "
+                         f"again to predict the rest")
+        return "\n".join(lines)
+
+
+def _key(index: int, cells: list[str], settings: str) -> str:
+    digest = hashlib.blake2b("\x1f".join([*cells, settings]).encode(), digest_size=6).hexdigest()
+    return f"{index}:{digest}"
+
+
+def _csv_text(rows) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()
+
+
+def _replace(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    """Write ``path`` whole, atomically (a temporary file renamed over it)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(_csv_text([header, *rows]), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _written(out: Path, header: list[str], keys: set[str]) -> dict[str, list[str]]:
+    """The rows of an earlier run that ``out`` holds for this table and settings, by key;
+    ``out`` rewritten without the rest (a torn last line, rows of an edited input), or
+    started with the header where it does not exist. A file with other columns is refused."""
+    if not out.exists() or out.stat().st_size == 0:
+        _replace(out, header, [])
+        return {}
+    try:
+        text = out.read_text(encoding="utf-8")
+        lines = list(csv.reader(io.StringIO(text, newline="")))
+    except (UnicodeDecodeError, csv.Error):
+        lines = []
+    if not lines or lines[0] != header:
+        raise PrismError(f"out={out}: exists and is not this table's predict-batch output (other columns); "
+                         f"remove it or write elsewhere", field="out")
+    complete = lines[1:] if text.endswith("\n") else lines[1:-1]  # an interrupted write leaves a torn line
+    kept = {r[-1]: r for r in complete if len(r) == len(header) and r[-1] in keys}
+    if len(kept) != len(lines) - 1:
+        _replace(out, header, list(kept.values()))
+    return kept
+
+
+def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=None, chunk_rows: int = CHUNK_ROWS,
+                  progress: bool = False) -> BatchReport:
+    """Predict every row of the CSV table at ``path`` into ``out`` (see the module
+    docstring); ``progress`` draws a bar on stderr. The table and ``out`` are checked
+    before any work (:func:`~predictor.data.runs_table.read_table`,
+    :func:`~predictor.data.runs_table.check_output`)."""
+    t0 = time.perf_counter()
+    table = read_table(path)
+    out = check_output(out, table.path)
+    models_dir(models_root)  # a mistyped models folder fails now, not row by row
+    keep = [i for i, name in enumerate(table.header) if name.strip().lower() not in OUTPUT_COLUMNS]
+    header = [table.header[i] for i in keep] + list(OUTPUT_COLUMNS)
+    settings = f"draws={draws} seed={seed} models={models_root or ''}"
+    cells = [[row[i] for i in keep] for row in table.rows]
+    keys = [_key(i, c, settings) for i, c in enumerate(cells)]
+    written = _written(out, header, set(keys))
+    todo = [i for i, k in enumerate(keys) if k not in written]
+    predictor = BatchPredictor(draws, seed, models_root)
+    names = [name.strip().lower() for name in table.header]
+    status = "done"
+    with open(out, "a", encoding="utf-8", newline="") as f, \
+            tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
+        try:
+            for chunk in _chunks(todo, chunk_rows):
+                predictions = predictor.predict([dict(zip(names, table.rows[i])) for i in chunk])
+                lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
+                for line in lines:
+                    written[line[-1]] = line
+                f.write(_csv_text(lines))  # one write and a flush a chunk: Ctrl-C keeps whole chunks
+                f.flush()
+                bar.update(len(chunk))
+        except KeyboardInterrupt:
+            status = "interrupted"
+    if status == "done" and todo and written and list(written) != keys:
+        _replace(out, header, [written[k] for k in keys])  # resumed rows first: restore the input's order
+    statuses = [row[len(keep) + len(PREDICTED)] for row in written.values()]
+    return BatchReport(
+        table=str(table.path), out=str(out), status=status, rows=len(keys), predicted=statuses.count("ok"),
+        failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
+        distinct_jobs=len(predictor.results), draws=draws, seconds=time.perf_counter() - t0,
+        unread_columns=[table.header[i] for i in keep if names[i] not in BY_NAME])
+
+
+def _chunks(todo: list[int], largest: int):
+    """``todo`` in chunks of :data:`FIRST_CHUNK_ROWS` rows, doubling up to ``largest``."""
+    start, size = 0, min(FIRST_CHUNK_ROWS, largest)
+    while start < len(todo):
+        yield todo[start:start + size]
+        start, size = start + size, min(2 * size, largest)
+
+
+def _output_cells(table: Table, index: int, p: RowPrediction, key: str) -> list[str]:
+    status = p.status
+    if index in table.overlong:  # the row's extra cells were cut: say so rather than guess them away
+        status = (f"row has {table.overlong[index]} cells, the header {len(table.header)}: a cell holds an "
+                  f"unquoted comma; quote it")
+    values = [f"{v:.6g}" for v in p.values] if p.values and status == p.status else [""] * len(PREDICTED)
+    return [*values, status, p.assumed, key]

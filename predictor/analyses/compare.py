@@ -45,7 +45,8 @@ class HardwareResult:
 
     hardware: str
     tier: str  # predictor.latency.artifacts.TIERS: what the numbers rest on
-    step_time_s: dict  # p5, p50, p95
+    step_time_s: dict  # p5, p50, p95: variability within a run
+    median_step_80_s: list  # the 80% predictive interval of the run's median step (predictive uncertainty)
     speedup: float  # the first profile's median step / this one's
     tokens_per_s: float
     mfu: float
@@ -112,6 +113,7 @@ def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) ->
     gpu_hours = {k: p.time_to_train_days[k] * 24 * p.gpus for k in BAND}
     return HardwareResult(
         hardware=p.hardware, tier=p.tier, step_time_s={k: p.step_time_s[k] for k in BAND},
+        median_step_80_s=p.predictive["interval_s"]["80%"],
         speedup=baseline_s / p.step_time_s["p50"], tokens_per_s=p.tokens_per_s, mfu=p.mfu,
         memory_gib=p.memory_gib["total"], capacity_gib=p.memory_gib["capacity"], fits=p.fits,
         time_to_train_days=dict(p.time_to_train_days), gpu_hours=gpu_hours, cost_usd=p.cost_usd,
@@ -122,7 +124,7 @@ def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) ->
 
 def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str], layout: ParallelConfig,
             gpus: int | None = None, *, models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0,
-            train_tokens: float = 1e12, pue: float = 1.0) -> Comparison:
+            train_tokens: float = 1e12, pue: float = 1.0, framework: str = "megatron-core") -> Comparison:
     """Predict one job on several hardware profiles.
 
     Parameters
@@ -157,7 +159,7 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str], layout
     profiles = [load_hardware(h) if isinstance(h, str) else h for h in check_hardware(hardware)]
     pue = check_pue(pue)
     predictions = [predict(model, hw, layout, gpus, models_dir=models_dir, draws=draws, seed=seed,
-                           train_tokens=train_tokens) for hw in profiles]
+                           train_tokens=train_tokens, framework=framework) for hw in profiles]
     baseline = predictions[0].step_time_s["p50"]
     results = [_result(p, hw, pue, baseline) for p, hw in zip(predictions, profiles)]
     first = predictions[0]
@@ -165,7 +167,9 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str], layout
     notes = [f"energy = GPU-hours x hardware.power_w (rated board power) x pue={pue:g}: node CPUs and network "
              + ("excluded, cooling too (pue=1.2 would add 20%)" if pue == 1.0 else "excluded, cooling via pue"),
              "cost = GPU-hours x hardware.price_per_gpu_hour (indicative on-demand prices, see conf/hardware)",
-             "bands are p5-p95; time to train excludes failures and restarts (prism variability adds them)"]
+             "step bands are the variability within a run (p5-p95); the median step's 80% interval is the "
+             "predictive uncertainty; time, cost and energy bands (p5-p95) hold both; failures and restarts "
+             "are excluded (prism variability adds them)"]
     notes += [f"{r.hardware}: tp={tp} spans {tp // r.gpus_per_node} nodes of {r.gpus_per_node} GPU(s): "
               f"tensor-parallel collectives cross the inter-node network" for r in results if tp > r.gpus_per_node]
     notes += [f"{r.hardware}: needs {r.memory_gib:.1f} GiB per GPU of {r.capacity_gib:.0f}: does not fit"

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
 from predictor.latency.artifacts import TIERS, evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache
+from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import decompose
 from predictor.workload.flops import model_flops_per_step
 from predictor.workload.memory import memory_per_gpu
@@ -26,12 +28,19 @@ SECONDS_PER_DAY = 86400.0
 
 @dataclass
 class Prediction:
+    """One job predicted. Two distributions, kept apart (DESIGN.md, "Composer" step 5):
+    ``step_time_s`` is the step-time *variability* within one run (what the hardware does:
+    the spread of step times its log would show), ``predictive`` the *predictive
+    uncertainty* of the run's median step (what PRISM does not know, learned from measured
+    runs). The time and cost to train use both."""
+
     model: str
     hardware: str
     gpus: int
     layout: dict
-    step_time_s: dict  # p5 ... p99 and mean
-    cdf: dict  # {"t_s": [...], "p": [...]}: the full step-time CDF on a grid
+    step_time_s: dict  # variability within a run: p5 ... p99, mean, jitter_p95_over_p50
+    cdf: dict  # {"t_s": [...], "p": [...]}: the full step-time CDF on a grid (variability)
+    predictive: dict  # the run's median step: quantiles, central intervals, what it extrapolates on
     tokens_per_s: float
     mfu: float
     memory_gib: dict
@@ -45,10 +54,21 @@ class Prediction:
     tier: str = TIERS[2]  # measured samples | microbenchmarks | spec-only prior (operator_models.TIERS)
     prob_below: dict | None = None
     calibration: dict | None = None  # the in-situ calibration of the models, if fitted
+    variability_source: dict | None = None  # per component its sigma, measured (n, interval) or cited
     confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def predictive_report(doubt: Doubt) -> dict:
+    """The predictive distribution of the run's median step as reported: quantiles, the
+    50/80/90% central intervals, what the model extrapolates on and what it learned from."""
+    q = dict(zip(DEFAULT_QUANTILES, map(float, doubt.quantiles_s)))
+    return {"median_step_s": {f"p{round(a * 100)}": v for a, v in q.items()},
+            "interval_s": {f"{round((hi - lo) * 100)}%": [q[lo], q[hi]] for lo, hi in ((0.25, 0.75), (0.1, 0.9),
+                                                                                        (0.05, 0.95))},
+            "extrapolating": doubt.extrapolating, "learned_from": doubt.learned_from}
 
 
 def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
@@ -101,7 +121,8 @@ def check_train_tokens(value) -> float:
 
 def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
             models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0, train_tokens: float = 1e12,
-            target_step_s: float | None = None, confidence: float | None = None) -> Prediction:
+            target_step_s: float | None = None, confidence: float | None = None,
+            framework: str = "megatron-core") -> Prediction:
     """Predict one training job: its step-time distribution, throughput, memory and time
     and cost to train.
 
@@ -127,7 +148,11 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     target_step_s : float, optional
         Also report P(step <= target_step_s).
     confidence : float, optional
-        Also report the step time and time to train that hold with this probability.
+        Also report the step time and time to train that hold with this probability
+        (variability and predictive uncertainty together).
+    framework : str
+        The framework family that runs the job (:data:`~predictor.latency.doubt.FRAMEWORKS`),
+        a feature of the predictive uncertainty.
 
     Raises
     ------
@@ -136,6 +161,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     """
     level = check_confidence(confidence)
     train_tokens = check_train_tokens(train_tokens)
+    framework = check_framework(framework)
     par = resolve_layout(layout, check_gpus(gpus))
     gpus = par.world_size
     models = trained_models(hardware, models_dir)
@@ -147,12 +173,18 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     q = dist.quantile(REPORT_QUANTILES)
     step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}
     step["mean"] = float(dist.draws.mean())
+    step["jitter_p95_over_p50"] = step["p95"] / step["p50"]
+    tier = evidence_tier(models)
+    doubt = doubt_of(work, dist, tier, framework, shipped_model())
     grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
     tokens = work.tokens_per_step
     median = step["p50"]
     peak = hardware.peak(hardware.train_dtype)
     steps = train_tokens / tokens
-    run_mean = run_step_draws(dist.draws, persistent)
+    # a run's mean step: the persistent variability times the doubt about its median
+    doubt_draws = doubt.draws(np.random.default_rng(seed + 1), draws)
+    run_mean = run_step_draws(dist.draws, persistent) * doubt_draws
+    step_with_doubt = dist.draws * doubt_draws
     ttt = {f"p{round(a * 100)}": float(v) * steps / SECONDS_PER_DAY
            for a, v in zip((0.05, 0.5, 0.95), np.quantile(run_mean, (0.05, 0.5, 0.95)))}
     gpu_hours = ttt["p50"] * 24 * gpus
@@ -165,6 +197,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         layout={k: getattr(par, k) for k in (*AXES, "vpp", "micro_batch_size", "global_batch_size",
                                               "sequence_parallel", "recompute", "sharding", "schedule")},
         step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
+        predictive=predictive_report(doubt),
         tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),
         memory_gib={"weights": mem.weights / 2**30, "gradients": mem.gradients / 2**30,
                     "optimizer": mem.optimizer / 2**30, "activations": mem.activations / 2**30,
@@ -173,10 +206,11 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s},
-        basis=basis, tier=evidence_tier(models),
+        basis=basis, tier=tier,
         calibration=models.calibration.to_dict() if models and models.calibration else None,
+        variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}
         if target_step_s else None,
         confidence=None if level is None else {
-            "level": level, "step_time_s": float(dist.quantile(level)),
+            "level": level, "step_time_s": float(np.quantile(step_with_doubt, level)),
             "time_to_train_days": float(np.quantile(run_mean, level)) * steps / SECONDS_PER_DAY})

@@ -44,6 +44,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
+from predictor.analyses.predict import predictive_report
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout, validate_layout
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
@@ -195,13 +197,16 @@ class Ranking(NamedTuple):
 
 
 def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int = 10, seed: int = 0,
-                 memory_gib=None, cache: QuantileCache | None = None) -> Ranking:
+                 memory_gib=None, cache: QuantileCache | None = None, framework: str = "megatron-core") -> Ranking:
     """Rank ``works`` (layouts of one model on one hardware and GPU count) by ``rank_by``.
 
     Returns every layout as a dict, best first, and the two Pareto fronts: ``rank_by``
     against memory per GPU, and p50 against risk (p95/p50). The best are composed in full
     (module docstring, step 3); the others keep the screen's figures (``composed``
-    False). ``memory_gib``: each layout's memory per GPU, if known.
+    False). ``memory_gib``: each layout's memory per GPU, if known. A composed layout
+    also states the 80% predictive interval of its median step (``median_step_80_s``,
+    the predictive uncertainty for ``framework``); the ranking reads only the step-time
+    variability.
     """
     check_rank_by(rank_by)
     model, hw = works[0].model, works[0].hardware
@@ -214,13 +219,16 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     stats = {"p50": np.quantile(steps, 0.5, axis=1), "p90": np.quantile(steps, 0.9, axis=1),
              "p95": np.quantile(steps, 0.95, axis=1), "mean": steps.mean(axis=1)}
     composed = np.zeros(len(works), bool)
+    doubt_model, tier, interval80 = shipped_model(), evidence_tier(models), {}
 
     def compose_in_full(indices):
         for i in indices:
             if not composed[i]:
-                draws = compose(works[i], models, draws=FINAL_DRAWS, seed=seed, cache=cache).draws
+                dist = compose(works[i], models, draws=FINAL_DRAWS, seed=seed, cache=cache)
                 for name, q in RANK_BY.items():
-                    stats[name][i] = draws.mean() if q is None else np.quantile(draws, q)
+                    stats[name][i] = dist.draws.mean() if q is None else np.quantile(dist.draws, q)
+                interval80[i] = predictive_report(doubt_of(works[i], dist, tier, framework, doubt_model))[
+                    "interval_s"]["80%"]
                 composed[i] = True
 
     key = stats[rank_by]  # updated in place as layouts are composed
@@ -242,7 +250,7 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
                         "risk": float(stats["p95"][i]) / p50, "memory_gib": float(memory[i]),
                         "tokens_per_s": tokens / p50,
                         "mfu": model_flops_per_step(model, tokens, w.seq) / (p50 * gpus * peak),
-                        "composed": bool(composed[i])})
+                        "median_step_80_s": interval80.get(i), "composed": bool(composed[i])})
     position = np.empty(len(order), int)
     position[order] = np.arange(len(order))
     return Ranking(layouts, [int(i) for i in order], [int(position[i]) for i in fronts[0]],
@@ -250,7 +258,8 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
 
 
 def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: ParallelConfig | None = None,
-           rank_by: str = "p50", top: int = 10, models_dir: str | Path | None = None, seed: int = 0) -> SearchResult:
+           rank_by: str = "p50", top: int = 10, models_dir: str | Path | None = None, seed: int = 0,
+           framework: str = "megatron-core") -> SearchResult:
     """Enumerate, check and rank the layouts of ``gpus`` GPUs for ``model`` on ``hardware``.
 
     Parameters
@@ -314,7 +323,7 @@ def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: Par
         if key not in shared:
             shared[key] = decompose(model, plain, hardware, gpus)
         works.append(replace(shared[key], parallel=par))
-    ranking = rank_layouts(works, models, rank_by, top, seed, memory)
+    ranking = rank_layouts(works, models, rank_by, top, seed, memory, framework=check_framework(framework))
     return SearchResult(
         model=model.name, hardware=hardware.name, gpus=gpus, global_batch_size=batch, seq_length=model.seq_length,
         rank_by=rank_by, top=top,

@@ -10,7 +10,16 @@ measured steps (the slowest rank of each) are scored against it:
   measured steps (0 = same distribution, 1 = disjoint);
 - ``coverage_80``: the share of measured steps inside the predicted 10–90% interval
   (0.8 when calibrated);
-- ``p95_p50_pred`` / ``p95_p50_meas``: the tail ratio each side sees.
+- ``p95_p50_pred`` / ``p95_p50_meas``: the tail ratio each side sees (the within-run
+  spread, step-time variability);
+- ``median_in_80``: whether the 80% predictive interval of the median step
+  (:mod:`predictor.analyses.doubt`) holds the measured median.
+
+:func:`validate_published` scores a table of published runs the same way a user meets
+them: each row's measured step against the predictive distribution of its median step
+(median absolute error, coverage of the 50/80/90% intervals, their median relative width,
+and the probability integral transform of every run, for a reliability diagram and a
+PIT histogram).
 """
 from __future__ import annotations
 
@@ -20,11 +29,14 @@ import numpy as np
 import pandas as pd
 from scipy.stats import ks_2samp
 
+from predictor.analyses.doubt import COVERAGES, doubt_of, predict_runs, shipped_model
+from predictor.analyses.predict import predictive_report
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig
 from predictor.data.measurements import measured_workloads
 from predictor.engine.compose import compose
-from predictor.latency.artifacts import ModelSet
+from predictor.engine.draws import cdf_at
+from predictor.latency.artifacts import ModelSet, evidence_tier
 from predictor.latency.lookup import QuantileCache
 
 
@@ -42,6 +54,8 @@ class LayoutScore:
     coverage_80: float
     p95_p50_meas: float
     p95_p50_pred: float
+    predictive_80_s: tuple[float, float] | None = None  # the 80% interval of the median step
+    median_in_80: bool | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,9 +72,12 @@ class Validation:
 
     def summary(self) -> dict:
         t = self.table()
+        spread_ok = (t.p95_p50_pred / t.p95_p50_meas - 1).abs() <= 0.05
         return {"layouts": len(t), "median_ape_median": float(t.median_ape.median()),
                 "median_ape_worst": float(t.median_ape.max()), "ks_median": float(t.ks.median()),
-                "coverage_80_median": float(t.coverage_80.median()), "p95_ape_median": float(t.p95_ape.median())}
+                "coverage_80_median": float(t.coverage_80.median()), "p95_ape_median": float(t.p95_ape.median()),
+                "median_in_80_share": float(t.median_in_80.mean()) if t.median_in_80.notna().all() else None,
+                "spread_within_5pct": int(spread_ok.sum())}
 
 
 def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> LayoutScore:
@@ -92,9 +109,65 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet 
                          f"validate with hardware={other[0]}", field='hardware')
     scores, meas, pred = [], {}, {}
     cache = QuantileCache(models, hardware)
+    tier, doubt_model = evidence_tier(models), shipped_model()
     for layout_id, work, t in measured_workloads(measured, hardware):
-        d = compose(work, models, draws=draws, seed=seed, cache=cache,
-                    calibration=(calibrations or {}).get(layout_id)).draws
-        scores.append(score(layout_id, d, t))
-        meas[layout_id], pred[layout_id] = t, d
+        dist = compose(work, models, draws=draws, seed=seed, cache=cache,
+                       calibration=(calibrations or {}).get(layout_id))
+        s = score(layout_id, dist.draws, t)
+        if doubt_model is not None:  # the reference workload runs PyTorch's own parallelism: "other"
+            lo, hi = predictive_report(doubt_of(work, dist, tier, "other", doubt_model))["interval_s"]["80%"]
+            s.predictive_80_s, s.median_in_80 = (lo, hi), bool(lo <= s.measured_p50_s <= hi)
+        scores.append(s)
+        meas[layout_id], pred[layout_id] = t, dist.draws
     return Validation(scores, meas, pred)
+
+
+@dataclass
+class PublishedValidation:
+    """Published runs against their predictive distributions: ``runs`` per row (source,
+    tier, measured and predicted median, the 50/80/90% intervals, ``pit``: the predictive
+    CDF at the measured step), ``summary`` overall and per tier, ``reliability``: nominal
+    against observed coverage of central intervals (from the PIT), and the rows that could
+    not be predicted, by reason."""
+
+    runs: pd.DataFrame
+    summary: pd.DataFrame
+    reliability: pd.DataFrame
+    skipped: dict
+
+    def to_dict(self) -> dict:
+        return {"summary": self.summary.to_dict("records"), "reliability": self.reliability.to_dict("records"),
+                "skipped": self.skipped, "runs": self.runs.to_dict("records")}
+
+
+def validate_published(rows: pd.DataFrame, *, draws: int = 300, seed: int = 0) -> PublishedValidation:
+    """Score ``rows`` (the published-runs layout, with ``measured_s``; e.g.
+    :func:`predictor.analyses.doubt.published_with_steps`) against the predictive
+    distribution of each run's median step, from the shipped models."""
+    model = shipped_model()
+    if model is None:
+        raise PrismError("models/doubt: no predictive-uncertainty model to validate; train it with "
+                         "python benchmarks/bench_doubt.py --save", field="models_dir")
+    if "source" not in rows:
+        rows = rows.assign(source=rows.get("set_id", "table"))
+    errors = predict_runs(rows, draws=draws, seed=seed)
+    if errors.table.empty:
+        raise PrismError(f"published: none of the {len(rows)} rows could be predicted ({errors.skipped}); "
+                         f"fill in the fields named", field="published")
+    levels = np.asarray(model.levels)
+    q = errors.table.predicted_s.to_numpy()[:, None] * np.exp(model.predict(errors.X))
+    measured = errors.table.measured_s.to_numpy()
+    pit = cdf_at(q, levels, measured)
+    runs = errors.table.assign(pit=pit, **{f"q{a:g}_s": q[:, i] for i, a in enumerate(levels)})
+    groups = [("all", np.ones(len(runs), bool))] + [(f"tier: {t}", (runs.tier == t).to_numpy())
+                                                     for t in sorted(runs.tier.unique())]
+    mid = len(levels) // 2
+    summary = pd.DataFrame([{
+        "group": name, "runs": int(mask.sum()),
+        "median_ape": float(np.median(np.abs(q[mask, mid] / measured[mask] - 1))),
+        **{f"cover{round(c * 100)}": float(np.mean(np.abs(pit[mask] - 0.5) <= c / 2)) for c in COVERAGES},
+        "width90": float(np.median((q[mask, -1] - q[mask, 0]) / q[mask, mid]))} for name, mask in groups])
+    nominal = np.linspace(0.1, 0.9, 9)
+    reliability = pd.DataFrame({"nominal": nominal,
+                                "observed": [float(np.mean(np.abs(pit - 0.5) <= c / 2)) for c in nominal]})
+    return PublishedValidation(runs, summary, reliability, errors.skipped)

@@ -41,13 +41,20 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.analyses.predict import SECONDS_PER_DAY, check_gpus, check_train_tokens, run_step_draws
+from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
+from predictor.analyses.predict import (
+    SECONDS_PER_DAY,
+    check_gpus,
+    check_train_tokens,
+    predictive_report,
+    run_step_draws,
+)
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout
 from predictor.core.mesh import Mesh
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
-from predictor.latency.artifacts import trained_models
+from predictor.latency.artifacts import evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache
 from predictor.workload.decompose import Workload, decompose
 
@@ -82,6 +89,7 @@ class VariabilityReport:
     placements: list[dict]  # per placement of the slow nodes: slow GPUs per stage, p50, p95
     placement_spread: float  # worst median / best median over the placements
     time_to_train: dict  # days with failures, productive days, interruptions, goodput
+    predictive: dict = field(default_factory=dict)  # doubt about the median step, reported beside, never mixed in
     settings: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -248,7 +256,7 @@ def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus
 
 def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
                 settings: AnalysisConfig | None = None, models_dir: str | Path | None = None, seed: int = 0,
-                train_tokens: float = 1e12) -> VariabilityReport:
+                train_tokens: float = 1e12, framework: str = "megatron-core") -> VariabilityReport:
     """The four studies of the module docstring for one job.
 
     Parameters
@@ -258,8 +266,10 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     settings : AnalysisConfig, optional
         Draws, slowdown thresholds, GPU counts of the scale study, slow nodes, runs of
         the time to train; None: the defaults of :class:`AnalysisConfig`.
-    models_dir, seed, train_tokens
-        As :func:`~predictor.analyses.predict.predict`.
+    models_dir, seed, train_tokens, framework
+        As :func:`~predictor.analyses.predict.predict`. The analysis is of the hardware's
+        variability alone (calls resting on priors stay at their median); the predictive
+        uncertainty of the median step is reported beside it (``predictive``).
 
     Raises
     ------
@@ -276,8 +286,10 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     cache = QuantileCache(models, hardware)
     work = decompose(model, par, hardware, gpus)
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
-    full = compose(work, models, draws=a.draws, seed=seed, cache=cache).draws
+    dist = compose(work, models, draws=a.draws, seed=seed, cache=cache)
+    full = dist.draws
     persistent = compose(work, models, draws=a.draws, seed=seed, cache=cache, hold=PER_STEP).draws
+    doubt = doubt_of(work, dist, evidence_tier(models), check_framework(framework), shipped_model())
     steps = train_tokens / work.tokens_per_step
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(
@@ -290,6 +302,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         scales=slowdown_vs_scale(model, work, models, cache, a, seed),
         attribution=attribution(work, models, cache, a.draws, seed),
         placements=placed, placement_spread=max(medians) / min(medians) if medians else 1.0,
+        predictive=predictive_report(doubt),
         time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
         | {"train_tokens": steps * work.tokens_per_step},
         settings=asdict(a), elapsed_s=time.perf_counter() - t0)

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import signal
 import sys
 from dataclasses import asdict
 from importlib import import_module
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from predictor.core.errors import PrismError
+from predictor.data.runs_table import schema_help
 
 _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=h100-sxm, "
                    "model=llama3-8b, sampling=quick) or set any key (sampling.budget_s=60, "
@@ -28,22 +29,40 @@ _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=
 
 
 def _load(args):
-    from predictor.app.config import load_config
+    from predictor.app.config import compose
     overrides = list(args.overrides)
     if args.json:
         overrides.append("output=json")
-    cfg = load_config(overrides)
+    composition = compose(overrides)
     if args.show_config:
-        print(OmegaConf.to_yaml(cfg), end="")
+        from predictor.app.config_text import show_config
+        print(show_config(composition), end="")
         raise SystemExit(0)
-    return cfg
+    return composition.cfg
 
 
 def _print(cfg, payload, table: str) -> None:
     if cfg.output == "json":
-        print(json.dumps(payload, indent=2, default=str))
+        try:
+            text = json.dumps(payload, indent=2, default=str, allow_nan=False)
+        except ValueError:  # NaN and infinity are not JSON: one error, never an invalid document
+            raise PrismError(f"{_non_finite(payload)}: not a finite number, so there is no valid JSON to print; "
+                             f"an input is out of range: check the model, hardware and layout values") from None
+        print(text)
     else:
         print(table)
+
+
+def _non_finite(value, where: str = "result") -> str | None:
+    """The path (``result.step_time_s.p50``) of the first NaN or infinity in ``value``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]")
+        if found:
+            return found
+    return None
 
 
 def _report(cfg, result, text: str, png, figure, width: int, hint: str) -> int:
@@ -225,14 +244,20 @@ def _train(args) -> int:
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
     from predictor.data.importers.trace import trace_calibration
-    from predictor.latency.artifacts import models_dir, train
+    from predictor.latency.artifacts import TRAINED_MODELS, train
+    from predictor.latency.variability_fit import fit_variability
     cfg = _load(args)
     hw, samples = _hardware_and_samples(cfg)
     rc = section(cfg, "regressor", RegressorConfig)
     t0 = time.perf_counter()
     models = train(samples, hw, rc, n_jobs=2)
+    # Off by default: on this CPU the fitted sigmas put the within-run spread within 5% of the
+    # measured for 5 of 16 layouts, the cited ones for 10 (the per-call jitter they measure is
+    # already in the operator models' quantiles, so it counts twice). None keeps the cited figures.
+    models.variability = fit_variability(samples, hw) if cfg.fit_variability else None
     elapsed = time.perf_counter() - t0
-    directory = models.save(models_dir(cfg.models_dir) / hw.name)
+    root = Path(cfg.models_dir or TRAINED_MODELS)  # the shipped models/ only when named
+    directory = models.save(root / hw.name)
     calibration = trace_calibration(cfg.samples, hw.name)
     if calibration is not None:  # framework time around the ops, measured in the traced steps
         models.save_calibration(directory, calibration)
@@ -245,8 +270,16 @@ def _train(args) -> int:
     if calibration is not None:
         table += (f"\nframework time {calibration.op_overhead_us:.1f} us per compute call, from the traced steps "
                   f"(stored as the models' calibration)")
-    _print(cfg, {"hardware": hw.name, "models_dir": str(directory), "seconds": elapsed, "models": rows,
-                 "calibration": calibration.to_dict() if calibration else None}, table)
+    if models.variability is not None:
+        table += ("\nvariability measured from the samples' repeats (variability.json, used instead of the profile's): "
+                  + ", ".join(f"{k} {s.sigma:.3g} ({f'{s.shapes} shapes' if s.shapes else s.basis})"
+                              for k, s in models.variability.sigmas.items()))
+    use = f"prism predict hardware={hw.name} models_dir={root}"
+    table += f"\npredict with them: {use} (every verb that reads models takes models_dir={root})"
+    _print(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
+                 "models": rows, "calibration": calibration.to_dict() if calibration else None,
+                 "variability": models.variability.to_dict() if models.variability else None,
+                 "predict": use}, table)
     return 0
 
 
@@ -271,7 +304,7 @@ def _predict(args) -> int:
     cfg = _load(args)
     png = plot_path(cfg.plot)
     p = predict(*_job(cfg), cfg.gpus,
-                **_settings(cfg, "models_dir", "seed", "train_tokens", "target_step_s", "confidence"))
+                **_settings(cfg, "models_dir", "seed", "train_tokens", "target_step_s", "confidence", "framework"))
     return _report(cfg, p, format_prediction(p), png, prediction_figure, 16,
                    "none (plot=predict.png draws the step-time CDF and the critical path)")
 
@@ -287,7 +320,7 @@ def _variability(args) -> int:
                          "e.g. plot=variability.png", field='out')
     png = plot_path(cfg.plot)
     report = variability(*_job(cfg), cfg.gpus, settings=section(cfg, "analysis", AnalysisConfig),
-                         **_settings(cfg, "models_dir", "seed", "train_tokens"))
+                         **_settings(cfg, "models_dir", "seed", "train_tokens", "framework"))
     return _report(cfg, report, format_variability(report), png, variability_figure, 8,
                    "none (plot=variability.png draws the CDF, slowdown vs scale, variance shares and "
                    "slow-node placements)")
@@ -307,7 +340,7 @@ def _compare(args) -> int:
     profiles = [section(load_config([*args.overrides, f"hardware={name}"]), "hardware", HardwareConfig)
                 for name in check_hardware(gpu_profiles() if names is None else names)]
     c = compare(section(cfg, "model", ModelConfig), profiles, section(cfg, "parallel", ParallelConfig), cfg.gpus,
-                **_settings(cfg, "models_dir", "seed", "train_tokens", "pue"))
+                **_settings(cfg, "models_dir", "seed", "train_tokens", "pue", "framework"))
     return _report(cfg, c, format_comparison(c), png, comparison_figure, 6,
                    "none (plot=compare.png draws the step-time CDFs and the time and cost bands)")
 
@@ -319,25 +352,36 @@ def _search(args) -> int:
     cfg = _load(args)
     png = plot_path(cfg.plot)
     model, hardware, base = _job(cfg)
-    result = search(model, hardware, cfg.gpus, base=base, **_settings(cfg, "rank_by", "top", "models_dir", "seed"))
+    result = search(model, hardware, cfg.gpus, base=base,
+                    **_settings(cfg, "rank_by", "top", "models_dir", "seed", "framework"))
     return _report(cfg, result, format_search(result), png, search_figure, 10,
                    "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)")
 
 
 def _predict_batch(args) -> int:
-    from predictor.analyses.batch import predict_batch
-    out = None
+    from predictor.analyses.batch import DRAWS, predict_batch
+    settings = {"out": None, "draws": str(DRAWS), "seed": "0", "models_dir": None, "output": None}
     for text in args.overrides:
         key, sep, value = text.partition("=")
-        if key != "out" or not value:
-            raise PrismError(f"{text!r}: predict-batch takes out=OUT.csv", field=str(text))
-        out = value
-    if out is None:
-        raise PrismError("out=OUT.csv is required: where to write the table with the predicted columns", field='out')
-    result = predict_batch(args.path, out)
-    ok = (result["pred_status"] == "ok").sum()
-    print(f"{out}: {len(result)} rows, {ok} predicted, {len(result) - ok} with an error in pred_status")
-    return 0
+        if not sep or key not in settings:
+            raise PrismError(f"{text!r}: predict-batch takes out=OUT.csv (required), draws=N, seed=N, "
+                             f"models_dir=DIR and output=json", field=str(text))
+        settings[key] = value
+    if not settings["out"]:
+        raise PrismError("out=OUT.csv is required: where to write the table with the predicted columns", field="out")
+    numbers = {}
+    for key, low in (("draws", 1), ("seed", 0)):
+        try:
+            numbers[key] = int(settings[key])
+        except ValueError:
+            numbers[key] = -1
+        if not low <= numbers[key] <= 1_000_000:
+            raise PrismError(f"{key}={settings[key]}: give a whole number from {low} to 1,000,000", field=key)
+    as_json = args.json or settings["output"] == "json"
+    report = predict_batch(args.path, settings["out"], draws=numbers["draws"], seed=numbers["seed"],
+                           models_root=settings["models_dir"], progress=sys.stderr.isatty() and not as_json)
+    print(json.dumps(asdict(report), indent=2) if as_json else report.format())
+    return 130 if report.status == "interrupted" else 0
 
 
 def _measure(args) -> int:
@@ -347,15 +391,50 @@ def _measure(args) -> int:
     return 0
 
 
-def _measured(args):
-    """The config, hardware and measured rows of a verb that reads ``measured=FILE``."""
+def _measured(cfg):
+    """The hardware and measured rows of a verb that reads ``measured=FILE``."""
     from predictor.core.profiles import section
     from predictor.core.specs import HardwareConfig
     from predictor.data.measurements import read_measurements
-    cfg = _load(args)
     if not cfg.measured:
-        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure`", field='measured')
-    return cfg, section(cfg, "hardware", HardwareConfig), read_measurements(cfg.measured)
+        raise PrismError("measured=FILE.parquet is required: a file written by `prism measure` (or, for validate, "
+                         "published=TABLE.csv: a table of published runs)", field="measured")
+    return section(cfg, "hardware", HardwareConfig), read_measurements(cfg.measured)
+
+
+def _validate_published(cfg) -> int:
+    """``prism validate published=TABLE.csv``: published runs against their predictive intervals."""
+    import pandas as pd
+
+    from predictor.analyses.validate import validate_published
+    from predictor.app.plots import plot_path, reliability_figure
+    from predictor.app.render import format_published_validation
+    from predictor.data.published import measured_step_s
+    from predictor.data.runs_table import read_table
+    png = plot_path(cfg.plot)
+    table = read_table(cfg.published)
+    rows = pd.DataFrame(table.rows, columns=[h.strip().lower() for h in table.header])
+    # the figures a measured step is worked out from, as numbers (a bad cell: no step)
+    numbers = rows.assign(**{c: pd.to_numeric(rows[c], errors="coerce") for c in
+                             ("iter_time_s", "iter_time_s_derived", "tflops_per_gpu", "num_gpus", "gbs", "seq_len")
+                             if c in rows})
+    measured = []
+    for _, row in numbers.iterrows():
+        try:
+            measured.append(measured_step_s(row))
+        except (PrismError, ValueError, TypeError):
+            measured.append(float("nan"))
+    rows["measured_s"] = pd.to_numeric(pd.Series(measured), errors="coerce")
+    with_step = rows[rows.measured_s > 0]
+    if with_step.empty:
+        raise PrismError(f"published={cfg.published}: no row states a measured step (iter_time_s, "
+                         f"iter_time_s_derived, or tflops_per_gpu of a known source); add one", field="published")
+    source = with_step["set_id"] if "set_id" in with_step else "table"
+    result = validate_published(with_step.assign(source=source), seed=int(cfg.seed))
+    if len(with_step) < len(rows):
+        result.skipped["no measured step"] = int(len(rows) - len(with_step))
+    return _report(cfg, result, format_published_validation(result), png, reliability_figure, 13,
+                   "none (plot=reliability.png draws the reliability diagram and the PIT histogram)")
 
 
 def _validate(args) -> int:
@@ -363,7 +442,10 @@ def _validate(args) -> int:
     from predictor.app.plots import cdf_figure, save_figure
     from predictor.app.render import format_validation
     from predictor.latency.artifacts import trained_models
-    cfg, hw, frame = _measured(args)
+    cfg = _load(args)
+    if cfg.published:
+        return _validate_published(cfg)
+    hw, frame = _measured(cfg)
     models = trained_models(hw, cfg.models_dir)
     result = validate(frame, hw, models, seed=int(cfg.seed))
     png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
@@ -382,7 +464,8 @@ def _calibrate(args) -> int:
     from predictor.analyses.validate import validate
     from predictor.app.render import format_validation
     from predictor.latency.artifacts import ModelSet, models_dir
-    cfg, hw, frame = _measured(args)
+    cfg = _load(args)
+    hw, frame = _measured(cfg)
     directory = models_dir(cfg.models_dir) / hw.name
     models = ModelSet.load(directory, hw)
     models.manifest.pop("calibration", None)  # fit against the operator samples alone
@@ -416,11 +499,18 @@ VERBS = {
         run=_train, help="train the latency-distribution models of one hardware from samples",
         description="Fit one multi-quantile XGBoost model per (op, pass) present in the samples "
                     "for the hardware, on log(latency / roofline floor), with conformally "
-                    "calibrated intervals; write <models_dir>/<hardware>/<op>__<pass>.ubj and "
-                    "manifest.json.",
-        examples=["prism train samples=samples/ett hardware=a100-sxm4-80gb",
-                  "prism train samples=samples/cpu hardware=local-cpu",
-                  "prism train samples=samples/cpu regressor.params.n_estimators=300 models_dir=/tmp/models"]),
+                    "calibrated intervals; with fit_variability=true, where the samples hold timed repeats "
+                    "(prism sample), also fit the variability sigmas (temporal, regime, spatial) from them into "
+                    "variability.json, which predictions then use instead of the profile's cited ones "
+                    "(experimental: it double-counts per-call jitter, see README); write "
+                    "<models_dir>/<hardware>/<op>__<pass>.ubj.gz, variability.json and "
+                    "manifest.json as a whole (a temporary folder renamed into place). models_dir defaults "
+                    "to runs/models, not the shipped models/ (prism predict's default): predict with the "
+                    "new models by passing the same models_dir=.",
+        examples=["prism train samples=samples/ett hardware=a100-sxm4-80gb     # into runs/models/a100-sxm4-80gb",
+                  "prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 models_dir=runs/models",
+                  "prism train samples=samples/cpu regressor.params.n_estimators=300 models_dir=/tmp/models",
+                  "prism train samples=samples/cpu hardware=local-cpu models_dir=models   # replace the shipped set"]),
     "evaluate": dict(
         run=_evaluate, help="score trained models on a sample store (MAPE, pinball, coverage)",
         description="Per op and pass (collectives: per topology, nodes x ranks per node): the "
@@ -498,15 +588,20 @@ VERBS = {
                   "prism search model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.global_batch_size=512 --json",
                   "prism search model=llama3-8b hardware=h100-sxm gpus=16 --json | jq '.top_layouts[0]'"]),
     "predict-batch": dict(
-        run=_predict_batch, help="predict every workload of a table in the e2e CSV layout",
-        description="Read workloads in the column layout of data/e2e/e2e_training_visible.csv "
-                    "and write them with pred_iter_time_s_p50/_p5/_p95, pred_mem_gib and pred_status "
-                    "(ok or the error). Blank fields take defaults (micro-batch 1, no cp, 1F1B, ...); "
-                    "the gpu column picks the hardware profile; stated interconnect bandwidths replace "
-                    "the profile's network.",
-        examples=["prism predict-batch data/e2e/e2e_training_visible.csv out=predicted.csv"],
-        positional="path", positional_help="a CSV in the e2e table layout", overrides=True,
-        overrides_help="out=OUT.csv (required)"),
+        run=_predict_batch, help="predict every job of a CSV table (the data/e2e layout); resumable",
+        description="Predict the step time of every row (one training job) of a CSV table in the layout of\n"
+                    "data/e2e/e2e_training_visible.csv and write the table to out=OUT.csv with pred_iter_time_s_p50,\n"
+                    "_p5, _p95 (s), pred_mem_gib, pred_status (ok, or the column to fix), pred_assumed (what blank\n"
+                    "and free-text cells were read as) and pred_key (row index and hash). The file and out are\n"
+                    "checked before any work (bad input: one line, exit 2); no cell stops the batch. A row's\n"
+                    "prediction depends on that row alone. Rows are written a chunk at a time: Ctrl-C keeps them,\n"
+                    "and the same command resumes. A progress bar shows on a terminal, never with --json.\n\n"
+                    + schema_help(),
+        examples=["prism predict-batch data/e2e/e2e_training_visible.csv out=predicted.csv",
+                  "prism predict-batch runs.csv out=runs.predicted.csv draws=1000 seed=1 --json"],
+        positional="path", positional_help="a CSV table, UTF-8, one job a row (columns below)", overrides=True,
+        overrides_help="out=OUT.csv (required), draws=N (Monte Carlo draws a row, default 500), seed=N, "
+                       "models_dir=DIR, output=json (same as --json)"),
     "measure": dict(
         run=_measure, help="train the reference workload under torchrun and record every step's time",
         description="Train the model with PyTorch's own parallelism (DDP or FSDP2 for dp, DTensor "
@@ -625,6 +720,10 @@ def _terminate(signum, frame):
 
 
 def main(argv=None) -> int:
+    # PRISM's arrays are small: the BLAS thread pools numpy and scipy start (OpenBLAS, a
+    # thread per core each) only cost start-up and shutdown, 0.1 s of a 0.6 s prism predict
+    # on 2 busy cores. Set before numpy loads; a user's own setting stands.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -1,44 +1,208 @@
-"""Configuration from the command line: Hydra composes ``conf/`` with ``key=value``
-overrides into one :class:`omegaconf.DictConfig`; :func:`predictor.core.profiles.section`
-turns one group into a checked dataclass. Every failure becomes one :class:`PrismError`
-that names the key and the fix. This is the only module that imports Hydra.
+"""Configuration from the command line: ``conf/config.yaml``, one option of each config
+group of its defaults list, and ``key=value`` overrides, composed into one
+:class:`omegaconf.DictConfig`; :func:`predictor.core.profiles.section` turns one group
+into a checked dataclass. Every failure becomes one :class:`PrismError` that names the
+key and the fix. This is the only module that imports Hydra.
+
+The overrides are Hydra's: its grammar (``sampling.ops=[gemm,attention]``, quoting,
+``+key=value`` adds a key, ``++`` adds or changes, ``~key`` deletes) and its own code
+applying them. Two shortcuts keep a plain command line from paying for Hydra (importing
+it, 40 ms, and ``hydra.compose``, 70 ms, of a 0.5 s ``prism predict``):
+
+- an override of the common form ``dotted.key=value``, the value unquoted letters,
+  digits and ``_./+-``, is read here as Hydra's grammar reads it (:func:`_plain`) and
+  set as Hydra sets a value; anything else goes to Hydra's parser and Hydra's code;
+- the defaults lists are composed here, on plain dicts read as OmegaConf reads YAML
+  (17 ms; ``hydra.compose`` also loads and merges Hydra's own job configuration, and
+  merging DictConfigs deep-copies them). conf/ uses the part of a defaults list read
+  here: one option per group, ``_self_``, and a group option that extends another option
+  of its group (as ``sampling/full`` extends ``quick``).
+
+Both lean on functions private to Hydra and OmegaConf (``ConfigLoaderImpl.
+_apply_overrides_to_config``, ``get_yaml_loader``); tests/test_config.py checks the
+result against Hydra itself: the same values read, the same configuration composed.
 """
 from __future__ import annotations
 
-from hydra import compose, initialize_config_dir
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
-from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf._utils import get_yaml_loader
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from predictor.core.errors import PrismError
 from predictor.core.profiles import CONF_DIR, GROUPS, group_options
 
+if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
 
-def _check_override(text: str) -> None:
+ROOT_FILE = CONF_DIR / "config.yaml"
+SELF = "_self_"  # a defaults-list entry: the file's own keys, merged at that point
+_YAML_LOADER = get_yaml_loader()
+
+# Hydra's grammar (hydra/grammar/OverrideLexer.g4) for an unquoted value of one token
+_UNSIGNED = r"(?:0|[1-9](?:_?[0-9])*)"
+_POINT_FLOAT = rf"(?:{_UNSIGNED}\.|{_UNSIGNED}?\.[0-9](?:_?[0-9])*)"
+_TOKENS = {
+    "null": re.compile(r"[Nn][Uu][Ll][Ll]"),
+    "bool": re.compile(r"[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]"),
+    "int": re.compile(rf"[+-]?{_UNSIGNED}"),
+    "float": re.compile(rf"[+-]?(?:(?:{_UNSIGNED}|{_POINT_FLOAT})[eE][+-]?[0-9](?:_?[0-9])*|{_POINT_FLOAT}"
+                        rf"|[Ii][Nn][Ff]|[Nn][Aa][Nn])"),
+}
+_PLAIN = re.compile(r"(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>[\w./+-]+)", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``key=value`` of the command line."""
+
+    key: str
+    text: str  # as written
+    value: object  # as Hydra's grammar reads it
+    hydra: Override | None = None  # Hydra's reading, for any other form than a plain key=value
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A composed configuration and what it was composed from (``--show-config``)."""
+
+    cfg: DictConfig
+    files: dict[str | None, list[Path]]  # group (None: the root) -> its YAML files, in merge order
+    choices: dict[str, str]  # group -> the option given on the command line
+    overrides: list[Setting]  # the settings applied after the files
+
+
+def _plain(value: str):
+    """An unquoted one-token value as Hydra reads it: null, a bool, an int, a float, else text."""
+    if _TOKENS["null"].fullmatch(value):
+        return None
+    if _TOKENS["bool"].fullmatch(value):
+        return value.lower() == "true"
+    if _TOKENS["int"].fullmatch(value):
+        return int(value)
+    if _TOKENS["float"].fullmatch(value):
+        return float(value)
+    return value
+
+
+def _parse(text: str) -> Setting:
+    plain = _PLAIN.fullmatch(text)
+    if plain:
+        return Setting(plain["key"], text, _plain(plain["value"]))
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
     try:
-        OverridesParser.create().parse_overrides([text])
+        override = OverridesParser.create().parse_override(text)
     except HydraException:
-        raise PrismError(
-            f"malformed override {text!r}: write key=value, e.g. sampling.budget_s=60, "
-            f"hardware=local-cpu or sampling.ops=[gemm,attention]") from None
+        raise PrismError(f"malformed override {text!r}: write key=value, e.g. sampling.budget_s=60, "
+                         f"hardware=local-cpu or sampling.ops=[gemm,attention]") from None
+    if override.is_sweep_override():
+        raise PrismError(f"{text}: one value per key (a list is written in brackets: "
+                         f"{override.key_or_group}=[a,b])", field=override.key_or_group)
+    return Setting(override.key_or_group, text, override.value(), override)
+
+
+def _choice(setting: Setting) -> str:
+    """The option an override of a config group picks, checked against conf/<group>/."""
+    group, override = setting.key, setting.hydra
+    if override is not None:
+        from hydra.core.override_parser.types import OverrideType
+        if override.type is not OverrideType.CHANGE or override.package is not None:  # +group, ~group, group@pkg
+            raise PrismError(f"{setting.text}: {group} is a config group; pick one of its files with "
+                             f"{group}=NAME", field=group)
+    value = setting.value if isinstance(setting.value, str) else setting.text.partition("=")[2]  # [a,b] as written
+    if value not in group_options(group):
+        raise PrismError(f"{group}={value}: no conf/{group}/{value}.yaml; "
+                         f"choose one of: {', '.join(group_options(group))}", field=group)
+    return value
+
+
+def _read(path: Path) -> dict:
+    """A YAML file of conf/ as plain values, read as :func:`OmegaConf.load` reads YAML
+    (``1e12`` a float) without building a DictConfig of each file."""
+    return yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """``over`` merged into ``base`` as OmegaConf merges: mappings key by key, other values
+    replaced. On plain dicts, without the deep copies of merging DictConfigs (half of composing)."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
+def _load_option(group: str, name: str, files: list[Path]) -> dict:
+    """``conf/<group>/<name>.yaml`` merged over the options its own defaults list names."""
+    path = CONF_DIR / group / f"{name}.yaml"
+    own = _read(path)
+    entries = own.pop("defaults", None) or [SELF]
+    node = {}
+    for entry in entries if SELF in entries else [*entries, SELF]:
+        if entry == SELF:
+            node = _merged(node, own)
+            files.append(path)
+        elif isinstance(entry, str) and entry in group_options(group):
+            node = _merged(node, _load_option(group, entry, files))
+        else:
+            raise PrismError(f"{path}: defaults entry {entry}: a file of conf/{group}/ may extend only "
+                             f"another file of conf/{group}/ (by its name) or _self_", field=str(path))
+    return node
+
+
+def compose(overrides: list[str] = ()) -> Composition:
+    """Compose ``conf/config.yaml`` with ``key=value`` overrides (Hydra's grammar)."""
+    parsed = [_parse(text) for text in overrides]
+    choices = {s.key: _choice(s) for s in parsed if s.key in GROUPS}
+    settings = [s for s in parsed if s.key not in GROUPS]
+    root = _read(ROOT_FILE)
+    composed, files = {}, {}
+    for entry in root.pop("defaults"):
+        if entry == SELF:
+            composed = _merged(composed, root)
+            files[None] = [ROOT_FILE]
+        else:
+            (group, default), = entry.items()
+            files[group] = []
+            composed = _merged(composed, {group: _load_option(group, choices.get(group, default), files[group])})
+    cfg = OmegaConf.create(composed)
+    OmegaConf.set_struct(cfg, True)  # as Hydra: a key=value override must name an existing key
+    for setting in settings:
+        _apply(setting, cfg)
+    return Composition(cfg, files, choices, settings)
+
+
+def _apply(setting: Setting, cfg: DictConfig) -> None:
+    """Set ``setting`` in ``cfg``: a plain key=value as Hydra sets one (an existing key,
+    merged), any other form by Hydra's own code."""
+    if setting.hydra is None:
+        try:
+            OmegaConf.update(cfg, setting.key, setting.value, merge=True)
+        except OmegaConfBaseException as exc:
+            raise _error(f"could not set {setting.text}: {exc}", exc) from None
+        return
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.errors import HydraException
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config([setting.hydra], cfg)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise _error(str(exc), exc.__cause__) from None
+
+
+def _error(message: str, cause) -> PrismError:
+    """One line for a setting that could not be set; a key that is not there named as such."""
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
+        return PrismError(f"{cause.full_key}: no such setting; `prism <verb> --show-config` lists the settings "
+                          f"(to add a new key anyway: +{cause.full_key}=...)", field=cause.full_key)
+    return PrismError(f"configuration: {' '.join(message.split())}")
 
 
 def load_config(overrides: list[str] = ()) -> DictConfig:
-    """Compose ``conf/config.yaml`` with Hydra overrides (``key=value`` strings)."""
-    for text in overrides:
-        _check_override(text)
-        key, _, value = text.lstrip("+~").partition("=")
-        if key in GROUPS and value not in group_options(key):
-            raise PrismError(f"{key}={value}: no conf/{key}/{value}.yaml; "
-                             f"choose one of: {', '.join(group_options(key))}", field=key)
-    try:
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose("config", overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        cause = exc.__cause__
-        if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
-            raise PrismError(f"{cause.full_key}: no such setting; `prism <verb> --show-config` "
-                             f"lists the settings (to add a new key anyway: +{cause.full_key}=...)",
-                             field=cause.full_key) from None
-        raise PrismError(f"configuration: {' '.join(str(exc).split())}") from None
+    """The configuration composed from ``conf/`` and ``key=value`` overrides."""
+    return compose(overrides).cfg

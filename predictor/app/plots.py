@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it ru
     from predictor.analyses.compare import Comparison
     from predictor.analyses.predict import Prediction
     from predictor.analyses.search import SearchResult
-    from predictor.analyses.validate import Validation
+    from predictor.analyses.validate import PublishedValidation, Validation
     from predictor.analyses.variability import VariabilityReport
 
 
@@ -218,3 +218,22 @@ def cdf_figure(v: Validation):
         ax.axis("off")
     fig.tight_layout()
     return fig
+
+
+def reliability_figure(v: PublishedValidation):
+    """A reliability diagram (nominal against observed coverage of central predictive
+    intervals; on the diagonal when the intervals are true) and a PIT histogram (flat when
+    the predictive distributions are calibrated; a U: too narrow; a hump: too wide)."""
+    fig, (rel, pit) = new_figure(1, 2, figsize=(10, 4))
+    rel.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="true intervals")
+    rel.plot(v.reliability.nominal, v.reliability.observed, "o-", color="C0", label=f"{len(v.runs)} runs")
+    rel.set(xlabel="nominal coverage", ylabel="observed coverage", xlim=(0, 1), ylim=(0, 1),
+            title="reliability of the predictive intervals")
+    rel.legend(fontsize=8)
+    pit.hist(v.runs.pit, bins=10, range=(0, 1), color="C1", edgecolor="white")
+    pit.axhline(len(v.runs) / 10, color="0.4", ls="--", lw=1, label="calibrated")
+    pit.set(xlabel="predictive CDF at the measured step (PIT)", ylabel="runs", title="PIT histogram")
+    pit.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it ru
     from predictor.analyses.compare import Comparison
     from predictor.analyses.predict import Prediction
     from predictor.analyses.search import SearchResult
-    from predictor.analyses.validate import Validation
+    from predictor.analyses.validate import PublishedValidation, Validation
     from predictor.analyses.variability import VariabilityReport
 
 
@@ -24,7 +24,9 @@ def format_prediction(p: Prediction) -> str:
         f"{p.model} on {p.gpus} x {p.hardware}   "
         + " ".join(f"{k}={v}" for k, v in p.layout.items()),
         "",
-        "step time (s)   " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()),
+        "step time (s)   " + "  ".join(f"{k} {v:.3f}" for k, v in s.items() if k.startswith("p") or k == "mean")
+        + f"   (variability within a run: p95/p50 {s['jitter_p95_over_p50']:.3f})",
+        format_predictive(p.predictive),
         f"throughput      {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}",
         f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.0f} (stage "
         f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
@@ -43,9 +45,11 @@ def format_prediction(p: Prediction) -> str:
     if p.confidence:
         c = p.confidence
         lines.append(f"with {c['level']:.0%} confidence   step <= {c['step_time_s']:.3f} s, "
-                     f"train in <= {c['time_to_train_days']:.1f} days (no failures; see prism variability)")
+                     f"train in <= {c['time_to_train_days']:.1f} days (variability and predictive uncertainty; "
+                     f"no failures: see prism variability)")
     lines.append(f"evidence        {p.tier}")
     lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
+    lines.append("variability     " + format_variability_source(p.hardware, p.variability_source))
     if p.calibration:
         c = p.calibration
         if c.get("source") == "trace":
@@ -56,6 +60,36 @@ def format_prediction(p: Prediction) -> str:
                          f"x{c['compute_scale']:.2f}, +{c['op_overhead_us']:.0f} us per op, "
                          f"+{c['tp_overhead_us']:.0f} us per op under tp (prism calibrate)")
     return "\n".join(lines)
+
+
+def format_variability_source(hardware: str, v: dict) -> str:
+    """Where a prediction's variability sigmas come from, as one line."""
+    comps = {name: c for name, c in v.items() if name != "source"}
+    if v["source"] == "cited":
+        return f"cited in conf/hardware/{hardware}.yaml: " + ", ".join(f"{k} {c['sigma']:.3g}"
+                                                                          for k, c in comps.items())
+    parts = []
+    for name, c in comps.items():
+        if c["source"] == "cited":
+            where = f"cited in conf/hardware/{hardware}.yaml"
+        elif c["shapes"]:
+            lo, hi = c["interval90"]
+            where = f"{c['shapes']} shapes, {c['repeats']} repeats, 90% {lo:.3g}-{hi:.3g}"
+        else:
+            where = c["basis"]
+        parts.append(f"{name} {c['sigma']:.3g} ({where})")
+    return "measured (variability.json beside the models): " + ", ".join(parts)
+
+
+def format_predictive(predictive: dict) -> str:
+    """The predictive uncertainty of the run's median step as one line."""
+    if not predictive["learned_from"]:
+        return "median step     no predictive-uncertainty model (models/doubt): the doubt is not stated"
+    iv = predictive["interval_s"]
+    far = predictive["extrapolating"]
+    return ("median step     " + "  ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in iv.items())
+            + "   (predictive uncertainty"
+            + (f"; extrapolating on {', '.join(far)}: widened to the worst held-out error)" if far else ")"))
 
 
 def compact_number(v: float) -> str:
@@ -87,6 +121,8 @@ def format_comparison(c: Comparison) -> str:
     rows = [("evidence", [r.tier for r in c.results]),
             ("step p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
             ("step p5-p95 (s)", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}" for r in c.results]),
+            ("median step 80% (s)", [f"{_short(lo)}-{_short(hi)}" for lo, hi in
+                                     (r.median_step_80_s for r in c.results)]),
             (f"speed-up vs {base}", [f"{r.speedup:.2f}x" for r in c.results]),
             ("tokens/s", [f"{r.tokens_per_s:,.0f}" for r in c.results]),
             ("MFU", [f"{r.mfu:.1%}" for r in c.results]),
@@ -119,14 +155,17 @@ def format_variability(r: VariabilityReport) -> str:
     thresholds = list(r.scales[0]["p_slowdown"])
     lines = [f"{r.model} on {r.gpus} x {r.hardware}   " + " ".join(f"{k}={v}" for k, v in r.layout.items()),
              f"step (s)        nominal {r.nominal_s:.3f} (every component at its median)   "
-             f"p5 {s['p5']:.3f}  p50 {s['p50']:.3f}  p95 {s['p95']:.3f}  mean {s['mean']:.3f}",
+             f"p5 {s['p5']:.3f}  p50 {s['p50']:.3f}  p95 {s['p95']:.3f}  mean {s['mean']:.3f}   "
+             "(the hardware's variability alone)",
+             format_predictive(r.predictive) + "  (beside, not in, this analysis)",
              "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed",
              f"{'gpus':>8} {'dp':>6} {'nominal':>8} {'p50':>8} {'p95':>8}  "
              + "  ".join(f"P(>={x:>3})" for x in thresholds)]
     for row in r.scales:
         lines.append(f"{row['gpus']:>8} {row['dp']:>6} {row['nominal_s']:>8.3f} {row['p50_s']:>8.3f} "
                      f"{row['p95_s']:>8.3f}  " + "  ".join(f"{p:>8.3f}" for p in row["p_slowdown"].values()))
-    top = r.attribution["ops"][:r.settings["top_ops"]]
+    # ops on priors carry no variability (their doubt is the predictive uncertainty's): listed only if they vary
+    top = [o for o in r.attribution["ops"] if o["share"] >= 0.005][:r.settings["top_ops"]]
     lines += ["", "share of step-time variance (hold one at its median; drop in variance, normalised)",
               "  components  " + "  ".join(f"{c['name']} {c['share']:.0%}" for c in r.attribution["components"]),
               "  ops         " + "  ".join(f"{o['name']} {o['share']:.0%}" for o in top)]
@@ -150,14 +189,15 @@ def _layout_table(rows: list[dict], rank_by: str) -> list[str]:
     stat = [] if rank_by in ("p50", "p95") else [f"{rank_by}_s"]
     head = (f"{'rank':>5} {'dp':>5} {'tp':>3} {'pp':>3} {'cp':>3} {'vpp':>3} {'mbs':>3} {'recompute':<9} "
             f"{'sharding':<21} " + "".join(f"{c:>9}" for c in ["p50_s", "p95_s", *stat, "risk"])
-            + f" {'mem_GiB':>8} {'tokens/s':>10} {'MFU':>6}")
+            + f" {'mem_GiB':>8} {'tokens/s':>10} {'MFU':>6}  {'median 80% (s)':>15}")
     lines = [head]
     for r in rows:
         lines.append(f"{r['rank']:>5} {r['dp']:>5} {r['tp']:>3} {r['pp']:>3} {r['cp']:>3} {r['vpp']:>3} {r['mbs']:>3} "
                      f"{r['recompute']:<9} {r['sharding']:<21} "
                      + "".join(f"{r[c]:>9.3f}" for c in ["p50_s", "p95_s", *stat, "risk"])
-                     + f" {r['memory_gib']:>8.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%}"
-                     + ("" if r["composed"] else "  (screen)"))
+                     + f" {r['memory_gib']:>8.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%}  "
+                     + (f"{r['median_step_80_s'][0]:>7.3f}-{r['median_step_80_s'][1]:<7.3f}" if r["composed"]
+                        else f"{'(screen)':>15}"))
     return lines
 
 
@@ -184,7 +224,9 @@ def format_validation(v: Validation) -> str:
     """The scores as a table, one row per layout, and their summary."""
     t = v.table()
     shown = t[["layout_id", "steps", "measured_p50_s", "predicted_p50_s", "median_ape", "p95_ape", "ks",
-               "coverage_80"]].copy()
+               "coverage_80", "p95_p50_meas", "p95_p50_pred", "median_in_80"]].copy()
+    for c in ("p95_p50_meas", "p95_p50_pred"):
+        shown[c] = shown[c].map(lambda x: f"{x:.3f}")
     for c in ("measured_p50_s", "predicted_p50_s"):
         shown[c] = (shown[c] * 1e3).map(lambda x: f"{x:.1f}")
     shown = shown.rename(columns={"measured_p50_s": "meas p50 ms", "predicted_p50_s": "pred p50 ms"})
@@ -195,4 +237,20 @@ def format_validation(v: Validation) -> str:
     return (shown.to_string(index=False) + "\n\n"
             f"{s['layouts']} layouts: median abs. error of the median {s['median_ape_median']:.1%} "
             f"(worst {s['median_ape_worst']:.1%}), of p95 {s['p95_ape_median']:.1%}; median KS "
-            f"{s['ks_median']:.3f}; median 80% coverage {s['coverage_80_median']:.1%}")
+            f"{s['ks_median']:.3f}; median 80% coverage {s['coverage_80_median']:.1%}; within-run spread "
+            f"(p95/p50) within 5% of the measured in {s['spread_within_5pct']} of {s['layouts']}"
+            + (f"; the 80% predictive interval holds the measured median in {s['median_in_80_share']:.0%}"
+               if s["median_in_80_share"] is not None else ""))
+
+
+def format_published_validation(v: PublishedValidation) -> str:
+    """The published-runs check: per group the runs, the median error and the coverage
+    and width of the predictive intervals; the reliability of central intervals."""
+    shown = v.summary.copy()
+    for c in ("median_ape", "cover50", "cover80", "cover90", "width90"):
+        shown[c] = shown[c].map(lambda x: f"{x:.1%}")
+    rel = "  ".join(f"{n:.0%}->{o:.0%}" for n, o in zip(v.reliability.nominal, v.reliability.observed))
+    skipped = ", ".join(f"{k} {n}" for k, n in v.skipped.items()) or "none"
+    return (shown.rename(columns={"width90": "width90 (of p50)"}).to_string(index=False)
+            + f"\n\nreliability (nominal -> observed coverage of central intervals): {rel}"
+            + f"\nnot predicted: {skipped}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from predictor.core.errors import PrismError
-from predictor.core.specs import ModelConfig, ParallelConfig
+from predictor.core.specs import ModelConfig, ParallelConfig, check_number
 
 #: The parallel axes a layout names (torchtitan's and Megatron's names), as reports list them.
 AXES = ("dp", "tp", "pp", "cp", "ep")
@@ -47,9 +47,7 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     ``model.seq_length``.
     """
     for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
-        value = getattr(par, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PrismError(f"parallel.{name}={value!r}: must be a positive integer", field=f"parallel.{name}")
+        check_number(f"parallel.{name}", getattr(par, name), integer=True)
     if par.sharding not in SHARDINGS:
         raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}",
                          field='parallel.sharding')
@@ -91,8 +89,7 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
                          f"parallel.micro_batch_size·dp = {par.micro_batch_size}·{par.dp} = {per_step}; "
                          f"use a multiple of {per_step}", field='parallel.global_batch_size')
     seq = model.seq_length if seq is None else seq
-    if not isinstance(seq, int) or seq < 1:
-        raise PrismError(f"seq={seq!r}: must be a positive integer", field='seq')
+    check_number("seq", seq, integer=True)
     if seq % par.cp:
         raise PrismError(f"parallel.cp={par.cp}: does not divide the sequence length {seq}; "
                          f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}", field='parallel.cp')

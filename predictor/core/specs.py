@@ -3,13 +3,33 @@ of sampling, measuring and regressors, as plain dataclasses.
 
 They know nothing of Hydra or YAML: ``predictor.core.profiles`` reads them from
 ``conf/``, the command line (``predictor.app.config``) composes them from overrides, and
-a notebook can build them directly.
+a notebook can build them directly. A model and a hardware profile check their own values
+when they are made, whichever way that is: a zero head count or a negative bandwidth
+would otherwise price operators at zero or print NaN far from its cause.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 from predictor.core.errors import PrismError
+
+#: The choices of :class:`ModelConfig`'s enumerated settings.
+ACTIVATIONS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
+
+
+def check_number(key: str, value, *, integer: bool = False, zero: bool = False) -> None:
+    """Raise one :class:`PrismError` naming ``key`` unless ``value`` is a finite number
+    above zero (at least zero where ``zero``), and an integer where ``integer``."""
+    kind = Integral if integer else Real
+    if (isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+            and (value >= 0 if zero else value > 0)):
+        return
+    what = ("a non-negative " if zero else "a positive ") + ("integer" if integer else "finite number")
+    raise PrismError(f"{key}={value!r}: must be {what}", field=key)
 
 
 @dataclass
@@ -31,6 +51,20 @@ class ModelConfig:
     position: str  # learned | rope
     tied_embeddings: bool
     num_experts: int = 0  # routed experts of a Mixture-of-Experts model; 0: dense
+
+    def __post_init__(self):
+        for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+                    "vocab_size", "seq_length"):
+            check_number(f"model.{key}", getattr(self, key), integer=True)
+        check_number("model.num_experts", self.num_experts, integer=True, zero=True)
+        if self.num_heads % self.num_kv_heads:
+            raise PrismError(f"model.num_kv_heads={self.num_kv_heads}: must divide model.num_heads={self.num_heads} "
+                             f"(each key-value head serves a group of query heads); pick a divisor of "
+                             f"{self.num_heads}", field="model.num_kv_heads")
+        for key, choices in (("activation", ACTIVATIONS), ("norm", NORMS), ("position", POSITIONS)):
+            if getattr(self, key) not in choices:
+                raise PrismError(f"model.{key}={getattr(self, key)!r}: unknown; choose one of: {', '.join(choices)}",
+                                 field=f"model.{key}")
 
 
 @dataclass
@@ -97,6 +131,28 @@ class HardwareConfig:
     # a GPU with the same compute die (H200 = H100's GH100), so the models' efficiency
     # relative to the roofline floor carries over; the floor is this profile's.
     models_from: str | None = None
+
+    def __post_init__(self):
+        for dtype, peak in self.peak_flops.items():
+            if peak is not None:  # null: the device has no such precision
+                check_number(f"hardware.peak_flops.{dtype}", peak)
+        check_number("hardware.memory.bandwidth", self.memory.bandwidth)
+        check_number("hardware.memory.capacity_gib", self.memory.capacity_gib)
+        check_number("hardware.memory.l2_bytes", self.memory.l2_bytes, integer=True, zero=True)
+        check_number("hardware.node.gpus_per_node", self.node.gpus_per_node, integer=True)
+        for side in ("intra_node", "inter_node"):
+            link = getattr(self.network, side)
+            check_number(f"hardware.network.{side}.bandwidth", link.bandwidth)
+            check_number(f"hardware.network.{side}.latency_us", link.latency_us, zero=True)
+            if link.nics_per_node is not None:
+                check_number(f"hardware.network.{side}.nics_per_node", link.nics_per_node, integer=True)
+        for key in ("price_per_gpu_hour", "power_w"):
+            if getattr(self, key) is not None:  # null: unknown, and left out of cost and energy
+                check_number(f"hardware.{key}", getattr(self, key))
+        spread = self.variability
+        for key in ("spatial_cv", "temporal_cv", "comm_regime_cv", "interruptions_per_gpu_day", "restart_cost_min"):
+            check_number(f"hardware.variability.{key}", getattr(spread, key), zero=True)
+        check_number("hardware.variability.checkpoint_interval_min", spread.checkpoint_interval_min)
 
     def peak(self, dtype: str) -> float:
         value = self.peak_flops.get(dtype)

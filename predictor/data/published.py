@@ -7,10 +7,9 @@ step time (``iter_time_s``), or tokens/s from which ``iter_time_s_derived`` was 
 out (torchtitan: GBS·seq / (tokens/s/GPU · GPUs)), or only TFLOP/s per GPU: then the step
 time is the FLOPs the source counted divided by that rate (:data:`FLOP_COUNT`).
 
-Blank fields of a row take defaults: micro-batch 1, cp 1, vp 1 (1F1B), no sequence
-parallelism, no recompute, no optimizer sharding, a GPT model's vocabulary 51,200
-(Megatron's padded GPT-2), bf16 (fp32 under HF Accelerate). A precision of "fp8 ..."
-runs the linear layers' GEMMs in float8. The GPU column picks a hardware profile by its
+Each row becomes PRISM's specs through :func:`row_workload`, which reads every cell with
+the schema of :mod:`predictor.data.runs_table` (units, blanks, spellings, framework
+defaults) and says what it assumed. The GPU column picks a hardware profile by its
 ``device.match`` names (longest match); the inter-node column, where it states a
 bandwidth, replaces the profile's network between nodes (a row's cluster is not the
 profile's); the intra-node fabric stays the GPU system's.
@@ -19,14 +18,35 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from predictor.core.errors import PrismError
+from predictor.core.layout import validate_layout
 from predictor.core.profiles import load_hardware, match_hardware
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.data.runs_table import (
+    BY_NAME,
+    FRAMEWORK_DEFAULTS,
+    OFF_WORDS,
+    PRECISIONS,
+    RECOMPUTES,
+    SHARDINGS,
+    asks_default,
+    bandwidth,
+    cell,
+    choice,
+    count,
+    framework_default,
+    framework_family,
+    mentions,
+    says,
+    switch,
+)
 from predictor.workload.flops import model_flops_per_step
 
 GPT_VOCAB = 51200
@@ -60,10 +80,6 @@ def _read(path: Path) -> pd.DataFrame:
         raise PrismError(f"{path}: no such table; point the published-runs folder at data/e2e",
                          field=str(path))
     return pd.read_csv(path)
-
-
-def _blank(v) -> bool:
-    return v is None or (isinstance(v, float) and np.isnan(v)) or str(v).strip() == ""
 
 
 def published_runs(e2e_dir, set_ids=None, gpu: str | None = None) -> pd.DataFrame:
@@ -106,9 +122,9 @@ def measured_step_s(row: pd.Series) -> float:
     the FLOPs its source counted (:data:`FLOP_COUNT`) over its TFLOP/s per GPU; NaN if
     it states none of them."""
     for column in ("iter_time_s", "iter_time_s_derived"):
-        if not _blank(row.get(column)):
+        if cell(row, column):
             return float(row[column])
-    if _blank(row.get("tflops_per_gpu")):
+    if not cell(row, "tflops_per_gpu"):
         return np.nan
     if row.set_id not in FLOP_COUNT:
         raise PrismError(f"set_id={row.set_id!r}: publishes TFLOP/s but its FLOP count is unknown; add how it "
@@ -118,95 +134,216 @@ def measured_step_s(row: pd.Series) -> float:
     return flops / (row.tflops_per_gpu * 1e12 * row.num_gpus)
 
 
-def _bandwidth(text, gpus_per_node: int) -> float | None:
-    """Bytes/s per GPU from text such as '8x 200 Gb/s HDR InfiniBand per node' or '150 GB/s'."""
-    if not isinstance(text, str):
-        return None
-    found = re.search(r"(?:(\d+)\s*x\s*)?([\d.]+)\s*(Gb|GB)/s", text)
-    if not found:
-        return None
-    count, value, unit = found.groups()
-    bw = float(value) * (int(count) if count else 1) * (1e9 / 8 if unit == "Gb" else 1e9)
-    return bw / gpus_per_node if "per node" in text else bw
+#: The column of the table each field of PRISM's specs comes from, so that a spec's
+#: error (``parallel.tp``, ``model.num_kv_heads``, ``gpus``) names what to fix in the row.
+SPEC_COLUMNS = {
+    "parallel.dp": "dp", "parallel.tp": "tp", "parallel.pp": "pp", "parallel.cp": "cp", "parallel.ep": "ep",
+    "parallel.vpp": "vp", "parallel.schedule": "vp", "parallel.micro_batch_size": "mbs",
+    "parallel.global_batch_size": "gbs", "parallel.sharding": "zero_or_distopt", "parallel.recompute": "recompute",
+    "gpus": "num_gpus", "seq": "seq_len", "model.num_layers": "layers", "model.hidden_size": "hidden",
+    "model.head_dim": "hidden", "model.num_heads": "heads", "model.num_kv_heads": "kv_heads",
+    "model.ffn_hidden_size": "ffn", "model.vocab_size": "vocab", "model.seq_length": "seq_len",
+    "hardware.node.gpus_per_node": "gpus_per_node", "hardware.network.inter_node.bandwidth": "inter_node",
+}
 
 
-def row_hardware(gpu) -> str:
-    name = match_hardware(gpu)
+def spec_column(field: str | None) -> str | None:
+    """The table column behind a spec field (:data:`SPEC_COLUMNS`); ``precision`` for a
+    dtype the hardware lacks (``hardware.peak_flops.float8``); else ``field`` itself."""
+    if field and field.startswith("hardware.peak_flops."):
+        return "precision"
+    return SPEC_COLUMNS.get(field, field)
+
+
+@dataclass
+class RowJob:
+    """A table row as PRISM's specs, with what was assumed for its blank and free-text
+    cells; ``key`` holds every value the prediction depends on, so rows with equal keys
+    predict alike."""
+
+    model: ModelConfig
+    parallel: ParallelConfig
+    hardware: HardwareConfig
+    gpus: int
+    assumed: list[str]
+    key: tuple
+    framework: str = ""  # the framework cell as written (the predictive uncertainty reads its family)
+
+    @property
+    def hardware_key(self) -> tuple:
+        return self.key[2]
+
+
+def row_hardware(gpu: str) -> str:
+    """The hardware profile a GPU cell names (longest ``device.match`` name it contains)."""
+    name = match_hardware(gpu) if gpu else None
     if name is None:
-        raise PrismError(f"gpu={gpu!r}: no hardware profile matches; add its name to a conf/hardware/*.yaml "
-                         f"device.match list", field='gpu')
+        raise PrismError(f"gpu={gpu!r}: no hardware profile matches; write a name such as A100, H100, H200, GH200 "
+                         f"or B200, or add it to a conf/hardware/*.yaml device.match list", field="gpu")
     return name
 
 
 def row_precision(text, framework: str) -> tuple[str, str]:
-    """(train dtype, GEMM dtype) of a row's precision column: "fp8 ..." runs the linears
-    in float8 and the rest in bf16 (torchtitan Float8, Transformer Engine); blank is
-    bf16, except under HF Accelerate, whose default (``mixed_precision="no"``) is fp32."""
-    text = "" if _blank(text) else str(text).lower()
-    if "fp8" in text:
-        return "bfloat16", "float8"
-    for key, dtype in (("fp32", "float32"), ("fp16", "float16"), ("bf16", "bfloat16")):
-        if text.startswith(key):
-            return dtype, dtype
-    dtype = "float32" if not text and "Accelerate" in framework else "bfloat16"
-    return dtype, dtype
+    """(train dtype, GEMM dtype) of a precision cell (:data:`~predictor.data.runs_table.PRECISIONS`):
+    a cell naming fp8 (not negated) runs the linears in float8 and the rest in the other
+    precision it names, else bf16 (torchtitan Float8, Transformer Engine); a blank cell
+    takes the framework's default (bf16; fp32 under HF Accelerate)."""
+    row = {"precision": text}
+    if not cell(row, "precision") or asks_default(cell(row, "precision")):
+        row = {"precision": framework_default("precision", framework_family(framework))[0]}
+    named = [value for value, negated in mentions(cell(row, "precision"), PRECISIONS) if not negated]
+    if not named:
+        raise PrismError(f"precision={cell(row, 'precision')!r}: not a precision this reads; write "
+                         f"{BY_NAME['precision'].spellings}", field="precision")
+    train = next((v for v in named if v != "float8"), "bfloat16")
+    return train, "float8" if "float8" in named else train
 
 
-def row_model(row: pd.Series) -> ModelConfig:
-    """The model of a table row: Llama (SwiGLU, RMSNorm, RoPE, untied) if its name says
-    so, else GPT (GELU, LayerNorm, learned positions, tied); blank kv heads, FFN width and
-    vocabulary take multi-head attention, 4·hidden and the family's vocabulary."""
-    name = str(row["model"])
-    llama = "llama" in name.lower()
-    hidden, heads = int(row["hidden"]), int(row["heads"])
+def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
+    """The model of a table row: Llama (SwiGLU, RMSNorm, RoPE, untied) or GPT (GELU,
+    LayerNorm, learned positions, tied), as its name says; blank kv heads, FFN width and
+    vocabulary take multi-head attention, 4·hidden and the family's vocabulary. What was
+    assumed is appended to ``assumed``."""
+    notes = [] if assumed is None else assumed
+    name = cell(row, "model")
+    if not name:
+        raise PrismError(f"model: blank; fill it in ({BY_NAME['model'].meaning})", field="model")
+    family = "llama" if "llama" in name.lower() else "gpt" if "gpt" in name.lower() else None
+    if family is None:  # not guessed: the two families differ in every layer
+        raise PrismError(f"model={name!r}: names neither GPT nor Llama; put the family in the name "
+                         f"({BY_NAME['model'].meaning})", field="model")
+    layers, hidden, heads, seq = (count(row, c) for c in ("layers", "hidden", "heads", "seq_len"))
+    if hidden % heads:
+        raise PrismError(f"hidden={hidden}: not a multiple of heads={heads}; check both", field="hidden")
+    kv_heads, ffn, vocab = (count(row, c) for c in ("kv_heads", "ffn", "vocab"))
+    if kv_heads is None:
+        kv_heads = heads
+        notes.append(f"kv_heads={heads} (blank: multi-head)")
+    if ffn is None:
+        ffn = 4 * hidden
+        notes.append(f"ffn={ffn} (blank: 4 x hidden)")
+    if vocab is None:
+        vocab = 128256 if family == "llama" else GPT_VOCAB
+        notes.append(f"vocab={vocab} (blank: {'Llama 3' if family == 'llama' else 'GPT-2, padded'})")
+    llama = family == "llama"
     return ModelConfig(
-        name=name, family="llama" if llama else "gpt", num_layers=int(row["layers"]), hidden_size=hidden,
-        num_heads=heads, num_kv_heads=int(heads if _blank(row["kv_heads"]) else row["kv_heads"]),
-        head_dim=hidden // heads, ffn_hidden_size=int(4 * hidden if _blank(row["ffn"]) else row["ffn"]),
-        vocab_size=int((128256 if llama else GPT_VOCAB) if _blank(row["vocab"]) else row["vocab"]),
-        seq_length=int(row["seq_len"]), activation="swiglu" if llama else "gelu",
-        norm="rmsnorm" if llama else "layernorm", position="rope" if llama else "learned",
-        tied_embeddings=not llama)
+        name=name, family=family, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+        head_dim=hidden // heads, ffn_hidden_size=ffn, vocab_size=vocab, seq_length=seq,
+        activation="swiglu" if llama else "gelu", norm="rmsnorm" if llama else "layernorm",
+        position="rope" if llama else "learned", tied_embeddings=not llama)
 
 
-def row_workload(row: pd.Series, profiles: dict) -> tuple[ModelConfig, ParallelConfig, HardwareConfig]:
-    """The model, layout and hardware of a table row; ``profiles`` caches loaded profiles by name."""
-    model = row_model(row)
-    recompute = str(row["recompute"]).split()[0].lower() if not _blank(row["recompute"]) else "none"
-    sharding = str(row["zero_or_distopt"]).lower() if not _blank(row["zero_or_distopt"]) else "none"
-    sharding = ("fsdp" if "fsdp" in sharding else "zero3" if "zero-3" in sharding
-                else "distributed_optimizer" if "dist" in sharding else "none")
-    for field in ("dp", "tp", "pp", "gbs"):
-        if _blank(row[field]):
-            raise PrismError(f"{field}: not stated in the row; fill it in (a layout needs dp, tp, pp and gbs)",
-                             field=field)
-    vp = 1 if _blank(row["vp"]) or not str(row["vp"]).isdigit() else int(row["vp"])
-    framework = str(row.get("framework", ""))
+def _default_note(column: str, value: str, family: str, text: str = "") -> str:
+    whose = family if family in FRAMEWORK_DEFAULTS[column] else "Megatron-LM"
+    return f"{column}={value} ({repr(text) if text else 'blank'}: {whose}'s default)"
+
+
+def _chosen(row: Mapping, column: str, phrases, off, family: str, notes: list[str]) -> str:
+    """A choice cell's value, or the framework's default where blank or asked for (noted)."""
+    value, note = choice(row, column, phrases, off)
+    if value is None:
+        value, _ = framework_default(column, family)
+        notes.append(_default_note(column, value, family, cell(row, column)))
+    elif note:
+        notes.append(note)
+    return value
+
+
+def _virtual_stages(row: Mapping, family: str, notes: list[str]) -> int:
+    """The vp cell: a count, or yes/no; "yes" without a size takes torchtitan's 2 stages
+    per rank and is refused under other frameworks, which have no default."""
+    word = re.match(r"[a-z]+", cell(row, "vp").lower())
+    if word and word.group(0) in ("yes", "interleaved", "on", "true"):
+        if family != "torchtitan":
+            raise PrismError(f"vp={cell(row, 'vp')!r}: interleaving without its size; write the virtual stages "
+                             f"per rank as a number", field="vp")
+        notes.append(f"vp=2 ({cell(row, 'vp')!r}: torchtitan's 2 stages per rank)")
+        return 2
+    if word and word.group(0) in OFF_WORDS:
+        return 1
+    return count(row, "vp") or 1
+
+
+def row_workload(row: Mapping, hardware: dict) -> RowJob:
+    """The model, layout, hardware and GPU count of a table row (a pandas Series or a
+    mapping of column to cell), read by :mod:`predictor.data.runs_table`; ``hardware``
+    caches profiles and their per-row variants, so rows on the same hardware share one
+    object. One :class:`PrismError` naming the column where a cell cannot be read or the
+    layout cannot run."""
+    notes: list[str] = []
+    model = row_model(row, notes)
+    framework = cell(row, "framework")
+    family = framework_family(framework)
+    dp, tp, pp, gbs, gpus = (count(row, c) for c in ("dp", "tp", "pp", "gbs", "num_gpus"))
+    mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
+    vp = _virtual_stages(row, family, notes)
+    ones = [c for c in ("mbs", "cp", "ep", "vp") if not cell(row, c)]
+    if ones:
+        notes.append(", ".join(f"{c}=1" for c in ones) + " (blank)")
+    sp = switch(row, "seq_parallel")
+    if sp is None:
+        sp = family == "torchtitan" and tp > 1
+        notes.append(_default_note("seq_parallel", "on" if sp else "off", family))
+    recompute = _chosen(row, "recompute", RECOMPUTES, "none", family, notes)
+    sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
     # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
     # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused
     # scale-mask-softmax, bmm) rather than FlashAttention.
-    legacy_megatron = "Megatron-LM" in framework and "Core" not in framework
-    notes = f"{framework} {row.get('notes', '')}".lower()
-    tp_overlap = "tp-comm-overlap" in notes or "asynctp" in notes or "async tp" in notes
+    legacy_megatron = family in ("megatron-lm", "accelerate")
+    text = f"{framework} {cell(row, 'notes')}"
+    tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
+    if tp_overlap:
+        notes.append("TP collectives overlapped (framework or notes say async TP / --tp-comm-overlap)")
     par = ParallelConfig(
-        dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(1 if _blank(row["cp"]) else row["cp"]),
-        vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
-        sequence_parallel=str(row["seq_parallel"]).strip().lower() == "on",
-        micro_batch_size=int(1 if _blank(row["mbs"]) else row["mbs"]), global_batch_size=int(row["gbs"]),
-        recompute=recompute if recompute in ("none", "selective", "full") else "none", sharding=sharding,
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
+        sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
         overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap,
         attention="unfused" if legacy_megatron else "flash")
-    name = row_hardware(row["gpu"])
-    if name not in profiles:
-        profiles[name] = load_hardware(name)
-    hw = copy.deepcopy(profiles[name])
-    hw.train_dtype, gemm = row_precision(row.get("precision"), framework)
-    hw.gemm_dtype = gemm if gemm != hw.train_dtype else None
-    gpn = int(row["gpus_per_node"]) if not _blank(row.get("gpus_per_node")) else hw.node.gpus_per_node
-    hw.node.gpus_per_node = gpn
-    # The node's own fabric (NVLink/NVSwitch) comes with the GPU system and stays the
-    # profile's; the network between nodes is the cluster's, so the row's figure rules.
-    inter = _bandwidth(row.get("inter_node"), gpn)
-    if inter:
+    try:
+        validate_layout(model, par, gpus)
+    except PrismError as exc:
+        column = spec_column(exc.field)
+        raise PrismError(f"{column}: {exc}", field=column) from None
+    hw_key = _hardware_key(row, framework, hardware, notes)
+    if hw_key not in hardware:
+        hardware[hw_key] = _row_hardware(hw_key, hardware[hw_key[0]])
+    return RowJob(model, par, hardware[hw_key], gpus, notes,
+                  (tuple(vars(model).values()), tuple(vars(par).values()), hw_key, gpus, framework), framework)
+
+
+def _hardware_key(row: Mapping, framework: str, hardware: dict, notes: list[str]) -> tuple:
+    """(profile, train dtype, GEMM dtype, GPUs per node, inter-node bytes/s or None): what
+    a row changes of its hardware profile, which is loaded into ``hardware`` by name."""
+    name = row_hardware(cell(row, "gpu"))
+    if name not in hardware:
+        hardware[name] = load_hardware(name)
+    text = cell(row, "precision")
+    train, gemm = row_precision(text, framework)
+    if not text or asks_default(text):
+        notes.append(_default_note("precision", "fp32" if train == "float32" else "bf16", framework_family(framework),
+                                   text))
+    elif text.lower() not in (p for spellings in PRECISIONS.values() for p in spellings):
+        notes.append(f"precision {text!r} read as {train}" + (" with float8 linears" if gemm != train else ""))
+    gpn = count(row, "gpus_per_node")
+    if gpn is None:
+        notes.append(f"gpus_per_node={hardware[name].node.gpus_per_node} (blank: {name}'s)")
+    # the node's own fabric (NVLink/NVSwitch) comes with the GPU system and stays the
+    # profile's; the network between nodes is the cluster's, so the row's figure rules
+    inter, note = bandwidth(row, "inter_node", gpn or hardware[name].node.gpus_per_node)
+    if inter is None:
+        notes.append(note or f"inter_node={hardware[name].network.name} (blank: {name}'s network)")
+    elif note:
+        notes.append(note)
+    return name, train, gemm, gpn, inter
+
+
+def _row_hardware(key: tuple, profile: HardwareConfig) -> HardwareConfig:
+    """``profile`` as a row changes it (:func:`_hardware_key`)."""
+    _, train, gemm, gpn, inter = key
+    hw = copy.deepcopy(profile)
+    hw.train_dtype, hw.gemm_dtype = train, gemm if gemm != train else None
+    if gpn is not None:
+        hw.node.gpus_per_node = gpn
+    if inter is not None:
         hw.network.inter_node.bandwidth = inter
-    return model, par, hw
+    return hw

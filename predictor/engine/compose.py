@@ -12,8 +12,11 @@ DESIGN.md, "Composer". For S Monte Carlo draws at once (numpy, no loop over draw
    persistent per-GPU factor (``spatial``), one communication regime per step shared by
    every collective (``regime``), and each op instance's residual from its quantiles
    (``residual``); ``residual:<op>`` or ``residual:<op>/<pass>`` holds one op's residual
-   alone. A stage runs at the pace of its slowest GPU, drawn as an order statistic
-   (:mod:`predictor.engine.draws`), whatever the GPU count. Known-slow GPUs
+   alone. The sigmas are measured where a ``variability.json`` lies beside the models,
+   else the hardware profile's cited ones
+   (:func:`~predictor.latency.variability_profile.variability_of`). A stage runs at the
+   pace of its slowest GPU, drawn as an order statistic (:mod:`predictor.engine.draws`),
+   whatever the GPU count. Known-slow GPUs
    (``slow_gpus`` per stage, ``slow_factor`` slower) are a second such maximum, scaled by
    the factor.
 3. The pipeline schedule (:mod:`predictor.engine.schedule`) is walked exactly over the
@@ -29,10 +32,11 @@ from predictor.core.errors import PrismError
 from predictor.core.ops import Call
 from predictor.engine.draws import Spread, max_of_lognormals
 from predictor.engine.schedule import steady_pipeline
-from predictor.engine.stages import StagePlan, draw_stage_sums, stage_times
+from predictor.engine.stages import PER_MICRO_BATCH, Part, StagePlan, draw_stage_sums, stage_times
 from predictor.latency.artifacts import ModelSet
 from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import Evidence, QuantileCache
+from predictor.latency.variability_profile import Variability, variability_of
 from predictor.workload.decompose import Workload
 
 REPORT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
@@ -55,6 +59,8 @@ class StepDistribution:
     exposed_comm_s: float  # median communication not hidden behind compute
     bubble_s: float  # median pipeline idle time of the slowest stage
     evidence: dict[str, Evidence] = field(default_factory=dict)  # op/pass -> what its quantiles rest on
+    prior_share: float = 0.0  # share of the step's operator time (medians) resting on priors
+    variability: Variability | None = None  # the sigmas drawn from and where they come from
 
     @property
     def basis(self) -> dict[str, str]:
@@ -126,7 +132,8 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
         raise PrismError(f"slow_gpus={list(slow_gpus)}, slow_factor={slow_factor}: counts must lie in "
                          f"0..{gpus} (GPUs per stage) and the factor be positive", field='slow_gpus')
     rng = np.random.default_rng(seed)
-    spread = Spread.of(hw.variability, hold)
+    variability = variability_of(hw, models)
+    spread = Spread.of(variability.spec, hold)
     plan = StagePlan.of([work])
     sums = draw_stage_sums(plan, models, cache or QuantileCache(models, hw, dtype), draws, rng, calibration, hold)
     regime = spread.regime_factor(rng, draws)
@@ -147,4 +154,13 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
         exposed_comm_s=max(float(np.median(step_us - pipe.busy[slowest]) - idle
                                  - np.median(t.optimizer[slowest]) + comm) / 1e6, 0.0),
         bubble_s=float(idle) / 1e6,
-        evidence={f"{c.op}/{c.pass_}": e for c, e in zip(sums.calls, sums.evidence)})
+        evidence={f"{c.op}/{c.pass_}": e for c, e in zip(sums.calls, sums.evidence)},
+        prior_share=_prior_share(sums.nominal, sums.prior_nominal, plan.kind, m), variability=variability)
+
+
+def _prior_share(nominal: np.ndarray, prior: np.ndarray, kinds: np.ndarray, micro_batches: float) -> float:
+    """Share of one step's operator time (every call at its median, every stage) that rests
+    on priors: a feature of the predictive uncertainty, not of the step's spread."""
+    per_step = np.where(np.isin(np.arange(len(Part)), PER_MICRO_BATCH), micro_batches, 1.0)[:, None]
+    total = (nominal[:, kinds] * per_step).sum()
+    return float((prior[:, kinds] * per_step).sum() / total) if total > 0 else 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
+from scipy.special import ndtr, ndtri
 
 from predictor.core.specs import VariabilitySpec
 
@@ -58,6 +58,25 @@ def inverse_cdf(q: np.ndarray, levels: np.ndarray, u: np.ndarray) -> np.ndarray:
         inner[below] = logq[i, 0] + lo_slope * (z[i][below] - z_levels[0])
         inner[above] = logq[i, -1] + hi_slope * (z[i][above] - z_levels[-1])
         out[i] = np.exp(inner)
+    return out
+
+
+def cdf_at(q: np.ndarray, levels: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P(X <= x) of each row's distribution given by quantiles ``q`` (n, k) at ``levels``,
+    for values ``x`` (n,): the inverse of :func:`inverse_cdf` (piecewise linear in log
+    value against z, tails extended with the outermost pair's slope)."""
+    logq, logx, z_levels = np.log(q), np.log(np.asarray(x, float)), ndtri(levels)
+    out = np.empty(len(q))
+    for i in range(len(q)):
+        if logx[i] < logq[i, 0]:
+            slope = (z_levels[1] - z_levels[0]) / max(logq[i, 1] - logq[i, 0], 1e-12)
+            z = z_levels[0] + slope * (logx[i] - logq[i, 0])
+        elif logx[i] > logq[i, -1]:
+            slope = (z_levels[-1] - z_levels[-2]) / max(logq[i, -1] - logq[i, -2], 1e-12)
+            z = z_levels[-1] + slope * (logx[i] - logq[i, -1])
+        else:
+            z = np.interp(logx[i], logq[i], z_levels)
+        out[i] = ndtr(z)
     return out
 
 

@@ -20,6 +20,7 @@ from predictor.engine.draws import Spread, max_of_lognormals
 from predictor.engine.schedule import steady_pipeline
 from predictor.engine.stages import StagePlan, draw_stage_sums, stage_times
 from predictor.latency.lookup import QuantileCache
+from predictor.latency.variability_profile import variability_of
 from predictor.workload.decompose import Workload
 
 #: Stage rows drawn at once (rows x draws floats per array): bounds the screen's memory.
@@ -57,7 +58,7 @@ def screen(works: list[Workload], models, cache: QuantileCache, draws: int, seed
     rng = np.random.default_rng(seed)
     plan = StagePlan.of(works)
     sums = draw_stage_sums(plan, models, cache, draws, rng)
-    spread = Spread.of(works[0].hardware.variability)
+    spread = Spread.of(variability_of(works[0].hardware, models).spec)
     groups, group_of_layout = np.unique([w.mesh.gpus_per_stage for w in works], return_inverse=True)
     # the slowest of a stage's GPUs: common random numbers per stage position
     u = rng.uniform(size=(plan.pp.max(), draws))

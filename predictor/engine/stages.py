@@ -12,9 +12,10 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    ``count * median + sqrt(count) * (draw - median)`` (independent residuals), and a
    micro-batch's calls carry ``1/sqrt(m)`` of that deviation, because the schedule repeats
    one draw for all ``m`` micro-batches, whose own residuals would partly cancel. Calls
-   resting on a prior (:attr:`~predictor.latency.lookup.Evidence.prior`) share one draw
-   and add ``count * (draw - median)``: a prior's error is systematic, wrong alike for
-   every call on it, which widens the band the more of a step rests on priors.
+   resting on a prior (:attr:`~predictor.latency.lookup.Evidence.prior`) stay at their
+   median: a prior's spread is doubt about the median, not jitter a run would show, so it
+   belongs to the predictive uncertainty (:mod:`predictor.latency.doubt`), which is told
+   how much of the step rests on priors (:attr:`StageSums.prior_nominal`).
 2. :func:`stage_times`: each stage's forward and backward of one micro-batch and what it
    does after the pipeline, per draw. Compute runs at the pace of the stage's slowest GPU
    and collectives at the step's communication regime (:mod:`predictor.engine.draws`);
@@ -137,6 +138,7 @@ class StageSums:
     buckets: np.ndarray
     calls: list[Call]
     evidence: list[Evidence]
+    prior_nominal: np.ndarray  # (parts, kinds) the share of ``nominal`` resting on priors
 
 
 def _held_residuals(calls: list[Call], hold) -> np.ndarray:
@@ -220,17 +222,17 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int, r
     median = q[:, list(levels).index(0.5)]
     u = rng.uniform(size=(len(calls), draws))
     prior = np.array([e.prior for e in evidence], bool)
-    u[prior] = rng.uniform(size=draws)
-    u[_held_residuals(calls, hold)] = 0.5
+    u[prior | _held_residuals(calls, hold)] = 0.5
     deviation = inverse_cdf(q, levels, u) - median[:, None]
 
     part = _parts(plan, calls, kinds, where, cols)
     count = np.array([c.count for c in calls], float)[cols]
     spread = np.where(np.isin(part, PER_MICRO_BATCH), 1 / np.sqrt(plan.micro_batches[plan.kind_layout[kinds]]), 1.0)
-    weight = np.where(prior[cols], count, spread * np.sqrt(count))
+    weight = spread * np.sqrt(count)
     rows = kinds * len(Part) + part
     size = len(plan.kinds) * len(Part)
     nominal = np.bincount(rows, weights=count * median[cols], minlength=size)
+    prior_nominal = np.bincount(rows, weights=count * median[cols] * prior[cols], minlength=size)
     drawn = nominal[:, None] + csr_matrix((weight, (rows, cols)), shape=(size, len(calls))) @ deviation
     buckets = np.ones(len(plan.kinds))
     reduce = part == Part.GRAD_REDUCE
@@ -238,7 +240,7 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int, r
     # part-major, so that each part's rows gather contiguously
     return StageSums(nominal.reshape(-1, len(Part)).T.copy(),
                      drawn.reshape(len(plan.kinds), len(Part), draws).transpose(1, 0, 2).copy(),
-                     buckets, calls, evidence)
+                     buckets, calls, evidence, prior_nominal.reshape(-1, len(Part)).T.copy())
 
 
 @dataclass(frozen=True)

@@ -2,53 +2,91 @@
 
 A :class:`ModelSet` holds one hardware's models. Each predicts quantiles of
 ``log(latency / floor)`` (see :mod:`predictor.latency.features`) and answers in microseconds.
-Artifacts: ``models/<hardware>/<op>__<pass>.ubj`` (the center booster, XGBoost's own
-format), ``<op>__<pass>.quantiles.ubj`` (the residual quantiles) and
-``manifest.json`` (features, quantiles, offsets, training-data hash, sample counts,
-held-out metrics, library versions, the hardware floor they were trained against).
+Artifacts: ``models/<hardware>/<op>__<pass>.ubj.gz`` (the center booster) and
+``<op>__<pass>.quantiles.ubj.gz`` (the residual quantiles), each XGBoost's own UBJ format
+gzip-compressed (a quarter of the size: the shipped models travel with the repository),
+and ``manifest.json`` (the booster format, each file's checksum, features, quantiles,
+offsets, training-data hash, sample counts, held-out metrics, library versions, the
+hardware floor they were trained against). A set is written as a whole
+(:func:`whole_folder`): an interrupted save leaves the previous set, never a mix.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
 import platform
+import shutil
 import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import joblib
 import numpy as np
-import pandas as pd
-import sklearn
-import xgboost as xgb
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import COLLECTIVE_OPS, OPS
-from predictor.core.profiles import REPO_ROOT, load_hardware
+from predictor.core.profiles import REPO_ROOT, group_options, load_hardware
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, feature_names, features
-from predictor.latency.regressor import QuantileXGBRegressor
+from predictor.latency.regressor import QuantileXGBRegressor, xgb
+from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
+
+if TYPE_CHECKING:  # pandas, scikit-learn and joblib are imported where used: prism predict needs none
+    import pandas as pd
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+#: 2: boosters gzip-compressed (:data:`BOOSTER_FORMAT`); 1 (uncompressed ``.ubj``) is refused.
+FORMAT_VERSION = 2
+BOOSTER_FORMAT = "ubj.gz"
+#: The models shipped with the repository; only a deliberate ``prism train models_dir=models``
+#: replaces them.
+SHIPPED_MODELS = REPO_ROOT / "models"
+#: Where ``prism train`` writes unless given ``models_dir=`` (``runs/`` is git-ignored).
+TRAINED_MODELS = Path("runs") / "models"
 
 
 def models_dir(configured=None) -> Path:
-    """Where a hardware's artifacts live: ``configured``, or the repository's ``models/``."""
-    return Path(configured) if configured else REPO_ROOT / "models"
+    """Where trained models are read from: ``configured``, which must exist (a mistyped
+    folder must not silently leave predictions on the spec-only prior), or the shipped
+    ``models/``."""
+    if not configured:
+        return SHIPPED_MODELS
+    path = Path(configured)
+    if not path.is_dir():
+        listing = "; ".join(f"{folder} ({', '.join(held)})" for folder, held in _model_folders(path.parent))
+        raise PrismError(f"models_dir={configured}: no such folder. Folders of trained models: {listing}. "
+                         f"Name one of them, or leave models_dir out to use the shipped models", field="models_dir")
+    return path
+
+
+def _model_folders(near: Path) -> list[tuple[Path, list[str]]]:
+    """The folders of trained models in ``near``, ``runs/models`` and the shipped one, each
+    with the hardware it holds models of."""
+    folders = {p.parent.parent for p in near.glob(f"*/*/{MANIFEST}")} | {TRAINED_MODELS, SHIPPED_MODELS}
+    unique: dict[Path, Path] = {}
+    for f in sorted(folders, key=lambda f: (f.is_absolute(), str(f))):  # a relative name where there is one
+        if f.is_dir():
+            unique.setdefault(f.resolve(), f)
+    profiles = set(group_options("hardware"))  # models/ also holds models of other kinds
+    return [(f, sorted(m.parent.name for m in f.glob(f"*/{MANIFEST}") if m.parent.name in profiles))
+            for f in unique.values()]
 
 
 def trained_models(hw: HardwareConfig, root=None) -> ModelSet | None:
     """``hw``'s trained models, or None where none were trained (predictions then rest on
     priors)."""
-    path = models_dir(root) / hw.name
-    if (path / MANIFEST).exists():
-        return ModelSet.load(path, hw)
-    if hw.models_from and (models_dir(root) / hw.models_from / MANIFEST).exists():
-        return ModelSet.load(models_dir(root) / hw.models_from, load_hardware(hw.models_from)).with_hardware(hw)
+    folder = models_dir(root)
+    if (folder / hw.name / MANIFEST).exists():
+        return ModelSet.load(folder / hw.name, hw)
+    if hw.models_from and (folder / hw.models_from / MANIFEST).exists():
+        return ModelSet.load(folder / hw.models_from, load_hardware(hw.models_from)).with_hardware(hw)
     return None
 
 
@@ -86,6 +124,8 @@ def floor_fingerprint(hw: HardwareConfig) -> str:
 
 
 def data_hash(rows: pd.DataFrame) -> str:
+    import pandas as pd
+
     return hashlib.sha256(pd.util.hash_pandas_object(rows.reset_index(drop=True)).to_numpy().tobytes()
                           ).hexdigest()[:16]
 
@@ -132,17 +172,19 @@ class ModelSet:
     0   3702.1  3741.8  ...  4010.6
     """
 
-    def __init__(self, hw: HardwareConfig, quantiles, models: dict, manifest: dict | None = None):
+    def __init__(self, hw: HardwareConfig, quantiles, models: dict, manifest: dict | None = None,
+                 variability: MeasuredVariability | None = None):
         self.hw = hw
         self.quantiles = tuple(quantiles)
         self.models = models
         self.manifest = manifest or {}
+        self.variability = variability  # sigmas fitted on the samples' repeats (variability.json), if any
 
     def with_hardware(self, hw: HardwareConfig) -> ModelSet:
         """The same models queried for ``hw``: a copy of their profile with another network
         (a job on its own cluster), or a profile that borrows them (``models_from``); the
         floors, and so the predictions, follow ``hw``."""
-        return ModelSet(hw, self.quantiles, self.models, self.manifest)
+        return ModelSet(hw, self.quantiles, self.models, self.manifest, self.variability)
 
     @property
     def calibration(self) -> Calibration | None:
@@ -171,37 +213,41 @@ class ModelSet:
             raise PrismError(f"no model for {op}/{pass_} on {self.hw.name}; this model set has: {have}. "
                              f"Sample the op and run prism train", field=f"{op}/{pass_}")
         q = self.models[(op, pass_)].predict(shapes, self.hw)
+        import pandas as pd
+
         return pd.DataFrame(q, columns=[f"q{a:g}" for a in self.quantiles], index=shapes.index)
 
     # -- artifacts --------------------------------------------------------------------
     def save(self, directory) -> Path:
-        """Write every model as ``<op>__<pass>.ubj`` and the manifest (each file atomically)."""
+        """Write every model as ``<op>__<pass>.ubj.gz`` and ``<op>__<pass>.quantiles.ubj.gz``
+        plus the manifest, as a whole: the previous set in ``directory`` stays until the new
+        one is complete (:func:`whole_folder`)."""
+        import sklearn  # its version, for the manifest
+
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        entries = {}
-        for (op, pass_), m in sorted(self.models.items()):
-            files = {}
-            for part, booster in (("center", m.regressor.center_), ("quantiles", m.regressor.booster_)):
-                name = f"{op}__{pass_}.ubj" if part == "center" else f"{op}__{pass_}.quantiles.ubj"
-                tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.ubj"
-                booster.save_model(tmp)
-                os.replace(tmp, directory / name)
-                files[part] = {"file": name, "sha256": hashlib.sha256((directory / name).read_bytes()).hexdigest()}
-            entries[f"{op}/{pass_}"] = {"files": files, "op": op, "pass": pass_,
-                                        "features": feature_names(op), **m.info}
-        manifest = {
-            "format": FORMAT_VERSION, "hardware": self.hw.name, "quantiles": list(self.quantiles),
-            "target": "log(latency_us / floor_us)", "floor_fingerprint": floor_fingerprint(self.hw),
-            "created": datetime.now(timezone.utc).isoformat(),
-            "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
-                         "numpy": np.__version__, "python": platform.python_version()},
-            **{k: v for k, v in self.manifest.items()
-               if k in ("samples", "collective_network", "tier", "collective_scope")},
-            "models": entries,
-        }
-        tmp = directory / f".{MANIFEST}.{uuid.uuid4().hex[:8]}"
-        tmp.write_text(json.dumps(manifest, indent=1))
-        os.replace(tmp, directory / MANIFEST)
+        with whole_folder(directory) as tmp:
+            entries = {}
+            for (op, pass_), m in sorted(self.models.items()):
+                files = {}
+                for part, booster, name in (("center", m.regressor.center_, f"{op}__{pass_}.ubj.gz"),
+                                            ("quantiles", m.regressor.booster_, f"{op}__{pass_}.quantiles.ubj.gz")):
+                    files[part] = {"file": name, "sha256": write_booster(booster, tmp / name)}
+                entries[f"{op}/{pass_}"] = {**m.info, "files": files, "op": op, "pass": pass_,
+                                            "features": feature_names(op)}
+            manifest = {
+                "format": FORMAT_VERSION, "boosters": BOOSTER_FORMAT, "hardware": self.hw.name,
+                "quantiles": list(self.quantiles),
+                "target": "log(latency_us / floor_us)", "floor_fingerprint": floor_fingerprint(self.hw),
+                "created": datetime.now(timezone.utc).isoformat(),
+                "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
+                             "numpy": np.__version__, "python": platform.python_version()},
+                **{k: v for k, v in self.manifest.items()
+                   if k in ("samples", "collective_network", "tier", "collective_scope")},
+                "models": entries,
+            }
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            if self.variability is not None:
+                write_variability(tmp, self.variability)
         self.manifest = manifest
         return directory
 
@@ -217,9 +263,13 @@ class ModelSet:
             manifest = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise PrismError(f"{path}: not valid JSON ({exc}); retrain with prism train", field=str(path)) from None
-        if manifest.get("format") != FORMAT_VERSION or manifest.get("hardware") != hw.name:
-            raise PrismError(f"{path}: made for hardware {manifest.get('hardware')!r} (format "
-                             f"{manifest.get('format')}), not {hw.name!r}; retrain with prism train", field=str(path))
+        if manifest.get("format") != FORMAT_VERSION or manifest.get("boosters") != BOOSTER_FORMAT:
+            raise PrismError(f"{path}: format {manifest.get('format')} (boosters {manifest.get('boosters')}), this "
+                             f"PRISM reads format {FORMAT_VERSION} ({BOOSTER_FORMAT}); retrain with prism train",
+                             field=str(path))
+        if manifest.get("hardware") != hw.name:
+            raise PrismError(f"{path}: made for hardware {manifest.get('hardware')!r}, not {hw.name!r}; "
+                             f"retrain with prism train", field=str(path))
         if manifest["floor_fingerprint"] != floor_fingerprint(hw):
             raise PrismError(f"{path}: conf/hardware/{hw.name}.yaml changed (peak, bandwidth or network) "
                              f"since these models were trained; retrain with prism train", field=str(path))
@@ -231,26 +281,108 @@ class ModelSet:
                 if not file.exists():
                     raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train",
                                      field=str(file))
-                if hashlib.sha256(file.read_bytes()).hexdigest() != f["sha256"]:
-                    raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
-                                     f"truncated); retrain with prism train", field=str(file))
-                # Queries come in small batches: one thread beats a thread per core, which
-                # spends more time synchronising than predicting (2.7 s vs 5-6 s for a
-                # four-profile prism compare on 2 busy cores).
-                boosters[part] = xgb.Booster(params={"nthread": 1}, model_file=str(file))
+                boosters[part] = read_booster(file, f["sha256"])
             if entry["features"] != feature_names(entry["op"]):
                 raise PrismError(f"{key}: trained on features {entry['features']}, this PRISM "
                                  f"computes {feature_names(entry['op'])}; retrain with prism train", field=key)
-            reg = QuantileXGBRegressor(quantiles=tuple(manifest["quantiles"]))
-            reg.center_, reg.booster_ = boosters["center"], boosters["quantiles"]
-            reg.offsets_ = np.asarray(entry["offsets"])
-            models[(entry["op"], entry["pass"])] = OperatorModel(entry["op"], entry["pass"], reg, entry)
-        return cls(hw, manifest["quantiles"], models, manifest)
+            models[(entry["op"], entry["pass"])] = partial(_operator_model, entry, boosters, manifest["quantiles"])
+        return cls(hw, manifest["quantiles"], LazyModels(models), manifest, read_variability(directory))
+
+
+def _operator_model(entry: dict, boosters: dict[str, bytes], quantiles: list[float]) -> OperatorModel:
+    """The model of one manifest entry, from its boosters' checked gzip-compressed bytes."""
+    reg = QuantileXGBRegressor(quantiles=tuple(quantiles))
+    reg.center_, reg.booster_ = booster(boosters["center"]), booster(boosters["quantiles"])
+    reg.offsets_ = np.asarray(entry["offsets"])
+    return OperatorModel(entry["op"], entry["pass"], reg, entry)
+
+
+class LazyModels(Mapping):
+    """(op, pass) -> :class:`OperatorModel`, each built from its boosters on first use: a
+    prediction needs some of a hardware's models (15 of 28 for GPT-3 on A100), and
+    building a booster costs more than the prediction."""
+
+    def __init__(self, builders: dict[tuple[str, str], Callable[[], OperatorModel]]):
+        self._builders, self._built = builders, {}
+
+    def __getitem__(self, key: tuple[str, str]) -> OperatorModel:
+        if key not in self._built:
+            self._built[key] = self._builders[key]()
+        return self._built[key]
+
+    def __contains__(self, key) -> bool:  # without building the model
+        return key in self._builders
+
+    def __iter__(self):
+        return iter(self._builders)
+
+    def __len__(self) -> int:
+        return len(self._builders)
+
+
+def write_booster(booster: xgb.Booster, path: Path) -> str:
+    """Save ``booster`` to ``path`` as gzip-compressed UBJ; return the file's sha256."""
+    # Level 6 is within 4% of level 9's size at a fifth of its time; mtime=0 makes one
+    # booster always give the same bytes, so that an unchanged model is no change in git.
+    data = gzip.compress(booster.save_raw(raw_format="ubj"), compresslevel=6, mtime=0)
+    path.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_booster(file: Path, sha256: str) -> bytes:
+    """The bytes :func:`write_booster` saved in ``file``, checked against their checksum
+    (:func:`booster` builds the booster)."""
+    data = file.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise PrismError(f"{file}: does not match its checksum in {MANIFEST} (changed or "
+                         f"truncated); retrain with prism train", field=str(file))
+    return data
+
+
+def booster(data: bytes) -> xgb.Booster:
+    """The booster of :func:`read_booster`'s bytes."""
+    # Queries come in small batches: one thread beats a thread per core, which spends
+    # more time synchronising than predicting (2.7 s vs 5-6 s for a four-profile prism
+    # compare on 2 busy cores). Loading too: 0.4 s for 56 boosters on 2 busy cores with
+    # XGBoost's default threads, 0.08 s with one.
+    with xgb.config_context(nthread=1):
+        return xgb.Booster(params={"nthread": 1}, model_file=bytearray(gzip.decompress(data)))
+
+
+@contextmanager
+def whole_folder(directory: Path) -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``directory`` to write a set of files into; when
+    the block ends without an error it replaces ``directory`` (the old folder is moved
+    aside, then removed). On an error or an interrupt the temporary folder is removed and
+    ``directory`` is left as it was: a reader finds the old set or the new (or, for the
+    instant between two renames, none), never a mix."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    tmp, old = directory.with_name(f".{directory.name}.{tag}.tmp"), directory.with_name(f".{directory.name}.{tag}.old")
+    tmp.mkdir()
+    try:
+        yield tmp
+        replacing = directory.exists()
+        if replacing:
+            os.rename(directory, old)
+        try:
+            os.rename(tmp, directory)
+        except BaseException:
+            if replacing:
+                os.rename(old, directory)
+            raise
+        if replacing:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs: int = 2,
           progress: bool = False) -> ModelSet:
     """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
+    import joblib
+    import pandas as pd
+
     rows = samples[samples["hardware"] == hw.name]
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"

@@ -6,11 +6,16 @@ al. 2009, "Roofline") and ``alpha + bytes * bus_factor / bandwidth`` for collect
 (the nccl-tests bus bandwidth model). Trees cannot extrapolate, but a floor-relative
 target only has to learn an efficiency, which flattens out for large shapes — so
 predictions outside the sampled box follow the physics instead of staying flat.
+
+A table of calls (``frame``) is a pandas DataFrame (sample rows) or a mapping of column
+name to array (the composer's calls): this module does not import pandas, which
+``prism predict`` never needs.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
-import pandas as pd
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import BUS_FACTOR, OPS, OPTIMIZERS, bytes_moved, dtype_bytes, flops
@@ -30,17 +35,29 @@ def feature_names(op: str) -> list[str]:
     return shape + per_tensor + ["dtype_bytes", "log2_flops", "log2_bytes", "log2_intensity", "log2_floor_us"]
 
 
-def _column(frame: pd.DataFrame, name: str, op: str) -> np.ndarray:
+def _column(frame: Mapping, name: str, op: str) -> np.ndarray:
     if name not in frame:
         raise PrismError(f"{op}: shape column {name!r} is missing; {op} needs "
                          f"{', '.join(OPS[op].shape)}", field=str(op))
-    values = frame[name]
-    if values.isna().any():
+    values = np.asarray(frame[name])
+    if _has_empty(values):
         raise PrismError(f"{op}: shape column {name!r} has empty values", field=str(op))
-    return values.to_numpy()
+    return values
 
 
-def _shape(op: str, frame: pd.DataFrame) -> dict:
+def _has_empty(values: np.ndarray) -> bool:
+    """Whether a column holds an empty cell: NaN (the one value unequal to itself) or None."""
+    if values.dtype.kind == "f":
+        return bool(np.isnan(values).any())
+    return values.dtype.kind == "O" and any(v is None or v != v for v in values)
+
+
+def _dtypes(frame: Mapping, rows: int) -> np.ndarray:
+    """Each call's precision (``dtype`` column; float32 where the table has none)."""
+    return np.asarray(frame["dtype"]) if "dtype" in frame else np.full(rows, "float32")
+
+
+def _shape(op: str, frame: Mapping) -> dict:
     shape = {c: _column(frame, c, op) for c in OPS[op].shape}
     for c, v in shape.items():
         if c == "causal":
@@ -50,7 +67,7 @@ def _shape(op: str, frame: pd.DataFrame) -> dict:
     return shape
 
 
-def floor_us(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> np.ndarray:
+def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndarray:
     """The hardware floor of each row's call, in microseconds (always > 0)."""
     s = _shape(op, frame)
     if OPS[op].collective:
@@ -63,14 +80,14 @@ def floor_us(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> np
         bandwidth = np.where(intra, net.intra_node.bandwidth, across)
         alpha_us = np.where(intra, net.intra_node.latency_us, net.inter_node.latency_us)
         return alpha_us + s["message_bytes"] * BUS_FACTOR[op](s["group_size"]) / bandwidth * 1e6
-    dtypes = frame["dtype"].to_numpy() if "dtype" in frame else np.full(len(frame), "float32")
+    dtypes = _dtypes(frame, len(s[OPS[op].shape[0]]))
     peak = np.array([hw.peak(d) for d in dtypes], dtype=float)
     compute = flops(op, pass_, s) / peak
     memory = bytes_moved(op, pass_, s, dtypes) / hw.memory.bandwidth
     return np.maximum(np.maximum(compute, memory) * 1e6, 1e-3)
 
 
-def features(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> tuple[np.ndarray, np.ndarray]:
+def features(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> tuple[np.ndarray, np.ndarray]:
     """Feature matrix (columns of :func:`feature_names`) and floor (us) for each row."""
     s = _shape(op, frame)
     floor = floor_us(op, pass_, frame, hw)
@@ -87,7 +104,7 @@ def features(op: str, pass_: str, frame: pd.DataFrame, hw: HardwareConfig) -> tu
     else:
         if op == "optimizer_step":
             cols.append(np.log2(s["params"] / np.maximum(s["tensors"], 1.0)))
-        dtypes = frame["dtype"].to_numpy() if "dtype" in frame else np.full(len(frame), "float32")
+        dtypes = _dtypes(frame, len(floor))
         f = np.maximum(flops(op, pass_, s), 1.0)
         b = np.maximum(bytes_moved(op, pass_, s, dtypes), 1.0)
         cols += [dtype_bytes(dtypes), np.log2(f), np.log2(b), np.log2(f / b)]

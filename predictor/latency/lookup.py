@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-import pandas as pd
 from scipy.special import ndtri
 
 from predictor.core.ops import OPS, Call
@@ -83,24 +82,29 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
     for (op, pass_), idx in by_op.items():
         idx = np.asarray(idx)
         op_dtype = hw.gemm_dtype if op == "gemm" and hw.gemm_dtype else dtype
-        frame = pd.DataFrame([dict(calls[i].shape_dict, dtype=op_dtype, nodes=calls[i].nodes,
-                                   ranks_per_node=calls[i].ranks_per_node) for i in idx])
+        rows = [dict(calls[i].shape_dict, dtype=op_dtype, nodes=calls[i].nodes,
+                     ranks_per_node=calls[i].ranks_per_node) for i in idx]
+        frame = {column: np.array([row[column] for row in rows]) for column in rows[0]}  # no pandas: start-up
         collective = OPS[op].collective
         modelled = np.full(len(idx), models is not None and models.has(op, pass_) and (not collective or own_network))
         if collective and intra_only:
-            modelled &= frame["nodes"].to_numpy() <= 1
+            modelled &= frame["nodes"] <= 1
         if modelled.any():
-            sub = frame[modelled].reset_index(drop=True)
-            out[idx[modelled]] = models.query(op, pass_, sub)[[f"q{a:g}" for a in levels]].to_numpy()
+            q = models.models[(op, pass_)].predict(_rows(frame, modelled), models.hw)
+            out[idx[modelled]] = q[:, [models.quantiles.index(a) for a in levels]]
         source = Source.NETWORK_PRIOR if collective else Source.ROOFLINE_PRIOR
         rest = ~modelled
         if rest.any():
-            center = floor_us(op, pass_, frame[rest].reset_index(drop=True), hw) / _PRIOR_EFFICIENCY[source]
+            center = floor_us(op, pass_, _rows(frame, rest), hw) / _PRIOR_EFFICIENCY[source]
             out[idx[rest]] = _prior_quantiles(center, PRIOR_SIGMA[source], levels)
         prior = Evidence(source, f"network prior ({hw.network.name})" if collective else "roofline prior")
         for i, m in zip(idx, modelled):
             evidence[i] = model if m else prior
     return out, evidence
+
+
+def _rows(frame: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    return {column: values[keep] for column, values in frame.items()}
 
 
 class QuantileCache:

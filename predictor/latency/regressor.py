@@ -13,9 +13,32 @@ quantile. The boosters keep the fit on the other groups (split conformal).
 """
 from __future__ import annotations
 
+import sys
+from importlib import import_module
+
 import numpy as np
-import xgboost as xgb
-from sklearn.model_selection import GroupShuffleSplit
+
+
+def _import_xgboost():
+    """xgboost, imported without its scikit-learn API unless scikit-learn is loaded already.
+
+    Where scikit-learn is installed, xgboost imports it (and with it scipy.stats and
+    pandas: half a second, more than a whole ``prism predict`` takes otherwise) only to
+    offer ``XGBRegressor`` and its kin, which PRISM does not use. Marked absent while
+    xgboost imports, it is skipped (xgboost's ``compat`` imports it inside ``try/except
+    ImportError``); scikit-learn itself stays importable, and is imported where it is
+    used (:meth:`QuantileXGBRegressor.fit`). Import xgboost through this module.
+    """
+    if "sklearn" in sys.modules or "xgboost" in sys.modules:
+        return import_module("xgboost")
+    sys.modules["sklearn"] = None  # "not installed", for the import below only
+    try:
+        return import_module("xgboost")
+    finally:
+        del sys.modules["sklearn"]
+
+
+xgb = _import_xgboost()
 
 DEFAULT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 _MIN_CALIBRATION_GROUPS = 5
@@ -103,6 +126,8 @@ class QuantileXGBRegressor:
         self.n_calibration_ = 0
         n_groups = len(np.unique(groups))
         if self.calibration_fraction > 0 and n_groups * self.calibration_fraction >= _MIN_CALIBRATION_GROUPS:
+            from sklearn.model_selection import GroupShuffleSplit  # only to train: slow to import
+
             split = GroupShuffleSplit(n_splits=1, test_size=self.calibration_fraction,
                                       random_state=self.random_state)
             fit_idx, cal_idx = next(split.split(X, y, groups))

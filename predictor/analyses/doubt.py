@@ -1,0 +1,251 @@
+"""How sure a prediction is: the features of a prediction that the predictive-uncertainty
+model (:class:`~predictor.latency.doubt.DoubtModel`) reads, the published runs it learns
+from, and its leave-one-source-out check.
+
+Every published run with a measured step (``data/e2e``: the runs table, vTrain's
+single-node runs, llm-foundry's MPT runs) is predicted as ``prism predict`` would (its
+row turned into specs by :mod:`predictor.data.published`), and its error
+``log(measured / predicted median)`` is paired with the features the user knew before
+the run. :func:`check` scores intervals per evidence tier and source exactly as a user
+meets them: each source predicted by a model that never saw it, its interval calibrated
+on the other sources only.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from predictor.core.errors import PrismError
+from predictor.core.profiles import DATA_DIR
+from predictor.data.runs_table import framework_family
+from predictor.engine.compose import StepDistribution, compose
+from predictor.engine.draws import inverse_cdf
+from predictor.latency.artifacts import TIERS, evidence_tier, models_dir, trained_models
+from predictor.latency.doubt import (
+    FEATURES,
+    FRAMEWORKS,
+    DoubtModel,
+    conformal_offsets_by_source,
+    outside,
+    widen,
+)
+from predictor.latency.lookup import QuantileCache
+from predictor.latency.regressor import DEFAULT_QUANTILES
+from predictor.workload.decompose import Workload, decompose
+from predictor.workload.layers import parameter_count
+
+if TYPE_CHECKING:  # pandas and the published tables only to fit and check: prism predict needs neither
+    import pandas as pd
+
+#: The predictive-uncertainty model's folder under the models directory.
+DOUBT = "doubt"
+#: Nominal coverages the check scores (central intervals).
+COVERAGES = (0.5, 0.8, 0.9)
+
+
+def family(framework: str) -> str:
+    """The framework family (:data:`~predictor.latency.doubt.FRAMEWORKS`) of a runs table's
+    framework cell: the table's own reading (:func:`~predictor.data.runs_table.framework_family`),
+    and the two families it has no defaults for, DeepSpeed and llm-foundry."""
+    low = str(framework).lower()
+    if "deepspeed" in low:
+        return "deepspeed"
+    if "foundry" in low or "composer" in low:
+        return "llm-foundry"
+    return framework_family(str(framework)) or "other"
+
+
+def tier_code(tier: str) -> int:
+    """The code of an evidence tier as :func:`~predictor.latency.artifacts.evidence_tier`
+    writes it ("microbenchmarks of h100-sxm (same compute die)" is microbenchmarks)."""
+    return next(i for i, name in enumerate(TIERS) if tier.startswith(name))
+
+
+def calls_per_step(work: Workload) -> int:
+    """Operator calls one GPU of the busiest stage launches in a step."""
+    return max(sum(c.count for c in st.forward + st.backward) * work.micro_batches
+               + sum(c.count for c in st.step) for st in work.stages)
+
+
+def features(work: Workload, dist: StepDistribution, tier: str, framework: str) -> np.ndarray:
+    """The :data:`~predictor.latency.doubt.FEATURES` of one prediction."""
+    par, p50 = work.parallel, float(np.median(dist.draws))
+    values = {
+        "tier": tier_code(tier), "prior_share": dist.prior_share, "comm_share": dist.exposed_comm_s / p50,
+        "bubble_share": dist.bubble_s / p50, "log2_us_per_call": math.log2(p50 * 1e6 / calls_per_step(work)),
+        "log2_gpus": math.log2(work.gpus), "log2_tp": math.log2(par.tp),
+        "log2_pp": math.log2(par.pp), "log2_dp": math.log2(par.dp), "log2_cp": math.log2(par.cp),
+        "log2_micro_batches": math.log2(work.micro_batches), "log10_params": math.log10(parameter_count(work.model)),
+        "log2_seq": math.log2(work.seq), "fp8": float(work.hardware.gemm_dtype == "float8"),
+        "framework": FRAMEWORKS.index(framework if framework in FRAMEWORKS else "other")}
+    return np.array([values[f] for f in FEATURES], float)
+
+
+def published_with_steps(e2e_dir=DATA_DIR / "e2e") -> pd.DataFrame:
+    """Every published run with a measured step, in the runs-table layout, ``source`` the
+    set it comes from."""
+    import pandas as pd
+
+    from predictor.data.llmfoundry import llmfoundry_runs
+    from predictor.data.published import published_runs, single_node_runs
+
+    tables = [published_runs(e2e_dir), single_node_runs(e2e_dir), llmfoundry_runs(e2e_dir)]
+    rows = pd.concat(tables, ignore_index=True)
+    rows = rows[np.isfinite(pd.to_numeric(rows["measured_s"], errors="coerce"))].reset_index(drop=True)
+    return rows.assign(source=rows["set_id"])
+
+
+@dataclass
+class Errors:
+    """Published runs predicted: per row its source, evidence tier, framework family,
+    predicted median and measured step (s), and the features; rows that could not be
+    predicted are counted by reason."""
+
+    table: pd.DataFrame
+    X: np.ndarray
+    skipped: dict
+
+    @property
+    def y(self) -> np.ndarray:
+        """log(measured / predicted median)."""
+        return np.log(self.table.measured_s.to_numpy() / self.table.predicted_s.to_numpy())
+
+
+def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
+    """Predict every row of ``rows`` (the runs-table layout with ``measured_s`` and
+    ``source``) as ``prism predict`` would, with ``draws`` draws."""
+    import pandas as pd
+
+    from predictor.data.published import row_workload
+
+    profiles: dict = {}
+    caches: dict[tuple, tuple] = {}
+    out, X, skipped = [], [], {}
+    for _, row in rows.iterrows():
+        try:
+            job = row_workload(row, profiles)
+            model, hw = job.model, job.hardware
+            if job.hardware_key not in caches:
+                models = trained_models(profiles[hw.name])  # the profile they were trained on
+                models = models and models.with_hardware(hw)  # queried on the row's variant of it
+                caches[job.hardware_key] = (models, QuantileCache(models, hw), evidence_tier(models))
+            models, cache, tier = caches[job.hardware_key]
+            work = decompose(model, job.parallel, hw, job.gpus)
+            dist = compose(work, models, draws=draws, seed=seed, cache=cache)
+        except PrismError as exc:
+            reason = exc.field or "layout"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        fam = family(row.get("framework", ""))
+        X.append(features(work, dist, tier, fam))
+        out.append({"source": row["source"], "tier": TIERS[tier_code(tier)], "framework": fam,
+                    "gpu": row["gpu"], "gpus": work.gpus, "model": model.name,
+                    "predicted_s": float(np.median(dist.draws)), "p5_s": float(np.quantile(dist.draws, 0.05)),
+                    "p95_s": float(np.quantile(dist.draws, 0.95)), "measured_s": float(row["measured_s"])})
+    return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), skipped)
+
+
+def _covered(q: np.ndarray, y: np.ndarray, levels) -> dict[float, np.ndarray]:
+    """Per nominal coverage, whether each row's central interval holds ``y``."""
+    levels = list(levels)
+    return {c: (q[:, levels.index(round(0.5 - c / 2, 2))] <= y) & (y <= q[:, levels.index(round(0.5 + c / 2, 2))])
+            for c in COVERAGES}
+
+
+def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
+    """Leave-one-source-out scores, as a user meets them: each source's rows predicted by a
+    model fitted without it, calibrated on the other sources' held-out errors only. One
+    row per group (every tier, every source, and "all"): runs, median absolute error of
+    the median, coverage of the 50/80/90% intervals with and without the error model,
+    and the median relative width of the 90% interval."""
+    import pandas as pd
+
+    model = model or DoubtModel()
+    X, y, sources = errors.X, errors.y, errors.table.source.to_numpy()
+    if len(np.unique(sources)) < 4:
+        raise PrismError(f"sources: {len(np.unique(sources))}; the check leaves one source out and calibrates on "
+                         f"the others, which needs at least 4", field="sources")
+    levels = np.asarray(model.levels)
+    held_out = model.held_out_predictions(X, y, sources)
+    mid = len(levels) // 2
+    framework = FEATURES.index("framework")
+    q = np.empty_like(held_out)
+    for source in np.unique(sources):
+        test, train = sources == source, sources != source
+        offsets = conformal_offsets_by_source(held_out[train], y[train], sources[train], levels)
+        # as DoubtModel.predict, with what a model fitted without this source knows
+        seen = {FRAMEWORKS[int(f)] for f in X[train, framework]}
+        far = [bool(n) for n in outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen)]
+        residual = y[train] - held_out[train, mid]
+        q[test] = widen(np.sort(held_out[test] + offsets, axis=1), levels, far, (residual.min(), residual.max()))
+    with_model = _covered(q, y, levels)
+    # without it: the band of step-time variability alone, centred on the prediction
+    var_lo = np.log(errors.table.p5_s / errors.table.predicted_s).to_numpy()
+    var_hi = np.log(errors.table.p95_s / errors.table.predicted_s).to_numpy()
+    without = (var_lo <= y) & (y <= var_hi)
+    width90 = np.exp(q[:, list(levels).index(0.95)]) - np.exp(q[:, list(levels).index(0.05)])
+    ape = np.abs(np.exp(y) - 1)  # of the prediction's median
+    t = errors.table
+    groups = [("all", np.ones(len(y), bool))]
+    groups += [(f"tier: {tier}", (t.tier == tier).to_numpy()) for tier in TIERS if (t.tier == tier).any()]
+    groups += [(f"source: {s}", (t.source == s).to_numpy()) for s in sorted(t.source.unique())]
+    out = []
+    for name, mask in groups:
+        out.append({"group": name, "runs": int(mask.sum()), "median_ape": float(np.median(ape[mask])),
+                    **{f"cover{round(c * 100)}": float(with_model[c][mask].mean()) for c in COVERAGES},
+                    "cover90_variability_band": float(without[mask].mean()),
+                    "width90": float(np.median(width90[mask]))})
+    return pd.DataFrame(out)
+
+
+def fit(errors: Errors) -> DoubtModel:
+    """The predictive-uncertainty model fitted on every predicted run."""
+    return DoubtModel().fit(errors.X, errors.y, errors.table.source.to_numpy())
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_model() -> DoubtModel | None:
+    """The predictive-uncertainty model shipped in ``models/doubt`` (None where it is not)."""
+    directory = models_dir() / DOUBT
+    return DoubtModel.load(directory) if (directory / "manifest.json").is_file() else None
+
+
+def check_framework(value) -> str:
+    """``framework`` as one of :data:`~predictor.latency.doubt.FRAMEWORKS`."""
+    if value not in FRAMEWORKS:
+        raise PrismError(f"framework={value}: choose the family that runs the job, one of {', '.join(FRAMEWORKS)} "
+                         f"(megatron-core = Megatron-Core or NeMo; megatron-lm = Megatron-LM before Core; "
+                         f"accelerate = Megatron-LM under HF Accelerate)",
+                         field="framework")
+    return value
+
+
+@dataclass
+class Doubt:
+    """The predictive distribution of a run's median step: quantiles (s) at
+    :data:`~predictor.latency.regressor.DEFAULT_QUANTILES`, the features the model is
+    extrapolating on, and what it was learned from (None: no model, no doubt stated)."""
+
+    quantiles_s: np.ndarray
+    extrapolating: list[str]
+    learned_from: str | None
+
+    def draws(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` draws of the run's median step over its median (1 = the prediction)."""
+        q = self.quantiles_s / self.quantiles_s[len(self.quantiles_s) // 2]
+        return inverse_cdf(q[None, :], np.asarray(DEFAULT_QUANTILES), rng.uniform(size=(1, n)))[0]
+
+
+def doubt_of(work: Workload, dist: StepDistribution, tier: str, framework: str,
+             model: DoubtModel | None) -> Doubt:
+    """The predictive distribution of ``work``'s median step predicted as ``dist``."""
+    p50 = float(np.median(dist.draws))
+    if model is None:
+        return Doubt(np.full(len(DEFAULT_QUANTILES), p50), [], None)
+    x = features(work, dist, tier, framework)[None, :]
+    return Doubt(p50 * np.exp(model.predict(x)[0]), model.extrapolating(x)[0],
+                 f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time")

@@ -1,0 +1,408 @@
+"""The workload table of ``prism predict-batch``: its columns, the file checks made
+before any work, and the readers of its cells.
+
+The table is the column layout of ``data/e2e/e2e_training_visible.csv``, one training
+job a row. :data:`COLUMNS` says, once, which columns are read, their units, what a
+blank cell takes and which spellings a cell may use; the checks below and
+``prism predict-batch --help`` (:func:`schema_help`) both read it. Every other column is
+carried through unread.
+
+Every cell is read as text and parsed on its own, so that a row reads the same in any
+table: a column's type is never inferred from the other rows (pandas would read a ``vp``
+of 12 as 12.0 where another row of the column is blank). Free text is read
+conservatively: a scheme it names counts only where the text does not negate it
+("DDP (FSDP=0)" is plain data parallelism), the first scheme named wins, and text that
+names none is refused rather than guessed. A blank cell takes its framework's default
+(:data:`FRAMEWORK_DEFAULTS`); the reader says what it assumed.
+
+This module imports nothing heavy: ``prism --help`` builds its text from it.
+"""
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import math
+import os
+import re
+import tempfile
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from predictor.core.errors import PrismError
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column the reader uses: ``kind`` is ``count`` (a whole number from 1 to
+    ``limit``), ``choice`` (one of ``spellings``), ``switch`` (on or off) or ``text``."""
+
+    name: str
+    kind: str
+    required: bool
+    meaning: str
+    default: str = ""
+    spellings: str = ""
+    limit: int = 0
+
+
+#: What a blank cell of these columns takes, by framework (:func:`framework_family`),
+#: each with where the framework says so. Frameworks not named take the ``""`` entry.
+FRAMEWORK_DEFAULTS = {
+    "recompute": {
+        "torchtitan": ("selective", "torchtitan's ActivationCheckpoint.mode default, torchtitan/config/job_config.py"),
+        "": ("none", "Megatron-LM's --recompute-granularity is unset by default, megatron/training/arguments.py"),
+    },
+    "seq_parallel": {
+        "torchtitan": ("on where tp > 1", "torchtitan's tensor-parallel plan shards norms along the sequence "
+                       "(SequenceParallel in models/llama3/infra/parallelize.py)"),
+        "": ("off", "Megatron-LM's --sequence-parallel is opt-in"),
+    },
+    "zero_or_distopt": {
+        "torchtitan": ("fsdp", "torchtitan shards over every data-parallel rank by default "
+                       "(data_parallel_shard_degree=-1)"),
+        "": ("none", "Megatron-LM's --use-distributed-optimizer is opt-in"),
+    },
+    "precision": {
+        "accelerate": ("fp32", "HF Accelerate's mixed_precision default is 'no'"),
+        "": ("bf16", "Megatron-Core's recipes train in --bf16; torchtitan's mixed_precision_param is bfloat16"),
+    },
+    "vp": {
+        "torchtitan": ("2 where interleaving is stated without its size",
+                       "torchtitan gives a multi-stage schedule 2 stages per rank, "
+                       "torchtitan/distributed/pipeline_parallel.py"),
+        "": ("1 (1F1B)", "Megatron-LM interleaves only with --num-layers-per-virtual-pipeline-stage"),
+    },
+}
+
+#: Precision spellings: a cell naming fp8 runs the linear layers' GEMMs in float8 and the
+#: rest in the other precision it names, else bf16 (torchtitan Float8, Transformer Engine).
+PRECISIONS = {"float8": ("fp8", "float8", "e4m3", "mxfp8"), "bfloat16": ("bf16", "bfloat16"),
+              "float16": ("fp16", "float16", "half"), "float32": ("fp32", "float32", "tf32")}
+#: Optimizer and weight sharding: phrases naming each scheme of ParallelConfig.sharding.
+SHARDINGS = {"none": ("ddp", "distributed data parallel"),
+             "distributed_optimizer": ("distributed optimizer", "distributed-optimizer", "distopt", "dist-opt"),
+             "zero1": ("zero-1", "zero1", "zero stage 1"), "zero2": ("zero-2", "zero2", "zero stage 2"),
+             "zero3": ("zero-3", "zero3", "zero stage 3"), "fsdp": ("fsdp", "fsdp1", "fsdp2", "fully sharded")}
+RECOMPUTES = {"selective": ("selective", "sac", "per-op"), "full": ("full",)}
+#: Whole-cell spellings of "nothing of the kind" for sharding and recompute (only a whole
+#: cell: "no" inside free text often belongs to another word, "FSDP, no offload").
+NONE_WORDS = ("none", "no", "off", "false", "0", "-")
+ON_WORDS, OFF_WORDS = ("on", "yes", "true", "1", "enabled"), ("off", "no", "false", "0", "disabled", "none")
+#: Count cells that some tools write for a missing value: read as blank.
+MISSING_WORDS = ("nan", "na", "n/a", "null")
+
+COLUMNS = (
+    Column("model", "text", True, "model name, which must say its family: one containing 'llama' is a Llama "
+           "(SwiGLU, RMSNorm, RoPE, untied embeddings), one containing 'gpt' a GPT (GELU, LayerNorm, learned "
+           "positions, tied embeddings)"),
+    Column("layers", "count", True, "transformer layers", limit=2048),
+    Column("hidden", "count", True, "hidden size", limit=1 << 18),
+    Column("heads", "count", True, "attention heads", limit=1 << 14),
+    Column("kv_heads", "count", False, "key-value heads (grouped-query attention)", "heads (multi-head)",
+           limit=1 << 14),
+    Column("ffn", "count", False, "FFN inner width", "4 x hidden", limit=1 << 20),
+    Column("vocab", "count", False, "vocabulary size", "GPT 51,200 (GPT-2's, padded); Llama 128,256 (Llama 3)",
+           limit=1 << 22),
+    Column("seq_len", "count", True, "sequence length, tokens", limit=1 << 22),
+    Column("gbs", "count", True, "global batch, sequences per step", limit=1 << 22),
+    Column("mbs", "count", False, "micro-batch, sequences", "1", limit=1 << 16),
+    Column("tp", "count", True, "tensor-parallel degree", limit=1024),
+    Column("pp", "count", True, "pipeline-parallel degree", limit=512),
+    Column("dp", "count", True, "data-parallel degree, an FSDP degree included", limit=1 << 22),
+    Column("cp", "count", False, "context-parallel degree", "1", limit=1024),
+    Column("ep", "count", False, "expert-parallel degree: 1 (the table describes dense models)", "1", limit=1),
+    Column("vp", "count", False, "virtual pipeline stages per rank (interleaved 1F1B where > 1)",
+           "1; 'yes' without a number: torchtitan's 2 stages per rank, refused elsewhere",
+           "a whole number, or yes/no", limit=64),
+    Column("seq_parallel", "switch", False, "sequence parallelism", "torchtitan: on where tp > 1; else off",
+           "on/off, yes/no, true/false, 1/0"),
+    Column("recompute", "choice", False, "activation recomputation", "torchtitan: selective; else none",
+           "none, selective (SAC, per-op), full; 'default': the framework's"),
+    Column("zero_or_distopt", "choice", False, "optimizer and weight sharding", "torchtitan: fsdp; else none",
+           "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's"),
+    Column("precision", "choice", False, "training precision", "bf16; fp32 under HF Accelerate",
+           "bf16, fp16, fp32 (tf32), fp8 (linears in float8, the rest bf16 unless another is named)"),
+    Column("framework", "text", False, "training framework: picks the defaults above; Megatron-LM without 'Core' "
+           "runs attention unfused and reduces gradients after the backward",
+           "Megatron-Core's behaviour (flash attention, gradient reduction overlapped)"),
+    Column("gpu", "choice", True, "GPU, matched to a conf/hardware profile by its device.match names",
+           spellings="a name containing A100, H100, H200, GH200, B200 (or a longer device.match name); "
+                     "the longest match wins"),
+    Column("num_gpus", "count", True, "GPUs of the job: dp x tp x pp x cp", limit=1 << 22),
+    Column("gpus_per_node", "count", False, "GPUs per node", "the hardware profile's", limit=1024),
+    Column("inter_node", "text", False, "bandwidth between nodes, per GPU unless it says 'per node'",
+           "the hardware profile's network", "'400 Gb/s per GPU', '8x 200 Gb/s HDR InfiniBand per node', '50 GB/s'"),
+    Column("notes", "text", False, "free text: 'async TP' or '--tp-comm-overlap' (not negated) overlaps the TP "
+           "collectives with the GEMMs; the framework column is read alike"),
+)
+BY_NAME = {c.name: c for c in COLUMNS}
+REQUIRED = tuple(c.name for c in COLUMNS if c.required)
+
+
+def schema_help(width: int = 100) -> str:
+    """The schema as ``prism predict-batch --help`` prints it, wrapped to ``width``."""
+    def entry(name: str, text: str) -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=f"  {name:<16}", subsequent_indent=" " * 20)
+
+    lines = ["columns read (* = required; any other column is carried through unread):"]
+    for c in COLUMNS:
+        lines += entry(c.name + ("*" if c.required else ""), c.meaning)
+        if c.spellings:
+            lines += entry("", f"spellings: {c.spellings}")
+        if c.default:
+            lines += entry("", f"blank: {c.default}")
+    lines += textwrap.wrap("Counts are whole numbers ('12' or '12.0', not '12.5'); a count cell of nan, NA or null "
+                           "is blank. Free text counts a scheme it names unless it negates it ('DDP (FSDP=0)' is "
+                           "not FSDP); the first named wins; text naming none is refused, not guessed.", width)
+    return "\n".join(lines)
+
+
+# ---- the file ---------------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    """A checked table: its header as written and every data row's cells as text (each
+    as long as the header), with the rows that had more cells than the header."""
+
+    path: Path
+    header: list[str]
+    rows: list[list[str]]
+    overlong: dict[int, int]  # row index -> its cell count, where it exceeds the header's
+
+
+def read_table(path) -> Table:
+    """The table at ``path``, or one :class:`PrismError` naming the file and the fix if it
+    is missing, empty, not UTF-8 text, not CSV, or lacks a required column."""
+    p = Path(path)
+    where = str(p)
+    if not p.exists():
+        raise PrismError(f"{p}: no such file; give the path of a CSV table, e.g. "
+                         f"data/e2e/e2e_training_visible.csv", field=where)
+    if p.is_dir():
+        raise PrismError(f"{p}: is a folder; give the CSV file itself", field=where)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise PrismError(f"{p}: cannot be read ({exc.strerror}); check its permissions", field=where) from None
+    if not data.strip():
+        raise PrismError(f"{p}: is empty; it needs a header line naming the columns and one job a row "
+                         f"(prism predict-batch --help lists them)", field=where)
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise PrismError(f"{p}: is UTF-16 text; save it as UTF-8 (Excel: 'CSV UTF-8'; iconv -f utf-16 -t utf-8)",
+                         field=where)
+    if b"\x00" in data:
+        raise PrismError(f"{p}: is not text (it holds NUL bytes: a spreadsheet, Parquet or other binary file?); "
+                         f"export it as CSV, UTF-8", field=where)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise PrismError(f"{p}: is not UTF-8 (byte 0x{data[exc.start]:02x} on line {line}); save it as UTF-8 "
+                         f"(Excel: 'CSV UTF-8'; iconv -f latin1 -t utf-8)", field=where) from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        lines = [cells for cells in reader if cells]  # a blank line is no row
+    except csv.Error as exc:
+        raise PrismError(f"{p}: is not CSV ({exc}, line {reader.line_num}); an unclosed quote? Check that line",
+                         field=where) from None
+    header = lines[0]
+    names = [h.strip().lower() for h in header]
+    if len(header) == 1 and not set(names) & set(REQUIRED):
+        sep = next((s for s in ("\t", ";", "|") if s in header[0]), None)
+        hint = f"it is separated by {sep!r}, not commas" if sep else "its first line has no commas"
+        raise PrismError(f"{p}: is not a CSV table ({hint}); save it as comma-separated values", field=where)
+    twice = sorted({n for n in names if n and names.count(n) > 1})
+    if twice:
+        raise PrismError(f"{p}: column {twice[0]!r} appears twice in the header; keep one", field=twice[0])
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise PrismError(f"{p}: no column {', '.join(missing)} (required: {', '.join(REQUIRED)}); add "
+                         f"{'it' if len(missing) == 1 else 'them'} to the header (prism predict-batch --help)",
+                         field=missing[0])
+    if len(lines) == 1:
+        raise PrismError(f"{p}: has a header but no rows; add one job a row", field=where)
+    width = len(header)
+    overlong = {i: len(cells) for i, cells in enumerate(lines[1:]) if len(cells) > width}
+    # a row with fewer cells than the header has its trailing cells blank (some writers drop them)
+    rows = [cells[:width] + [""] * (width - len(cells)) for cells in lines[1:]]
+    return Table(p, header, rows, overlong)
+
+
+def check_output(out, table: Path) -> Path:
+    """``out`` as the file predictions go to, after checking that its folder exists and
+    takes files and that it is not the input ``table``; one :class:`PrismError` naming
+    ``out`` and the fix otherwise."""
+    if not str(out).strip():
+        raise PrismError("out=: give the CSV file to write, e.g. out=predicted.csv", field="out")
+    p = Path(out)
+    if p.resolve() == Path(table).resolve() or (p.exists() and os.path.samefile(p, table)):
+        raise PrismError(f"out={out}: is the input table; write the predictions to another file, e.g. "
+                         f"out={p.with_name(p.stem + '.predicted.csv')}", field="out")
+    if p.is_dir():
+        raise PrismError(f"out={out}: is a folder; give a file in it, e.g. out={p / 'predicted.csv'}", field="out")
+    folder = p.parent
+    if not folder.is_dir():
+        raise PrismError(f"out={out}: the folder {folder} does not exist; create it (mkdir -p {folder}) or write "
+                         f"elsewhere", field="out")
+    try:  # a real write: permission bits do not tell (root, read-only mounts)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{p.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise PrismError(f"out={out}: cannot write in {folder} ({exc.strerror}); choose a writable folder",
+                         field="out") from None
+    if p.exists() and not os.access(p, os.W_OK):
+        raise PrismError(f"out={out}: exists and is read-only; make it writable or write elsewhere", field="out")
+    return p
+
+
+# ---- the cells --------------------------------------------------------------------
+
+
+def cell(row: Mapping, column: str) -> str:
+    """A cell as stripped text; "" for a blank, absent or NaN cell."""
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value).strip()
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def count(row: Mapping, column: str) -> int | None:
+    """A count cell as an int, None where blank; a :class:`PrismError` naming the column
+    where it is not a whole number from 1 to the column's limit."""
+    spec = BY_NAME[column]
+    text = cell(row, column)
+    if text.lower() in MISSING_WORDS:
+        text = ""
+    if not text:
+        if spec.required:
+            raise PrismError(f"{column}: blank; fill it in ({spec.meaning})", field=column)
+        return None
+    number = text.replace(",", "") if re.fullmatch(r"\d{1,3}(,\d{3})+(\.0*)?", text) else text
+    try:
+        value = float(number)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not value.is_integer():
+        raise PrismError(f"{column}={_shown(text)}: not a whole number; write one such as 8 ({spec.meaning})",
+                         field=column)
+    if value < 1:
+        raise PrismError(f"{column}={_shown(text)}: must be at least 1 ({spec.meaning})", field=column)
+    if value > spec.limit:
+        raise PrismError(f"{column}={_shown(text)}: more than {spec.limit:,}; check the value ({spec.meaning})",
+                         field=column)
+    return int(value)
+
+
+def switch(row: Mapping, column: str) -> bool | None:
+    """An on/off cell; None where blank. The cell's first word decides ("on (TP > 1)")."""
+    text = cell(row, column).lower()
+    if not text:
+        return None
+    first = re.match(r"[a-z0-9]+", text)
+    word = first.group(0) if first else ""
+    if word in ON_WORDS or word in OFF_WORDS:
+        return word in ON_WORDS
+    raise PrismError(f"{column}={_shown(text)}: not on or off; write {BY_NAME[column].spellings}", field=column)
+
+
+_NEGATED_BEFORE = re.compile(r"(?:\b(?:no|not|without|non|disabled?)|w/o)[\s\-]*$")
+_NEGATED_AFTER = re.compile(r"^(?:\s*[=:]\s*(?:0|off|false|no|none|disabled?)\b|\s+(?:off|disabled)\b)")
+
+
+def mentions(text: str, phrases: Mapping[str, tuple[str, ...]]) -> list[tuple[str, bool]]:
+    """The values whose phrases ``text`` names, in the order named, each with whether the
+    text negates it ("no FSDP", "non-FSDP", "FSDP=0", "FSDP off")."""
+    text = text.lower()
+    found = []
+    for value, spellings in phrases.items():
+        for phrase in spellings:
+            for m in re.finditer(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text):
+                negated = bool(_NEGATED_BEFORE.search(text[:m.start()]) or _NEGATED_AFTER.match(text[m.end():]))
+                found.append((m.start(), value, negated))
+    return [(value, negated) for _, value, negated in sorted(found)]
+
+
+def choice(row: Mapping, column: str, phrases: Mapping[str, tuple[str, ...]], off: str | None
+           ) -> tuple[str | None, str | None]:
+    """The value a choice cell names and a note where it was read from free text; (None,
+    None) where blank or where the cell asks for the framework's default.
+
+    The first value named and not negated wins. A cell that negates every value it names
+    ("FSDP=0") or is a whole-cell "none" reads as ``off``, where the column has one. A
+    cell that names nothing it knows is refused."""
+    text = cell(row, column)
+    low = text.lower()
+    if not low or asks_default(low):
+        return None, None
+    if off is not None and low in NONE_WORDS:
+        return off, None
+    named = mentions(low, phrases)
+    kept = [value for value, negated in named if not negated]
+    if kept:
+        exact = low in (p for spellings in phrases.values() for p in spellings)
+        return kept[0], None if exact else f"{column} {_shown(text)} read as {kept[0]}"
+    if named and off is not None:
+        return off, f"{column} {_shown(text)} read as {off} (it negates what it names)"
+    raise PrismError(f"{column}={_shown(text)}: not a {column} this reads; write {BY_NAME[column].spellings}",
+                     field=column)
+
+
+def asks_default(text: str) -> bool:
+    """Whether a cell asks for its framework's default ("default", "toml default")."""
+    return bool(re.fullmatch(r"(\w+\s+)?defaults?", text.strip().lower()))
+
+
+def framework_family(text: str) -> str:
+    """torchtitan, accelerate (Megatron-LM under HF Accelerate), megatron-lm (before
+    Megatron-Core), megatron-core, or "" (not recognised) for a framework cell."""
+    low = text.lower()
+    if "torchtitan" in low:
+        return "torchtitan"
+    if "accelerate" in low:
+        return "accelerate"
+    if "megatron-lm" in low and "core" not in low:
+        return "megatron-lm"
+    return "megatron-core" if re.search(r"megatron|nemo|mcore", low) else ""
+
+
+def framework_default(column: str, family: str) -> tuple[str, str]:
+    """(value, why) a blank ``column`` takes under framework ``family``."""
+    options = FRAMEWORK_DEFAULTS[column]
+    return options.get(family, options[""])
+
+
+def says(text: str, *phrases: str) -> bool:
+    """Whether free ``text`` names one of ``phrases`` without negating it."""
+    return any(not negated for _, negated in mentions(text, {"": phrases}))
+
+
+#: A bandwidth in text: an optional count ("8x"), a number and a unit in bits (Gb/s, Gbps,
+#: Tb/s) or bytes (GB/s, GBps); the case of the b tells them apart.
+_BANDWIDTH = re.compile(r"(?<![\w.\-])(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*([GT])(b|B)(?:it|yte)?(?:/s|ps)")
+
+
+def bandwidth(row: Mapping, column: str, gpus_per_node: int) -> tuple[float | None, str | None]:
+    """Bytes/s per GPU that a bandwidth cell states ('8x 200 Gb/s ... per node', '400
+    Gb/s per GPU', '50 GB/s') and a note where the text leaves something to assume;
+    (None, note) where it states none."""
+    text = cell(row, column)
+    if not text:
+        return None, None
+    found = _BANDWIDTH.search(text)
+    if not found:
+        return None, f"{column} {_shown(text)} states no bandwidth (e.g. 400 Gb/s): the profile's network"
+    times, value, prefix, unit = found.groups()
+    bw = float(value) * int(times or 1) * (1e12 if prefix == "T" else 1e9) / (8 if unit == "b" else 1)
+    if not 0 < bw < math.inf:
+        raise PrismError(f"{column}={_shown(text)}: a bandwidth of 0; write e.g. '400 Gb/s per GPU'", field=column)
+    per_node = says(text, "per node")
+    note = None if per_node or says(text, "per gpu") else f"{column} {_shown(text)} read per GPU"
+    return (bw / gpus_per_node if per_node else bw), note

@@ -1,0 +1,220 @@
+"""Predictive uncertainty: how far a measured run's median step lies from PRISM's
+prediction, learned from measured runs (DESIGN.md, "Composer" step 5: doubt is not
+variability).
+
+The target is ``log(measured median step / predicted median step)`` of published and
+measured runs, its learned quantiles centred on 0 (:func:`centred`); the features are what a user knows before the run
+(:data:`FEATURES`: the evidence tier, how much of the step rests on priors, the
+communication and bubble shares of the prediction, the predicted time per operator call
+(small kernels leave the host's launch and framework time exposed, which operator
+samples do not see), scale, the layout, model size, precision, framework family).
+A :class:`DoubtModel` learns quantiles of the target with gradient-boosted trees
+(:class:`~predictor.latency.regressor.QuantileXGBRegressor`, the operator models'
+learner) and calibrates them with conformalized quantile regression (Romano, Patterson &
+Candès 2019, arXiv 1905.03222) whose calibration sets are whole sources: each source is
+predicted by a model fitted on the others, so a new cluster, framework or lab is treated
+as new, as a user's own job is. Every source weighs the same in the calibration (a table
+of 1,440 single-node runs must not decide alone what a 90% interval is). A query with a
+feature outside the training range, or a framework no training source used, is
+*extrapolating*: its interval reaches at least as far, each way, as the worst held-out
+error of any source did.
+
+Artifacts: ``<dir>/doubt.ubj.gz`` and ``doubt.quantiles.ubj.gz`` (XGBoost's own UBJ,
+gzip-compressed, as the operator models) and
+``manifest.json`` (features, levels, conformal offsets, training ranges, sources, rows,
+coverage of the leave-one-source-out check, library versions).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.special import ndtri
+
+from predictor.core.errors import PrismError
+from predictor.latency.artifacts import booster, read_booster, whole_folder, write_booster
+from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, xgb
+
+#: Features of one prediction, in the order the model reads them.
+FEATURES = ("tier", "prior_share", "comm_share", "bubble_share", "log2_us_per_call", "log2_gpus", "log2_tp",
+            "log2_pp", "log2_dp", "log2_cp", "log2_micro_batches", "log10_params", "log2_seq", "fp8", "framework")
+#: Framework families (the ``framework`` feature's codes), as a runs table's framework
+#: column is read (:func:`predictor.analyses.doubt.family`); anything else is "other".
+FRAMEWORKS = ("megatron-core", "megatron-lm", "accelerate", "deepspeed", "torchtitan", "llm-foundry", "other")
+#: Evidence tiers (``predictor.latency.artifacts.TIERS``' order), the ``tier`` feature's codes.
+TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
+#: Shallow trees and few rounds: a few hundred runs from a handful of sources.
+LEARNER = dict(n_estimators=60, max_depth=2, learning_rate=0.1, median_rounds=20, spread_estimators=30,
+               spread_max_depth=2, min_child_weight=5.0, calibration_fraction=0.0)
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of ``values`` under ``weights`` (the smallest value whose
+    cumulative weight reaches ``q`` of the total: conservative, as split conformal's)."""
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    return float(values[order][min(np.searchsorted(cum, q * cum[-1]), len(values) - 1)])
+
+
+def conformal_offsets_by_source(pred: np.ndarray, y: np.ndarray, sources: np.ndarray,
+                                levels: np.ndarray) -> np.ndarray:
+    """CQR shifts per quantile from out-of-source predictions ``pred`` (n, k), each source
+    weighing the same: for each symmetric pair with nominal coverage c, the weighted
+    c-quantile of the conformity scores ``max(lo - y, y - hi)``. (With a handful of
+    sources, the source-level finite-sample correction ``c(K+1)/K`` would exceed 1 for a
+    90% interval and take the single largest score: an interval as wide as the worst
+    source ever was, for every query.)"""
+    _, index = np.unique(sources, return_inverse=True)
+    weights = 1.0 / np.bincount(index)[index]
+    offsets = np.zeros(len(levels))
+    for lo in range(len(levels) // 2):
+        hi = len(levels) - 1 - lo
+        scores = np.maximum(pred[:, lo] - y, y - pred[:, hi])
+        q = _weighted_quantile(scores, weights, levels[hi] - levels[lo])
+        offsets[lo], offsets[hi] = -q, q
+    return offsets
+
+
+def outside(X: np.ndarray, low: np.ndarray, high: np.ndarray, frameworks) -> list[list[str]]:
+    """Per row of ``X``, the features outside [``low``, ``high``], and "framework" where
+    its framework family is not among ``frameworks``."""
+    out = []
+    for row in X:
+        names = [f for f, v, lo, hi in zip(FEATURES, row, low, high) if f != "framework" and not lo <= v <= hi]
+        if FRAMEWORKS[int(row[FEATURES.index("framework")])] not in frameworks:
+            names.append("framework")
+        out.append(names)
+    return out
+
+
+def centred(q: np.ndarray) -> np.ndarray:
+    """Quantiles ``q`` (n, k) moved so that their median is 0: the composed median stays
+    the prediction, and the model states only how far from it a run may land. (A learned
+    shift of the median corrected the sources it saw and moved others away: left out,
+    vTrain's multi-node runs went from 6.5% to 11.6% median error.)"""
+    return q - q[:, q.shape[1] // 2:q.shape[1] // 2 + 1]
+
+
+def widen(q: np.ndarray, levels, extrapolating, reach: tuple[float, float]) -> np.ndarray:
+    """Quantiles ``q`` (n, k) at ``levels`` of rows that extrapolate, their outermost ones
+    reaching at least ``reach`` (the most negative and most positive held-out error, in
+    log) from the median, the inner ones as far in proportion to their normal score."""
+    q = q.copy()
+    z = ndtri(np.asarray(levels, float))
+    share = np.abs(z) / np.abs(z).max()  # 1 at the outermost levels, 0 at the median
+    mid = q.shape[1] // 2
+    rows = np.asarray(extrapolating, bool)
+    q[rows, :mid] = np.minimum(q[rows, :mid], q[rows, mid:mid + 1] + reach[0] * share[:mid])
+    q[rows, mid + 1:] = np.maximum(q[rows, mid + 1:], q[rows, mid:mid + 1] + reach[1] * share[mid + 1:])
+    return q
+
+
+@dataclass
+class DoubtModel:
+    """Quantiles of ``log(measured / predicted)`` given :data:`FEATURES`, calibrated by
+    leave-one-source-out CQR (module docstring). ``fit`` returns self; learned attributes
+    end in ``_``."""
+
+    levels: tuple = DEFAULT_QUANTILES
+    learner: dict | None = None
+
+    def _learner(self) -> QuantileXGBRegressor:
+        return QuantileXGBRegressor(quantiles=self.levels, **(self.learner or LEARNER))
+
+    def fit(self, X: np.ndarray, y: np.ndarray, sources: np.ndarray,
+            held_out: np.ndarray | None = None) -> DoubtModel:
+        """Fit on every row; calibrate on each source's errors as predicted without it
+        (``held_out``, from :meth:`held_out_predictions`, when already computed)."""
+        X, y, sources = np.asarray(X, float), np.asarray(y, float), np.asarray(sources)
+        if len(np.unique(sources)) < 3:
+            raise PrismError(f"sources: {len(np.unique(sources))}; the predictive uncertainty is calibrated by "
+                             f"leaving one source out and needs runs from at least 3 sources", field="sources")
+        levels = np.asarray(self.levels)
+        held_out = self.held_out_predictions(X, y, sources) if held_out is None else held_out
+        self.offsets_ = conformal_offsets_by_source(held_out, y, sources, levels)
+        residual = y - held_out[:, len(levels) // 2]
+        self.reach_ = (float(residual.min()), float(residual.max()))
+        self.regressor_ = self._learner().fit(X, y)
+        self.low_, self.high_ = X.min(axis=0), X.max(axis=0)
+        self.frameworks_ = sorted({FRAMEWORKS[int(f)] for f in X[:, FEATURES.index("framework")]})
+        self.sources_ = sorted(map(str, np.unique(sources)))
+        self.rows_ = len(y)
+        return self
+
+    def held_out_predictions(self, X: np.ndarray, y: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        """(n, k) uncalibrated, centred quantiles of each row from a model fitted without its source."""
+        out = np.empty((len(y), len(self.levels)))
+        for source in np.unique(sources):
+            test = sources == source
+            out[test] = centred(self._learner().fit(X[~test], y[~test]).predict(X[test]))
+        return out
+
+    def extrapolating(self, X: np.ndarray) -> list[list[str]]:
+        """Per row, the features outside the training range (or an unseen framework)."""
+        return outside(np.asarray(X, float), self.low_, self.high_, self.frameworks_)
+
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """(n, k) calibrated quantiles of ``log(measured / predicted)``, widened to the
+        worst held-out errors for rows that extrapolate (:func:`widen`)."""
+        X = np.asarray(X, float)
+        q = np.sort(centred(self.regressor_.predict(X)) + self.offsets_, axis=1)
+        return widen(q, self.levels, [bool(names) for names in self.extrapolating(X)], self.reach_)
+
+
+    # ------------------------------------------------------------ artifacts
+
+    def save(self, directory, report: dict | None = None) -> Path:
+        """Write the model as a whole into ``directory`` (a temporary folder renamed into
+        place, as an operator model set); ``report`` (the leave-one-source-out check) goes
+        into the manifest."""
+        directory = Path(directory)
+        with whole_folder(directory) as tmp:
+            files = {"center": "doubt.ubj.gz", "spread": "doubt.quantiles.ubj.gz"}
+            hashes = {key: write_booster(trees, tmp / files[key]) for key, trees in
+                      (("center", self.regressor_.center_), ("spread", self.regressor_.booster_))}
+            manifest = {
+                "kind": "predictive uncertainty of the median step (log measured / predicted)",
+                "features": list(FEATURES), "frameworks": list(FRAMEWORKS), "tiers": list(TIER_CODES),
+                "levels": list(self.levels), "learner": self.learner or LEARNER,
+                "offsets": self.offsets_.tolist(), "reach": list(self.reach_),
+                "low": self.low_.tolist(), "high": self.high_.tolist(), "frameworks_seen": self.frameworks_,
+                "sources": self.sources_, "rows": self.rows_, "report": report or {},
+                "files": {k: {"name": files[k], "sha256": hashes[k]} for k in files},
+                "xgboost": xgb.__version__, "numpy": np.__version__}
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        return directory
+
+    @classmethod
+    def load(cls, directory) -> DoubtModel:
+        directory = Path(directory)
+        path = directory / "manifest.json"
+        if not path.is_file():
+            raise PrismError(f"{directory}: no predictive-uncertainty model (manifest.json missing); train one with "
+                             f"python benchmarks/bench_doubt.py --save", field=str(directory))
+        try:
+            manifest = json.loads(path.read_text())
+            if list(manifest["features"]) != list(FEATURES):
+                raise PrismError(f"{path}: trained on features {manifest['features']}, this PRISM reads "
+                                 f"{list(FEATURES)}; retrain it (python benchmarks/bench_doubt.py --save)",
+                                 field=str(path))
+            model = cls(levels=tuple(manifest["levels"]), learner=manifest["learner"])
+            regressor = model._learner()
+            boosters = {key: booster(read_booster(directory / entry["name"], entry["sha256"]))
+                        for key, entry in manifest["files"].items()}
+        except (OSError, KeyError, ValueError, EOFError, xgb.core.XGBoostError) as exc:
+            raise PrismError(f"{directory}: unreadable predictive-uncertainty model ({exc}); retrain it "
+                             f"(python benchmarks/bench_doubt.py --save)", field=str(directory)) from None
+        regressor.center_, regressor.booster_ = boosters["center"], boosters["spread"]
+        regressor.offsets_ = np.zeros(len(model.levels))
+        model.regressor_ = regressor
+        model.offsets_ = np.asarray(manifest["offsets"])
+        model.reach_ = tuple(float(v) for v in manifest["reach"])
+        model.low_, model.high_ = np.asarray(manifest["low"]), np.asarray(manifest["high"])
+        model.frameworks_ = list(manifest["frameworks_seen"])
+        model.sources_ = list(manifest["sources"])
+        model.rows_ = int(manifest["rows"])
+        model.report_ = manifest.get("report", {})
+        return model

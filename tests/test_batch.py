@@ -1,0 +1,274 @@
+"""`prism predict-batch` on bad files, bad cells and interruptions (issue 16): every bad file
+is one line and exit 2, every row a prediction or a status naming its column, a row reads
+the same in any table, and a Ctrl-C keeps the rows written so that a rerun resumes."""
+import csv
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from predictor.analyses import batch
+from predictor.analyses.batch import OUTPUT_COLUMNS, PREDICTED, predict_batch, predict_table
+from predictor.app.cli import main
+from predictor.core.errors import PrismError
+from predictor.data.published import row_workload
+from predictor.data.runs_table import COLUMNS, choice, count, read_table, schema_help
+
+DRAWS = 60
+
+
+@pytest.fixture
+def runs(reference_data):
+    """The published-runs table, every cell as text."""
+    return pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv", dtype=str, keep_default_na=False)
+
+
+def _write(path, table: pd.DataFrame):
+    table.to_csv(path, index=False)
+    return path
+
+
+def _cli(capsys, table, *settings):
+    code = main(["predict-batch", str(table), f"draws={DRAWS}", *map(str, settings)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _refused(capsys, *args) -> str:
+    code, _, err = _cli(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_a_missing_empty_or_headless_file_is_one_line(tmp_path, capsys):
+    out = tmp_path / "out.csv"
+    assert "no such file" in _refused(capsys, tmp_path / "nope.csv", f"out={out}")
+    for text in ("", "\n  \n"):
+        (tmp_path / "empty.csv").write_text(text)
+        assert "is empty" in _refused(capsys, tmp_path / "empty.csv", f"out={out}")
+    (tmp_path / "header.csv").write_text(",".join(c.name for c in COLUMNS) + "\n")
+    assert "no rows" in _refused(capsys, tmp_path / "header.csv", f"out={out}")
+    assert "is a folder" in _refused(capsys, tmp_path, f"out={out}")
+    assert not out.exists()
+
+
+def test_a_file_that_is_not_utf8_csv_is_one_line(runs, tmp_path, capsys):
+    out = tmp_path / "out.csv"
+    text = runs.head(3).assign(model="GPT 3.6B ünïcode").to_csv(index=False)
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(text.encode("latin-1"))
+    assert "not UTF-8 (byte 0xfc on line 2)" in _refused(capsys, bad, f"out={out}")
+    bad.write_bytes(text.encode("utf-16"))
+    assert "UTF-16" in _refused(capsys, bad, f"out={out}")
+    bad.write_bytes(b"PAR1\x00\x15\x04binary")
+    assert "not text" in _refused(capsys, bad, f"out={out}")
+    bad.write_text(text.replace(",", "\t"))
+    assert "separated by '\\t'" in _refused(capsys, bad, f"out={out}")
+    bad.write_text(text + '"an unclosed quote\n' + "x" * 140_000 + "\n")
+    assert "not CSV" in _refused(capsys, bad, f"out={out}")
+    good = tmp_path / "bom.csv"
+    good.write_bytes(b"\xef\xbb\xbf" + text.encode())  # Excel's UTF-8 with a byte-order mark is UTF-8
+    assert _cli(capsys, good, f"out={out}")[0] == 0
+
+
+def test_a_missing_required_column_is_named(runs, tmp_path, capsys):
+    src = _write(tmp_path / "in.csv", runs.head(3).drop(columns=["heads", "gpu"]))
+    err = _refused(capsys, src, f"out={tmp_path / 'out.csv'}")
+    assert "heads, gpu" in err and "add them" in err
+    with pytest.raises(PrismError) as exc:
+        read_table(src)
+    assert exc.value.field == "heads"
+    # optional columns may be absent: their blanks' defaults apply
+    slim = runs.head(2)[[c.name for c in COLUMNS if c.required]]
+    assert _cli(capsys, _write(tmp_path / "slim.csv", slim), f"out={tmp_path / 'slim.out.csv'}")[0] == 0
+
+
+def test_the_output_is_checked_before_any_work(runs, tmp_path, capsys, monkeypatch):
+    src = _write(tmp_path / "in.csv", runs.head(2))
+    monkeypatch.setattr(batch.BatchPredictor, "predict", lambda *a: pytest.fail("predicted before checking out="))
+    assert "does not exist" in _refused(capsys, src, f"out={tmp_path / 'no' / 'such' / 'out.csv'}")
+    assert "is the input table" in _refused(capsys, src, f"out={src}")
+    assert "is a folder" in _refused(capsys, src, f"out={tmp_path}")
+    assert "does not exist" in _refused(capsys, src, f"out={src}/x.csv")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    assert "not this table's" in _refused(capsys, src, f"out={tmp_path / 'other.csv'}")
+    assert "takes out=" in _refused(capsys, src, "out=x.csv", "drawz=3")
+    assert "draws=0" in _refused(capsys, src, f"out={tmp_path / 'o.csv'}", "draws=0")
+
+
+def test_an_unwritable_output_folder_is_one_line(runs, tmp_path, capsys):
+    src = _write(tmp_path / "in.csv", runs.head(2))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:  # root writes through permission bits; /proc takes no file from anyone
+        folder = Path("/proc") if _writable(locked) else locked
+        assert "cannot write in" in _refused(capsys, src, f"out={folder / 'out.csv'}")
+    finally:
+        locked.chmod(0o700)
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        (folder / ".probe").touch()
+    except OSError:
+        return False
+    (folder / ".probe").unlink()
+    return True
+
+
+def test_bad_cells_fail_their_row_alone(runs, tmp_path, capsys):
+    rows = runs[runs.set_id == "vtrain_multi"].head(6).copy()
+    rows.iloc[0, rows.columns.get_loc("heads")] = ""          # blank: crashed the table before (int(nan))
+    rows.iloc[1, rows.columns.get_loc("tp")] = "abc"
+    rows.iloc[2, rows.columns.get_loc("mbs")] = "12.5"
+    rows.iloc[3, rows.columns.get_loc("gpu")] = "Voodoo5"
+    rows.iloc[4, rows.columns.get_loc("zero_or_distopt")] = "sharded somehow"
+    src = _write(tmp_path / "in.csv", rows)
+    code, stdout, _ = _cli(capsys, src, f"out={tmp_path / 'out.csv'}")
+    assert code == 0 and "1 predicted, 5 with an error" in stdout
+    result = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(result.columns) == list(rows.columns) + list(OUTPUT_COLUMNS)
+    status = result.pred_status.tolist()
+    assert status[0] == "heads: blank; fill it in (attention heads)"
+    assert status[1].startswith("tp='abc': not a whole number")
+    assert status[2].startswith("mbs='12.5': not a whole number")
+    assert status[3].startswith("gpu='Voodoo5': no hardware profile matches")
+    assert status[4].startswith("zero_or_distopt='sharded somehow': not a zero_or_distopt this reads")
+    assert status[5] == "ok" and all(result.loc[5, c] for c in PREDICTED)
+    assert (result.loc[:4, list(PREDICTED)] == "").all().all()  # no NaN text where nothing was predicted
+
+
+def test_a_layout_error_names_the_column(runs):
+    row = runs[runs.set_id == "vtrain_multi"].iloc[0].to_dict() | {"num_gpus": "63"}
+    with pytest.raises(PrismError, match="^num_gpus: ") as exc:
+        row_workload(row, {})
+    assert exc.value.field == "num_gpus"
+
+
+def test_ddp_with_fsdp_zero_is_not_fsdp(runs):
+    """'DDP (FSDP=0)' names FSDP only to negate it: plain data parallelism, as 'none'
+    (the old reader's substring match took it for FSDP)."""
+    base = runs[(runs.set_id == "torchtitan") & (runs.framework == "torchtitan (FSDP)")].iloc[-1].to_dict()
+    base |= {"dp": "1024", "num_gpus": "1024", "gbs": "2048"}
+    table = pd.DataFrame([base | {"zero_or_distopt": z} for z in ("DDP (FSDP=0)", "none", "FSDP2", "non-FSDP")])
+    job = row_workload(table.iloc[0].to_dict(), {})
+    assert job.parallel.sharding == "none"
+    assert "zero_or_distopt 'DDP (FSDP=0)' read as none" in job.assumed
+    pred = predict_table(table, draws=DRAWS)
+    assert (pred.pred_status == "ok").all()
+    p50 = pred.pred_iter_time_s_p50
+    assert p50[0] == p50[1] == p50[3] and p50[2] != p50[0]
+
+
+@pytest.mark.parametrize("text, value", [
+    ("FSDP2 (dp column = FSDP degree)", "fsdp"), ("ZeRO-3 (DeepSpeed), no model parallelism", "zero3"),
+    ("distributed optimizer (ZeRO-1-like)", "distributed_optimizer"), ("Megatron-FSDP", "fsdp"),
+    ("distributed data parallel", "none"), ("no FSDP", "none"), ("FSDP=0", "none"), ("fsdp off", "none"),
+    ("FSDP2 (FSDP=4)", "fsdp"), ("none", "none"), ("-", "none"), ("toml default", None), ("", None)])
+def test_sharding_text_is_read_by_its_plain_meaning(text, value):
+    from predictor.data.runs_table import SHARDINGS
+    assert choice({"zero_or_distopt": text}, "zero_or_distopt", SHARDINGS, "none")[0] == value
+
+
+@pytest.mark.parametrize("text, value", [("12", 12), ("12.0", 12), (" 8 ", 8), ("1,024", 1024), (12.0, 12),
+                                         ("", None), ("nan", None), (float("nan"), None)])
+def test_counts_are_read_per_cell(text, value):
+    assert count({"mbs": text}, "mbs") == value
+
+
+@pytest.mark.parametrize("text", ["12.5", "inf", "-3", "0", "1e9", "twelve", "0x10"])
+def test_a_bad_count_names_its_column(text):
+    with pytest.raises(PrismError, match="^vp=") as exc:
+        count({"vp": text}, "vp")
+    assert exc.value.field == "vp"
+
+
+def _predicted(tmp_path, name: str, rows: list[dict]) -> dict[str, list[str]]:
+    """Each row's output cells (predictions, status, assumptions) by its set_id and locator."""
+    src = _write(tmp_path / f"{name}.csv", pd.DataFrame(rows))
+    predict_batch(src, tmp_path / f"{name}.out.csv", draws=DRAWS)
+    with open(tmp_path / f"{name}.out.csv", newline="", encoding="utf-8") as f:
+        return {r["locator"]: [r[c] for c in (*PREDICTED, "pred_status", "pred_assumed")] for r in csv.DictReader(f)}
+
+
+def test_a_row_reads_the_same_alone_and_in_any_table(runs, tmp_path):
+    """Rows predicted one by one and in one shuffled table among garbage rows come out
+    identical. vp=12 and vp=12.0 are one layout: before, a column pandas read as float (a
+    blank vp elsewhere in the file) turned 12 into 12.0, which was then ignored (1F1B)."""
+    picks = runs.groupby("set_id").head(2).to_dict("records")
+    interleaved = runs[(runs.model == "GPT 175B") & (runs.tp == "8.0") & (runs.pp == "8.0")].iloc[0].to_dict()
+    picks += [interleaved | {"vp": "12", "locator": "vp 12"}, interleaved | {"vp": "12.0", "locator": "vp 12.0"},
+              interleaved | {"vp": "1", "locator": "vp 1"}]
+    picks = [r | {"locator": f"{i}: {r['locator']}"} for i, r in enumerate(picks)]
+    alone = {}
+    for i, row in enumerate(picks):
+        alone |= _predicted(tmp_path, f"alone{i}", [row])
+    garbage = [picks[0] | {"heads": "", "tp": "x", "vp": "", "locator": "g1"},
+               picks[1] | {"gpu": "\x7f", "vp": "yes", "mbs": "nan", "locator": "g2"}]
+    mixed = _predicted(tmp_path, "mixed", garbage + picks[::-1])
+    assert {k: mixed[k] for k in alone} == alone
+    vp12, vp12_0, vp1 = (alone[r["locator"]] for r in picks[-3:])
+    assert vp12[-2] == "ok" and vp12[:-1] == vp12_0[:-1] and vp12[0] != vp1[0]  # interleaving is not ignored
+
+
+def test_ctrl_c_keeps_finished_rows_and_a_rerun_resumes(runs, tmp_path, monkeypatch):
+    rows = runs[runs.set_id == "vtrain_multi"].head(7)
+    src = _write(tmp_path / "in.csv", rows)
+    whole = tmp_path / "whole.csv"
+    predict_batch(src, whole, draws=DRAWS, chunk_rows=2)
+
+    calls = []
+    real = batch.BatchPredictor.predict
+
+    def interrupted_at_the_third_chunk(self, chunk):
+        calls.append(len(chunk))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, chunk)
+
+    out = tmp_path / "out.csv"
+    monkeypatch.setattr(batch.BatchPredictor, "predict", interrupted_at_the_third_chunk)
+    report = predict_batch(src, out, draws=DRAWS, chunk_rows=2)
+    assert report.status == "interrupted" and report.written == 4
+    assert len(pd.read_csv(out)) == 4  # two whole chunks kept
+    monkeypatch.setattr(batch.BatchPredictor, "predict", real)
+    report = predict_batch(src, out, draws=DRAWS, chunk_rows=2)
+    assert (report.status, report.resumed, report.rows) == ("done", 4, 7)
+    assert out.read_bytes() == whole.read_bytes()
+    # a torn last line (killed mid-write) and a row edited since are predicted again
+    lines = whole.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:5]) + lines[5][:20])
+    edited = rows.copy()
+    edited.iloc[0, edited.columns.get_loc("notes")] = "edited"
+    _write(src, edited)
+    report = predict_batch(src, out, draws=DRAWS, chunk_rows=2)
+    assert report.resumed == 3 and len(pd.read_csv(out)) == 7
+    assert pd.read_csv(out).notes[0] == "edited"  # in the input's order
+    # other settings are other predictions: nothing resumed
+    assert predict_batch(src, out, draws=DRAWS + 1).resumed == 0
+
+
+def test_the_command_line_says_interrupted_and_exits_130(runs, tmp_path, capsys, monkeypatch):
+    src = _write(tmp_path / "in.csv", runs[runs.set_id == "vtrain_multi"].head(2))
+    monkeypatch.setattr(batch.BatchPredictor, "predict", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    code, stdout, _ = _cli(capsys, src, f"out={tmp_path / 'out.csv'}")
+    assert code == 130 and "run the same command again" in stdout
+
+
+def test_the_report_and_json(runs, tmp_path, capsys):
+    import json
+    src = _write(tmp_path / "in.csv", runs.head(3))
+    code, stdout, err = _cli(capsys, src, f"out={tmp_path / 'out.csv'}", "--json")
+    report = json.loads(stdout)
+    assert code == 0 and report["rows"] == 3 and report["predicted"] == 3 and "set_id" in report["unread_columns"]
+    assert err == ""  # no progress bar under --json
+
+
+def test_help_prints_the_schema(capsys):
+    with pytest.raises(SystemExit):
+        main(["predict-batch", "--help"])
+    text = capsys.readouterr().out
+    assert schema_help() in text
+    for c in COLUMNS:
+        assert f"  {c.name}" in text

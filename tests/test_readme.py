@@ -1,0 +1,196 @@
+"""Every command and snippet of README.md runs, so that none can rot.
+
+The ```bash blocks are split into commands (a trailing backslash continues a line, ``&&``
+chains two commands, ``#`` starts a comment) and each ```python block is one snippet;
+plain ``` blocks show printed output and are not run. All of them run in README order,
+as bash and python would run them, in one temporary working copy (``data/``, ``models/``,
+``samples/``, ``measurements/`` and ``benchmarks/`` copied, so what a command writes
+stays there and a later command can read it), with ``OMP_NUM_THREADS=1``:
+
+- a ``prism`` command and a python snippet run as written, within :data:`LIMIT_S`;
+- a command of :data:`REDUCED` runs with settings that make it take seconds where the
+  README's own takes minutes (added after its own settings: the last value of a key wins);
+- a command of :data:`NOT_RUN` is not run here; its entry says why and names the test
+  that runs what it runs.
+
+Any other command (``pip``, ``python``, a new script) fails
+:func:`test_every_command_is_accounted_for` until it is given one of those rules, and a
+rule no README command uses fails it too. Benchmarks that are not run are still imported
+(:func:`test_benchmarks_not_run_import`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: Copied into the working copy: what README commands read by relative paths.
+COPIED = ("data", "models", "samples/local-cpu", "measurements", "benchmarks")
+#: A README command that runs longer than this (on 2 busy cores) needs a REDUCED entry.
+LIMIT_S = 120
+
+_FAST_TRAINING = "regressor.params.n_estimators=5 regressor.params.median_rounds=5 regressor.params.spread_estimators=5"
+#: Command prefix -> settings appended to every README command that starts with it
+#: (except ``--help`` and ``--show-config``, which run nothing).
+REDUCED = {
+    # quick's 19 ops take 5 minutes (collectives under torchrun); two compute ops, 3 shapes: seconds
+    "prism sample": "sampling.ops=[gemm,layernorm] sampling.shapes_per_op=3 sampling.repeats=3",
+    # 150 + 100 + 50 boosting rounds per model: 10-20 s for 28 models; 5 each: the same code, quicker
+    "prism train": _FAST_TRAINING,
+    # 30 timed steps (and 3 traced ones) per rank under torchrun
+    "prism measure": "measure.steps=2 measure.warmup=1 measure.trace_steps=1",
+    # 1,024 GPUs: 13,104 layouts, 6-10 s; 64 GPUs: the same search over fewer layouts
+    "prism search": "gpus=64",
+    "python benchmarks/bench_startup.py": "-n 1",
+}
+#: Exact README command -> why it is not run here, and what covers it.
+NOT_RUN = {
+    "pip install -e .": "installs PRISM: these tests run in that installation",
+    'pip install -e ".[sampling,test]"': "installs PRISM with its test extra: these tests run in that installation",
+    "python -m pytest -q": "the test suite, this file included",
+    "prism import-trace traces/rank*.json out=samples/trace hardware=local-cpu":
+        "a placeholder for your own traces: the same command on traces `prism measure` recorded runs in the "
+        "README's trace section, and tests/test_import_trace.py::test_cli_reads_files_then_settings",
+    "python benchmarks/bench_regressors.py": "5-fold cross-validation of every regressor on the ETT samples: minutes",
+    "python benchmarks/bench_search.py": "searches at 1,024 GPUs and ranks vTrain's published layouts: minutes; "
+                                         "tests/test_search.py covers the search",
+    "python benchmarks/bench_variability.py": "65,536 GPUs drawn one by one against the shortcut: minutes; "
+                                              "tests/test_variability.py covers the analysis",
+    "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts: about 12 minutes",
+    "python benchmarks/bench_trace.py": "measures and traces three layouts, then imports a 500 MB trace: minutes; "
+                                        "tests/test_import_trace.py covers the loop",
+}
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """A README command (``bash``) or snippet (``python``) and the line it starts on."""
+
+    line: int
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line}: {self.text if self.kind == 'bash' else 'python snippet'}"
+
+
+def _commands(block: str) -> list[tuple[int, str]]:
+    """(line offset, command) of each command of a bash block."""
+    out, pending, start = [], "", 0
+    for offset, line in enumerate(block.splitlines()):
+        code = re.sub(r"(^|\s)#.*$", "", line).rstrip()
+        if not pending:
+            start = offset
+        if code.endswith("\\"):
+            pending += code[:-1]
+            continue
+        command, pending = " ".join((pending + code).split()), ""
+        out += [(start, part.strip()) for part in command.split("&&") if part.strip()]
+    return out
+
+
+def readme_snippets(text: str) -> list[Snippet]:
+    snippets = []
+    for fence in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+        first = text.count("\n", 0, fence.start()) + 2  # the README line of the block's first line
+        kind, body = fence.group(1), fence.group(2)
+        if kind == "python":
+            snippets.append(Snippet(first, kind, body))
+        elif kind == "bash":
+            snippets += [Snippet(first + offset, kind, command) for offset, command in _commands(body)]
+    return snippets
+
+
+SNIPPETS = readme_snippets(README.read_text())
+
+
+def _reduction(command: str) -> str | None:
+    """The REDUCED key ``command`` starts with, if any."""
+    return next((key for key in REDUCED if command == key or command.startswith(key + " ")), None)
+
+
+def _reduced(command: str) -> str:
+    """``command`` with its REDUCED settings, after its own and before its ``--`` options
+    (a command line's key=value settings come before them)."""
+    words, key = command.split(), _reduction(command)
+    if not key or "--help" in words or "--show-config" in words:
+        return command
+    at = next((i for i, word in enumerate(words) if word.startswith("--")), len(words))
+    return " ".join([*words[:at], REDUCED[key], *words[at:]])
+
+
+def _rule(snippet: Snippet) -> str:
+    """How ``snippet`` is accounted for: "run", "reduced", "not run", or "none"."""
+    if snippet.kind == "python":
+        return "run"
+    if snippet.text in NOT_RUN:
+        return "not run"
+    if _reduction(snippet.text):
+        return "reduced"
+    return "run" if snippet.text.split()[0] == "prism" else "none"
+
+
+def test_every_command_is_accounted_for():
+    assert SNIPPETS, "no ```bash or ```python block found in README.md"
+    unaccounted = [str(s) for s in SNIPPETS if _rule(s) == "none"]
+    assert not unaccounted, ("README commands with no rule in tests/test_readme.py (give each a REDUCED or "
+                             f"NOT_RUN entry): {unaccounted}")
+    commands = [s.text for s in SNIPPETS if s.kind == "bash"]
+    stale = ([k for k in NOT_RUN if k not in commands]
+             + [k for k in REDUCED if not any(_reduction(c) == k for c in commands)])
+    assert not stale, f"rules in tests/test_readme.py that no README command uses any more: {stale}"
+
+
+def test_named_tests_exist():
+    """The tests NOT_RUN names as covering a command are there."""
+    for reason in NOT_RUN.values():
+        for path, name in re.findall(r"(tests/\w+\.py)(?:::(\w+))?", reason):
+            assert (ROOT / path).exists(), reason
+            assert not name or f"def {name}(" in (ROOT / path).read_text(), reason
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("readme")
+    for name in COPIED:
+        shutil.copytree(ROOT / name, work / name)
+    return work
+
+
+@pytest.fixture(scope="module")
+def env() -> dict:
+    # prism and python of this interpreter first on the path; one thread per process
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.parametrize("snippet", [s for s in SNIPPETS if _rule(s) in ("run", "reduced")], ids=str)
+def test_readme_command_runs(snippet, workdir, env):
+    if snippet.kind == "python":
+        argv, shell = [sys.executable, "-c", snippet.text], False
+    else:
+        argv, shell = _reduced(snippet.text), True
+    try:
+        done = subprocess.run(argv, shell=shell, executable="/bin/bash" if shell else None, cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{snippet} ran past {LIMIT_S} s: give it a REDUCED entry in tests/test_readme.py")
+    assert done.returncode == 0, f"{snippet}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    if snippet.kind == "bash" and "--json" in snippet.text.split():
+        json.loads(done.stdout)  # --json prints one JSON document
+
+
+@pytest.mark.parametrize("command", [c for c in NOT_RUN if c.startswith("python benchmarks/")])
+def test_benchmarks_not_run_import(command):
+    """A benchmark too long to run here still imports: its imports and definitions resolve."""
+    runpy.run_path(str(ROOT / command.split()[1]), run_name="readme_check")

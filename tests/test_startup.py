@@ -1,0 +1,29 @@
+"""The README's main command answers in well under a second (issue 16: at most 0.6 s on a
+warm machine; ``python benchmarks/bench_startup.py`` times it). Wall time is too noisy to
+test on a shared machine, so this checks the cause: ``prism predict`` imports none of the
+libraries that cost a large part of that budget and that a prediction does not need."""
+import subprocess
+import sys
+
+MAIN = ["predict", "model=gpt3-13b", "hardware=a100-sxm4-80gb", "gpus=64", "parallel.tp=8"]
+#: Each costs 0.1-0.5 s to import: pandas (with pyarrow), scikit-learn (with scipy.stats;
+#: xgboost imports it unless predictor.latency.regressor imports xgboost), matplotlib
+#: (only for plot=), joblib (only to train), torch (never in predictor).
+HEAVY = ("pandas", "pyarrow", "sklearn", "scipy.stats", "matplotlib", "joblib", "torch")
+
+
+def _imported(argv: list[str], modules) -> list[str]:
+    code = (f"import sys\nfrom predictor.app.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print(' '.join(m for m in {tuple(modules)!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()[-1].split()
+
+
+def test_predict_imports_only_what_a_prediction_needs():
+    # nor Hydra: plain key=value overrides are read without it (predictor.app.config)
+    assert _imported(MAIN, (*HEAVY, "hydra")) == []
+    assert _imported([*MAIN, "--json"], (*HEAVY, "hydra")) == []
+
+
+def test_help_imports_no_numerical_library():
+    assert _imported(["--help"], ("numpy", "omegaconf", "hydra", *HEAVY)) == []
