@@ -69,6 +69,10 @@ NOT_RUN = {
     "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts: about 12 minutes",
     "python benchmarks/bench_trace.py": "measures and traces three layouts, then imports a 500 MB trace: minutes; "
                                         "tests/test_import_trace.py covers the loop",
+    "python benchmarks/bench_doubt.py": "predicts all 1,835 published runs and leaves each source out: about 20 s; "
+                                        "tests/test_doubt.py covers the model and its check",
+    "python benchmarks/bench_doubt.py --save": "refits the shipped models/doubt; tests/test_doubt.py covers fit, save "
+                                               "and load",
 }
 
 
