@@ -186,3 +186,10 @@ _VALUES = st.text(alphabet="0123456789_.+-/eEinfaINFtrueFALSnlxyz", min_size=1, 
 @given(key=_KEYS, value=_VALUES)
 def test_any_plain_override_reads_as_hydra_reads_it(key, value):
     _read_as_hydra_reads_it(f"{key}={value}")
+
+
+@pytest.mark.parametrize("name", group_options("hardware"))
+def test_train_dtype_is_set_without_a_plus(name):
+    """Every profile has train_dtype, so hardware.train_dtype=float16 needs no leading +."""
+    hw = section(load_config([f"hardware={name}", "hardware.train_dtype=float16"]), "hardware", HardwareConfig)
+    assert hw.train_dtype == "float16"
