@@ -41,16 +41,19 @@ def _load(args):
     return composition.cfg
 
 
+def _json(payload) -> str:
+    """``payload`` as JSON; NaN and infinity are not JSON: one error naming where, never an
+    invalid document."""
+    try:
+        return json.dumps(payload, indent=2, default=str, allow_nan=False)
+    except ValueError:
+        where = _non_finite(payload)
+        raise PrismError(f"{where}: not a finite number, so there is no valid JSON to print; an input is out of "
+                         f"range: check the model, hardware and layout values", field=where) from None
+
+
 def _print(cfg, payload, table: str) -> None:
-    if cfg.output == "json":
-        try:
-            text = json.dumps(payload, indent=2, default=str, allow_nan=False)
-        except ValueError:  # NaN and infinity are not JSON: one error, never an invalid document
-            raise PrismError(f"{_non_finite(payload)}: not a finite number, so there is no valid JSON to print; "
-                             f"an input is out of range: check the model, hardware and layout values") from None
-        print(text)
-    else:
-        print(table)
+    print(_json(payload) if cfg.output == "json" else table)
 
 
 def _non_finite(value, where: str = "result") -> str | None:
@@ -186,7 +189,7 @@ def _print_reports(reports, as_json: bool) -> None:
     many = reports if isinstance(reports, list) else [reports]
     if as_json:
         payload = [asdict(r) for r in many]
-        print(json.dumps(payload if isinstance(reports, list) else payload[0], indent=2, default=str))
+        print(_json(payload if isinstance(reports, list) else payload[0]))
     else:
         print("\n".join(r.table() for r in many))
 
@@ -380,7 +383,7 @@ def _predict_batch(args) -> int:
     as_json = args.json or settings["output"] == "json"
     report = predict_batch(args.path, settings["out"], draws=numbers["draws"], seed=numbers["seed"],
                            models_root=settings["models_dir"], progress=sys.stderr.isatty() and not as_json)
-    print(json.dumps(asdict(report), indent=2) if as_json else report.format())
+    print(_json(asdict(report)) if as_json else report.format())
     return 130 if report.status == "interrupted" else 0
 
 
@@ -451,7 +454,7 @@ def _validate(args) -> int:
     png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
     save_figure(cdf_figure(result), png)
     if cfg.output == "json":
-        print(json.dumps([s.to_dict() for s in result.scores], indent=2))
+        print(_json([s.to_dict() for s in result.scores]))
     else:
         cal = models.calibration if models else None
         print(format_validation(result) + f"\nCDF plot     {png}\ncalibration  "
