@@ -28,7 +28,6 @@ import csv
 import hashlib
 import io
 import math
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -39,12 +38,13 @@ import pandas as pd
 from tqdm import tqdm
 
 from predictor.analyses.doubt import doubt_of, family, shipped_model
+from predictor.analyses.rows import RowLookups
 from predictor.core.errors import PrismError
-from predictor.data.published import RowJob, row_workload, spec_column
+from predictor.core.files import write_atomically
+from predictor.data.published import RowJob, spec_column
 from predictor.data.runs_table import BY_NAME, Table, check_output, read_table
 from predictor.engine.compose import compose, workload_calls
-from predictor.latency.artifacts import ModelSet, evidence_tier, models_dir, trained_models
-from predictor.latency.lookup import QuantileCache
+from predictor.latency.artifacts import evidence_tier, models_dir
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import decompose
 from predictor.workload.memory import memory_per_gpu
@@ -87,10 +87,8 @@ class BatchPredictor:
     quantiles per hardware, and each distinct job's result."""
 
     def __init__(self, draws: int = DRAWS, seed: int = 0, models_root=None):
-        self.draws, self.seed, self.models_root = draws, seed, models_root
-        self.hardware: dict = {}  # row_workload's profiles and their per-row variants
-        self.models: dict[str, ModelSet | None] = {}  # profile -> trained models
-        self.lookups: dict[tuple, QuantileCache] = {}  # hardware key -> its calls' quantiles
+        self.draws, self.seed = draws, seed
+        self.rows = RowLookups(models_root)
         self.results: dict[tuple, tuple[tuple[float, ...] | None, str]] = {}  # RowJob.key -> (values, status)
 
     def predict(self, rows: list[Mapping]) -> list[RowPrediction]:
@@ -98,7 +96,7 @@ class BatchPredictor:
         jobs: list[RowJob | str] = []
         for row in rows:
             try:
-                jobs.append(row_workload(row, self.hardware))
+                jobs.append(self.rows.job(row))
             except Exception as exc:  # no cell may stop the batch: a bug below fails its row alone
                 jobs.append(_failure(exc))
         new = {job.key: job for job in jobs if isinstance(job, RowJob) and job.key not in self.results}
@@ -125,13 +123,13 @@ class BatchPredictor:
         for job in jobs.values():
             if job.hardware_key in calls:
                 try:  # every call of the chunk on this hardware in one query per op
-                    self._lookup(job).fill(calls.pop(job.hardware_key))
+                    self.rows.lookup(job).fill(calls.pop(job.hardware_key))
                 except Exception:  # compose looks the rows up one by one below: only the bad ones fail
                     pass
         for key, work in works.items():
             job = jobs[key]
             try:
-                cache = self._lookup(job)
+                cache = self.rows.lookup(job)
                 dist = compose(work, cache.models, draws=self.draws, seed=self.seed, cache=cache)
                 doubt = doubt_of(work, dist, evidence_tier(cache.models), family(job.framework), shipped_model())
                 q = dict(zip(DEFAULT_QUANTILES, doubt.quantiles_s))
@@ -146,17 +144,6 @@ class BatchPredictor:
                                                "cover (a step time that is not a positive number); check them")
             except Exception as exc:
                 self.results[key] = (None, _failure(exc))
-
-    def _lookup(self, job: RowJob) -> QuantileCache:
-        """The quantiles of the calls on ``job``'s hardware: its profile's trained models
-        (None: the priors) on the row's variant of the profile."""
-        if job.hardware_key not in self.lookups:
-            name = job.hardware_key[0]
-            if name not in self.models:
-                self.models[name] = trained_models(self.hardware[name], self.models_root)
-            models = self.models[name]
-            self.lookups[job.hardware_key] = QuantileCache(models and models.with_hardware(job.hardware), job.hardware)
-        return self.lookups[job.hardware_key]
 
 
 def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, seed: int = 0) -> pd.DataFrame:
@@ -215,9 +202,7 @@ def _csv_text(rows) -> str:
 
 def _replace(path: Path, header: list[str], rows: list[list[str]]) -> None:
     """Write ``path`` whole, atomically (a temporary file renamed over it)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(_csv_text([header, *rows]), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, lambda tmp: tmp.write_text(_csv_text([header, *rows]), encoding="utf-8"))
 
 
 def _written(out: Path, header: list[str], keys: set[str]) -> dict[str, list[str]]:

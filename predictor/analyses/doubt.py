@@ -24,7 +24,7 @@ from predictor.core.profiles import DATA_DIR
 from predictor.data.runs_table import framework_family
 from predictor.engine.compose import StepDistribution, compose
 from predictor.engine.draws import inverse_cdf
-from predictor.latency.artifacts import TIERS, evidence_tier, models_dir, trained_models
+from predictor.latency.artifacts import TIERS, evidence_tier, models_dir
 from predictor.latency.doubt import (
     FEATURES,
     FRAMEWORKS,
@@ -33,7 +33,6 @@ from predictor.latency.doubt import (
     outside,
     widen,
 )
-from predictor.latency.lookup import QuantileCache
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload, decompose
 from predictor.workload.layers import parameter_count
@@ -120,22 +119,17 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
     ``source``) as ``prism predict`` would, with ``draws`` draws."""
     import pandas as pd
 
-    from predictor.data.published import row_workload
+    from predictor.analyses.rows import RowLookups
 
-    profiles: dict = {}
-    caches: dict[tuple, tuple] = {}
+    lookups = RowLookups()
     out, X, skipped = [], [], {}
     for _, row in rows.iterrows():
         try:
-            job = row_workload(row, profiles)
-            model, hw = job.model, job.hardware
-            if job.hardware_key not in caches:
-                models = trained_models(profiles[hw.name])  # the profile they were trained on
-                models = models and models.with_hardware(hw)  # queried on the row's variant of it
-                caches[job.hardware_key] = (models, QuantileCache(models, hw), evidence_tier(models))
-            models, cache, tier = caches[job.hardware_key]
-            work = decompose(model, job.parallel, hw, job.gpus)
-            dist = compose(work, models, draws=draws, seed=seed, cache=cache)
+            job = lookups.job(row)
+            model, cache = job.model, lookups.lookup(job)
+            tier = evidence_tier(cache.models)
+            work = decompose(model, job.parallel, job.hardware, job.gpus)
+            dist = compose(work, cache.models, draws=draws, seed=seed, cache=cache)
         except PrismError as exc:
             reason = exc.field or "layout"
             skipped[reason] = skipped.get(reason, 0) + 1

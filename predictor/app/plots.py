@@ -7,8 +7,6 @@ alone and a figure shows there as the value of a cell.
 """
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +14,7 @@ import numpy as np
 
 from predictor.app.render import compact_number
 from predictor.core.errors import PrismError
+from predictor.core.files import write_atomically
 from predictor.core.layout import AXES
 
 if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it runs, not all five
@@ -45,14 +44,10 @@ def save_figure(fig, path) -> Path:
     import matplotlib.pyplot as plt
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=110)
-        os.replace(tmp, path)
+        return write_atomically(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=110))
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
-    return path
 
 
 def plot_path(value) -> Path | None:

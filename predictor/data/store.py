@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
+from predictor.core.files import write_atomically
 from predictor.core.ops import OPS, SHAPE_COLUMNS, unknown_op_message
 
 METADATA_KEY = b"prism"
@@ -66,12 +67,7 @@ def new_run_id(hardware: str) -> str:
 
 
 def atomic_write_table(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def _to_table(rows: list[dict], metadata: dict) -> pa.Table:

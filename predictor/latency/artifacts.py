@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from predictor.core.errors import PrismError
+from predictor.core.files import write_atomically
 from predictor.core.ops import COLLECTIVE_OPS, OPS
 from predictor.core.profiles import REPO_ROOT, group_options, load_hardware
 from predictor.core.specs import HardwareConfig, RegressorConfig
@@ -197,9 +198,7 @@ class ModelSet:
         path = Path(directory) / MANIFEST
         manifest = json.loads(path.read_text())
         manifest["calibration"] = calibration.to_dict()
-        tmp = path.with_name(f".{MANIFEST}.{uuid.uuid4().hex[:8]}")
-        tmp.write_text(json.dumps(manifest, indent=1))
-        os.replace(tmp, path)
+        write_atomically(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1)))
         self.manifest = manifest
         return path
 

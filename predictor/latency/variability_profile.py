@@ -24,13 +24,12 @@ profile's: repeats of operators say nothing of them.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from predictor.core.errors import PrismError
+from predictor.core.files import write_atomically
 from predictor.core.specs import HardwareConfig, VariabilitySpec
 
 if TYPE_CHECKING:
@@ -72,14 +71,8 @@ class MeasuredVariability:
 
 def write_variability(directory, measured: MeasuredVariability) -> Path:
     """Write ``measured`` to ``directory/variability.json`` atomically (temporary file, rename)."""
-    path = Path(directory) / VARIABILITY_FILE
-    tmp = path.with_name(f".{VARIABILITY_FILE}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_text(json.dumps(measured.to_dict(), indent=1))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_atomically(Path(directory) / VARIABILITY_FILE,
+                            lambda tmp: tmp.write_text(json.dumps(measured.to_dict(), indent=1)))
 
 
 def read_variability(directory) -> MeasuredVariability | None:
