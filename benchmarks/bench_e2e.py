@@ -7,7 +7,9 @@ step time (median and 90th percentile), and the Spearman correlation of predicte
 measured time within each group of rows sharing model and GPU count. narayanan2021_t1/t2
 publish hardware TFLOP/s per GPU, not step times: the step time is recovered with their
 FLOP count (eq. 3 of arXiv 2104.04473, full recompute; predictor.data.published).
-vtrain_single_node: 1,440 runs on one 8-GPU A100 node.
+vtrain_single_node: 1,440 runs on one 8-GPU A100 node, with the median signed error per
+tp degree and per micro-batch size (small models at high tp are host-bound:
+predictor.workload.host).
 """
 from __future__ import annotations
 
@@ -58,6 +60,10 @@ def main():
     ok = pred.pred_status == "ok"
     print(f"vtrain_single_node ({time.perf_counter() - t0:.1f} s): "
           f"{errors(pred.pred_iter_time_s_p50[ok], pred.measured_s[ok])}; {(~ok).sum()} rows not predicted")
+    signed = ((pred.pred_iter_time_s_p50 - pred.measured_s) / pred.measured_s)[ok]
+    for column in ("tp", "mbs"):
+        by = signed.groupby(pred[column][ok]).median()
+        print(f"  median signed error by {column}: " + ", ".join(f"{k}: {v:+.1%}" for k, v in by.items()))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,22 @@
-"""Collective sampling, one process per rank under ``torchrun`` (DESIGN.md, "Collectives").
+"""Collective sampling, one process per rank (DESIGN.md, "Collectives").
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m sampling.collectives JOB.json
 
-The front-end (:mod:`sampling.runner`) runs it through :mod:`sampling.launch` with a
-resolved job: the tasks, repeats, deadline and store location; Hydra stays in the
-front-end. Each repeat starts after a barrier and is timed on every rank; the stored
-latency is the slowest rank's, since a collective ends when its last member does. Rank 0
-writes the rows as parts of the front-end's run, so the run keeps every finished message
-size even if killed.
+Two jobs time collectives with :func:`time_collectives`:
+
+- the single-host job: :mod:`sampling.runner` runs this module through
+  :mod:`sampling.launch` with a resolved job (tasks, repeats, deadline, store location;
+  Hydra stays in the front-end), all ranks on one node;
+- a cluster job (:func:`sampling.runner.run_sampling` under torchrun or srun), whose ranks
+  jointly time every task over the sub-group of its placement (nodes x ranks per node).
+
+A task runs on its group only (the first ``nodes`` nodes, the first ``ranks_per_node``
+ranks of each), one task at a time across the job, so that no two collectives share the
+network; the other ranks wait. Each repeat starts after a barrier of the group and is
+timed on every member; the stored latency is the slowest member's, since a collective
+ends when its last member does. The group's lowest rank writes the rows as parts of the
+run, so the run keeps every finished message size even if killed. The host op ``dtensor``
+(:mod:`sampling.tensor_parallel`) needs a group of ranks too, and is timed alike.
 """
 from __future__ import annotations
 
@@ -23,29 +32,34 @@ from predictor.core.ops import DTYPE_BYTES
 from predictor.data.store import RunWriter
 from sampling.kernels import TORCH_DTYPES
 from sampling.launch import report_progress, worker_main
+from sampling.tensor_parallel import build_pair
 
 
-def build_collective(op: str, message_bytes: int, dtype: str, device, rank: int, world: int):
-    """A zero-argument function running one collective; ``message_bytes`` per rank."""
+def build_collective(op: str, message_bytes: int, dtype: str, device, index: int, members: list[int], group=None):
+    """A zero-argument function running one collective of ``group`` (whose global ranks
+    are ``members``; this rank is ``members[index]``); ``message_bytes`` per rank."""
     t = TORCH_DTYPES[dtype]
+    size = len(members)
     n = message_bytes // DTYPE_BYTES[dtype]
     full = torch.ones(n, dtype=t, device=device)
-    shard = torch.ones(n // world, dtype=t, device=device)
+    shard = torch.ones(n // size, dtype=t, device=device)
     if op == "all_reduce":
-        return lambda: dist.all_reduce(full)
+        return lambda: dist.all_reduce(full, group=group)
     if op == "all_gather":
-        return lambda: dist.all_gather_into_tensor(full, shard)
+        return lambda: dist.all_gather_into_tensor(full, shard, group=group)
     if op == "reduce_scatter":
-        return lambda: dist.reduce_scatter_tensor(shard, full)
+        return lambda: dist.reduce_scatter_tensor(shard, full, group=group)
     if op == "all_to_all":
         out = torch.empty_like(full)
-        return lambda: dist.all_to_all_single(out, full)
+        return lambda: dist.all_to_all_single(out, full, group=group)
     if op == "send_recv":
-        # pairs (0,1), (2,3), ...: even ranks send, odd ranks receive
-        peer = rank + 1 if rank % 2 == 0 else rank - 1
-        if peer >= world:
-            return lambda: None
-        return (lambda: dist.send(full, peer)) if rank % 2 == 0 else (lambda: dist.recv(full, peer))
+        # the first half of the group sends to the second, member i to member i + size/2: across
+        # nodes where the group spans them (its members are node-major), else within the node
+        half = size // 2
+        if index >= 2 * half:
+            return lambda: None  # the odd one out of an odd group
+        peer = members[index + half] if index < half else members[index - half]
+        return (lambda: dist.send(full, peer)) if index < half else (lambda: dist.recv(full, peer))
     raise ValueError(f"unknown collective {op!r}")
 
 
@@ -54,7 +68,71 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def group_ranks(placement: list[tuple[int, int]], shapes) -> dict[tuple[int, int], list[int]]:
+    """The global ranks of each group shape (nodes, ranks per node), node-major: nodes
+    0..n-1, local ranks 0..k-1 of each; ``placement[r]`` is rank r's (node, local rank)."""
+    where = {p: r for r, p in enumerate(placement)}
+    return {(n, k): [where[(node, local)] for node in range(n) for local in range(k)] for n, k in shapes}
+
+
+def time_collectives(tasks: list[dict], job: dict, rank: int, placement: list[tuple[int, int]], device,
+                     writer: RunWriter | None, base: dict, control=None, on_done=None) -> int:
+    """Time ``tasks`` (op, dtype, shape, nodes, ranks_per_node) jointly with every rank of
+    the initialised process group; see the module doc. ``job`` gives repeats, warmup,
+    deadline (wall clock, rank 0's word stops every rank) and flush_every_s; ``writer``
+    takes the rows of the groups this rank leads; ``control`` is the group that carries the
+    stop word (gloo; None: the default group); ``on_done(n)`` follows progress. Returns
+    the tasks done. A lost peer raises (RuntimeError) on the ranks that wait for it."""
+    groups = group_ranks(placement, sorted({(t["nodes"], t["ranks_per_node"]) for t in tasks}))
+    handles = {shape: dist.new_group(ranks) for shape, ranks in groups.items()}  # every rank, same order
+    done, last_flush = 0, time.monotonic()
+    try:
+        for task in tasks:
+            stop = torch.tensor([int(time.time() > job["deadline"])])
+            dist.broadcast(stop, 0, group=control)  # every rank stops together, at rank 0's word
+            if stop.item():
+                break
+            shape = (task["nodes"], task["ranks_per_node"])
+            members = groups[shape]
+            if rank in members:
+                group = handles[shape]
+                if task["op"] == "dtensor":  # a host op timed on the group's ranks
+                    fn = build_pair(task["pass"], group, device)
+                else:
+                    fn = build_collective(task["op"], task["shape"]["message_bytes"], task["dtype"], device,
+                                          members.index(rank), members, group)
+                for _ in range(job["warmup"]):
+                    fn()
+                times = []
+                for _ in range(job["repeats"]):
+                    dist.barrier(group=group)
+                    _sync(device)
+                    t0 = time.perf_counter_ns()
+                    fn()
+                    _sync(device)
+                    times.append((time.perf_counter_ns() - t0) / 1e3)
+                slowest = torch.tensor(times, dtype=torch.float64, device=device)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+                if rank == members[0] and writer is not None:
+                    now = datetime.now(timezone.utc)
+                    writer.add([dict(base, op=task["op"], **{"pass": task.get("pass", "step")}, dtype=task["dtype"],
+                                     **task["shape"],
+                                     ranks_per_node=shape[1], nodes=shape[0], rank=rank, latency_us=float(v),
+                                     repeat=r, timestamp=now) for r, v in enumerate(slowest.tolist())])
+                    if time.monotonic() - last_flush > job["flush_every_s"]:
+                        writer.flush()
+                        last_flush = time.monotonic()
+            done += 1
+            if on_done is not None:
+                on_done(done)
+    finally:
+        if writer is not None:
+            writer.flush()
+    return done
+
+
 def run_job(job: dict) -> int:
+    """The single-host job: every rank on one node, rank 0 writing the rows."""
     backend = job["backend"]
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -62,48 +140,14 @@ def run_job(job: dict) -> int:
     device = torch.device(f"cuda:{local}") if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    writer = RunWriter(job["output_dir"], job["run_id"], job["metadata"], prefix=f"collective-{rank}") \
-        if rank == 0 else None
+    control = dist.new_group(backend="gloo") if backend != "gloo" else None
+    writer = RunWriter(job["output_dir"], job["run_id"], job["metadata"], prefix=f"collective-{rank}",
+                       owner=False) if rank == 0 else None
     base = dict(hardware=job["hardware"], device_name=job["device_name"], world_size=world,
-                ranks_per_node=ranks_per_node, nodes=max(world // ranks_per_node, 1),
                 run_id=job["run_id"], host=socket.gethostname(), torch_version=torch.__version__,
                 backend=backend, origin="sampled")
-    done, last_flush = 0, time.monotonic()
-    try:
-        for task in job["tasks"]:
-            stop = torch.tensor([int(time.time() > job["deadline"])], device=device)
-            dist.broadcast(stop, 0)  # every rank stops together, at rank 0's word
-            if stop.item():
-                break
-            fn = build_collective(task["op"], task["shape"]["message_bytes"], task["dtype"],
-                                  device, rank, world)
-            for _ in range(job["warmup"]):
-                fn()
-            times = []
-            for _ in range(job["repeats"]):
-                dist.barrier()
-                _sync(device)
-                t0 = time.perf_counter_ns()
-                fn()
-                _sync(device)
-                times.append((time.perf_counter_ns() - t0) / 1e3)
-            slowest = torch.tensor(times, dtype=torch.float64, device=device)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            if writer is not None:
-                now = datetime.now(timezone.utc)
-                writer.add([dict(base, op=task["op"], **{"pass": "step"}, dtype=task["dtype"],
-                                 **task["shape"], latency_us=float(v), repeat=r, timestamp=now)
-                            for r, v in enumerate(slowest.tolist())])
-                if time.monotonic() - last_flush > job["flush_every_s"]:
-                    writer.flush()
-                    last_flush = time.monotonic()
-            done += 1
-            if rank == 0:
-                report_progress(job, done)
-    finally:
-        if writer is not None:
-            writer.flush()
+    done = time_collectives(job["tasks"], job, rank, [(0, r) for r in range(world)], device, writer, base, control,
+                            on_done=(lambda n: report_progress(job, n)) if rank == 0 else None)
     dist.destroy_process_group()
     return done
 

@@ -27,9 +27,31 @@ def _rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+class _Reshape(torch.nn.Module):
+    """A module call around a view: the smallest framework call a layer makes."""
+
+    def forward(self, y):
+        return y.view(y.shape)
+
+
+#: One eager framework call each, cycled through by ``dispatch`` (predictor.workload.host
+#: counts a layer's calls of these kinds): a module call, a view-like call and two tiny
+#: element-wise calls, each recorded by autograd.
+_FRAMEWORK_CALLS = (_Reshape(), lambda y: y.transpose(0, 1), lambda y: y * 1.0, lambda y: y + 0.0)
+
+
 def _forward(op: str, s: dict, dtype, device):
     """Inputs (those that receive gradients) and a function computing the op's output."""
     t = dict(dtype=dtype, device=device)
+    if op == "dispatch":  # host time: a 4x4 tensor, so that the kernels take no time
+        x = _leaf(4, 4, **t)
+
+        def framework_calls():
+            y = x
+            for i in range(s["launches"]):
+                y = _FRAMEWORK_CALLS[i % len(_FRAMEWORK_CALLS)](y)
+            return y
+        return (x,), framework_calls
     if op == "gemm":
         x, w = _leaf(s["m"], s["k"], **t), _leaf(s["k"], s["n"], **t)
         return (x, w), lambda: x @ w
@@ -83,7 +105,43 @@ def _forward(op: str, s: dict, dtype, device):
         logits = _leaf(s["tokens"], s["vocab"], **t)
         target = torch.randint(0, s["vocab"], (s["tokens"],), device=device)
         return (logits,), lambda: F.cross_entropy(logits, target)
+    moe = _moe_forward(op, s, t)
+    if moe is not None:
+        return moe
     raise PrismError(unknown_op_message(op))
+
+
+def _moe_forward(op: str, s: dict, t: dict):
+    """The Mixture-of-Experts ops (Megatron-Core MoELayer's kernels, unfused): the router's
+    gate GEMM, fp32 scores and top-k; the permutation of each token once per chosen expert
+    (a row gather by expert) and its reverse (scatter back, weighted sum of the top_k
+    outputs); the experts' grouped GEMM, one equal-sized GEMM per expert (as a batched
+    GEMM: the decomposition gives every local expert the busiest rank's token count)."""
+    if op == "router":
+        x, w = _leaf(s["tokens"], s["hidden"], **t), _leaf(s["hidden"], s["experts"], **t)
+        k = min(s["top_k"], s["experts"])
+
+        def router():
+            scores = torch.softmax((x @ w).float(), dim=-1)  # Megatron: --moe-router-dtype fp32
+            return scores.topk(k, dim=-1).values
+        return (x, w), router
+    if op in ("permute", "unpermute"):
+        rows = s["tokens"] * s["top_k"]
+        order = torch.randperm(rows, device=t["device"]) % s["tokens"]  # token of each (token, expert) row
+        if op == "permute":
+            x = _leaf(s["tokens"], s["hidden"], **t)
+            return (x,), lambda: x.index_select(0, order)
+        y = _leaf(rows, s["hidden"], **t)
+        probs = torch.rand(rows, 1, **t)
+
+        def unpermute():
+            out = torch.zeros(s["tokens"], s["hidden"], **t)
+            return out.index_add(0, order, y * probs)
+        return (y,), unpermute
+    if op == "grouped_gemm":
+        x, w = _leaf(s["batch"], s["m"], s["k"], **t), _leaf(s["batch"], s["k"], s["n"], **t)
+        return (x, w), lambda: torch.bmm(x, w)
+    return None
 
 
 def _optimizer_step(s: dict, device) -> Callable[[], None]:
@@ -109,6 +167,10 @@ def build(op: str, pass_: str, shape: dict, dtype: str, device: torch.device) ->
     """A zero-argument function running one ``op`` call in ``pass_`` at ``shape``."""
     if op not in OPS or OPS[op].collective:
         raise PrismError(unknown_op_message(op) if op not in OPS else f"{op} is a collective")
+    if op == "collective_launch":
+        raise PrismError("sampling.ops: collective_launch is the host time of issuing a collective on an "
+                         "asynchronous device (CUDA); on a CPU the collective samples include it: drop it from "
+                         "sampling.ops", field="sampling.ops")
     if pass_ not in OPS[op].passes:
         raise PrismError(f"{op} has no pass {pass_!r}; it has {', '.join(OPS[op].passes)}", field=str(op))
     if op == "optimizer_step":

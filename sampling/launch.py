@@ -17,13 +17,20 @@ Each rank starts in :func:`worker_main`, which reads the job, makes SIGTERM end 
 as Ctrl-C does (exit code 130, no traceback) and records the rank's error for the
 front-end; rank 0 reports progress with :func:`report_progress`. The job a rank reads
 has the folder under ``"dir"``, where it may also write its results.
+
+A cluster is not launched from here: its own launcher starts the ranks (``torchrun``
+on every node, rendezvous by ``--rdzv-endpoint``, or SLURM's ``srun``), each running
+``prism sample``, and :func:`cluster_env` tells such a rank where it stands from the
+launcher's environment.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from predictor.core.errors import PrismError
@@ -152,3 +160,112 @@ def worker_main(run: Callable[[dict], object]) -> None:
         record = {"rank": rank, "time_ns": time.time_ns(), "error": error}
         (Path(job["dir"]) / f"error-rank{rank}.json").write_text(json.dumps(record))
         raise  # the traceback goes to the log the front-end keeps
+
+
+#: MASTER_PORT of a SLURM job that sets none: this plus the job id modulo 10,000, so two
+#: jobs sharing a first node do not collide.
+SLURM_PORT_BASE = 20000
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where one rank of a distributed job stands: its rank among ``world``, its node and
+    its place on it. Ranks per node are the same on every node."""
+
+    rank: int
+    world: int
+    local_rank: int
+    ranks_per_node: int
+    node: int
+    nodes: int
+    launcher: str  # torchrun | slurm
+    host: str
+
+
+def _int(environ, name: str, fix: str) -> int:
+    try:
+        return int(environ[name])
+    except (KeyError, ValueError):
+        raise PrismError(f"{name}: expected an integer in the environment, got {environ.get(name)!r}; {fix}",
+                         field=name) from None
+
+
+def _slurm_tasks_per_node(environ, nodes: int, ntasks: int) -> list[int]:
+    """Tasks on each node of the step, from SLURM's compact ``2(x3),1`` form."""
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        text = environ.get(name)
+        if text:
+            counts = []
+            for item in text.split(","):
+                m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+                if not m:
+                    raise PrismError(f"{name}: cannot read {text!r} (expected SLURM's form, e.g. 2(x3),1)",
+                                     field=name)
+                counts += [int(m.group(1))] * int(m.group(2) or 1)
+            return counts
+    if ntasks % nodes:
+        raise PrismError(f"SLURM_NTASKS: {ntasks} tasks do not split evenly over SLURM_NNODES={nodes} nodes; "
+                         f"run the same number of tasks on every node (srun --ntasks-per-node=N)",
+                         field="SLURM_NTASKS")
+    return [ntasks // nodes] * nodes
+
+
+def cluster_env(environ=None) -> Cluster | None:
+    """This process's place in a distributed job, from its launcher's environment; None
+    for a process started on its own (or a job of one rank).
+
+    - ``torchrun`` (single- or multi-node) sets RANK, WORLD_SIZE, LOCAL_RANK,
+      LOCAL_WORLD_SIZE, GROUP_RANK (the node), MASTER_ADDR and MASTER_PORT.
+    - ``srun`` sets SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_NNODES
+      and SLURM_(STEP_)TASKS_PER_NODE; MASTER_ADDR defaults to SLURM_LAUNCH_NODE_IPADDR
+      (the node srun was started on: the batch script's, the job's first) and MASTER_PORT
+      to :data:`SLURM_PORT_BASE` + SLURM_JOB_ID mod 10,000. The torch variables are set
+      from them, so that ``init_process_group`` reads them as under torchrun.
+
+    torchrun's variables win where both are set (torchrun started by srun).
+
+    Raises
+    ------
+    PrismError
+        naming the variable, for a value that is not a number, ranks that differ per node,
+        or a SLURM job with no MASTER_ADDR to be had.
+    """
+    env = os.environ if environ is None else environ
+    host = socket.gethostname()
+    if "RANK" in env and "WORLD_SIZE" in env:
+        fix = "start the ranks with torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)"
+        world = _int(env, "WORLD_SIZE", fix)
+        if world <= 1:
+            return None
+        rank = _int(env, "RANK", fix)
+        local_rank = _int(env, "LOCAL_RANK", fix)
+        per_node = _int(env, "LOCAL_WORLD_SIZE", fix)
+        if world % per_node:
+            raise PrismError(f"LOCAL_WORLD_SIZE: {per_node} ranks on this node do not divide WORLD_SIZE={world}; "
+                             f"start the same --nproc_per_node on every node", field="LOCAL_WORLD_SIZE")
+        node = _int(env, "GROUP_RANK", fix) if "GROUP_RANK" in env else rank // per_node
+        return Cluster(rank, world, local_rank, per_node, node, world // per_node, "torchrun", host)
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        fix = "run prism sample as the tasks of srun (srun sets the SLURM_ variables)"
+        world = _int(env, "SLURM_NTASKS", fix)
+        if world <= 1:
+            return None
+        rank, local_rank = _int(env, "SLURM_PROCID", fix), _int(env, "SLURM_LOCALID", fix)
+        nodes, node = _int(env, "SLURM_NNODES", fix), _int(env, "SLURM_NODEID", fix)
+        counts = _slurm_tasks_per_node(env, nodes, world)
+        if len(set(counts)) != 1 or sum(counts) != world:
+            raise PrismError(f"SLURM_TASKS_PER_NODE: tasks per node {counts} are not the same on every node "
+                             f"(or do not add up to SLURM_NTASKS={world}); use srun --ntasks-per-node=N",
+                             field="SLURM_TASKS_PER_NODE")
+        addr = env.get("MASTER_ADDR") or env.get("SLURM_LAUNCH_NODE_IPADDR")
+        if not addr:
+            raise PrismError("MASTER_ADDR: not set and SLURM gives no SLURM_LAUNCH_NODE_IPADDR; export "
+                             "MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) before srun",
+                             field="MASTER_ADDR")
+        port = env.get("MASTER_PORT") or str(SLURM_PORT_BASE + int(env.get("SLURM_JOB_ID", "0") or 0) % 10000)
+        if environ is None:  # what init_process_group("env://") reads
+            os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
+                              LOCAL_WORLD_SIZE=str(counts[0]), GROUP_RANK=str(node), MASTER_ADDR=addr,
+                              MASTER_PORT=port)
+        return Cluster(rank, world, local_rank, counts[0], node, nodes, "slurm", host)
+    return None

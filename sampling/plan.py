@@ -42,6 +42,8 @@ _DRAWN = {
 }
 _CATEGORICAL = ("causal", "optimizer")
 _ALIGNED = {"m", "n", "k", "tokens", "hidden", "vocab", "seq_q"}  # multiples of 8
+#: Ops that are not collectives but need a group of ranks: timed by the collective job.
+GROUP_OPS = ("dtensor",)
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,16 @@ class Task:
 
     @property
     def key(self) -> str:
-        return task_key(self.call.op, self.call.pass_, self.dtype, self.call.shape_dict)
+        call = self.call
+        return task_key(call.op, call.pass_, self.dtype, call.shape_dict, (call.nodes, call.ranks_per_node))
 
 
-def task_key(op: str, pass_: str, dtype: str, shape: dict) -> str:
-    """A task's identity, rebuilt identically from a stored row for resuming."""
+def task_key(op: str, pass_: str, dtype: str, shape: dict, placement: tuple[int, int] = (1, 1)) -> str:
+    """A task's identity, rebuilt identically from a stored row for resuming; a collective's
+    includes its group's ``placement`` (nodes, ranks per node)."""
     cols = OPS[op].shape
-    return "|".join([op, pass_, dtype] + [f"{c}={_plain(shape[c])}" for c in cols])
+    where = [f"nodes={int(placement[0])}", f"ranks_per_node={int(placement[1])}"] if OPS[op].collective else []
+    return "|".join([op, pass_, dtype] + [f"{c}={_plain(shape[c])}" for c in cols] + where)
 
 
 def _plain(v):
@@ -70,11 +75,12 @@ def _plain(v):
     return v
 
 
-def _sampled_call(op: str, pass_: str, shape: dict, ranks_per_node: int = 1) -> Call:
+def _sampled_call(op: str, pass_: str, shape: dict, ranks_per_node: int = 1, nodes: int = 1) -> Call:
     """One timed call as the decomposition records calls; its role is "sampled": it stands
-    for no part of a step, and a collective's group is ``ranks_per_node`` ranks on one node."""
+    for no part of a step, and a collective's group is ``ranks_per_node`` ranks on each of
+    ``nodes`` nodes."""
     return Call(op, pass_, tuple(sorted((c, _plain(shape[c])) for c in OPS[op].shape)), 1, "sampled",
-                ranks_per_node, 1)
+                ranks_per_node, nodes)
 
 
 @dataclass
@@ -91,12 +97,29 @@ class Plan:
             by_op.setdefault(t.call.op, set()).add(t.call.shape)
         return {op: len(shapes) for op, shapes in by_op.items()}
 
+    def collective_coverage(self) -> dict:
+        """What the collectives cover: message sizes, group shapes (nodes x ranks per node),
+        collectives and dtypes, and the tasks they make."""
+        tasks = [t for t in self.collectives if OPS[t.call.op].collective]  # not the GROUP_OPS
+        calls = [t.call for t in tasks]
+        shapes = sorted({(c.nodes, c.ranks_per_node) for c in calls})
+        sizes = sorted({c.shape_dict["message_bytes"] for c in calls})
+        per_group: dict[tuple, set] = {}
+        for t in tasks:
+            per_group.setdefault((t.call.op, t.call.nodes, t.call.ranks_per_node, t.dtype), set()).add(
+                t.call.shape_dict["message_bytes"])
+        return {"sizes": max(map(len, per_group.values()), default=0), "min_bytes": min(sizes, default=0),
+                "max_bytes": max(sizes, default=0), "group_shapes": [f"{n}x{k}" for n, k in shapes],
+                "collectives": sorted({c.op for c in calls}), "dtypes": sorted({t.dtype for t in tasks}),
+                "tasks": len(tasks)}
 
-def call_seconds(op: str, pass_: str, shape: dict, dtype: str, hw: HardwareConfig) -> float:
-    """Pessimistic estimate of one call's time from the hardware's roofline."""
+
+def call_seconds(op: str, pass_: str, shape: dict, dtype: str, hw: HardwareConfig, nodes: int = 1) -> float:
+    """Pessimistic estimate of one call's time from the hardware's roofline (a collective
+    over ``nodes`` nodes: the network between them)."""
     if OPS[op].collective:
         n = shape["group_size"]
-        link = hw.network.intra_node
+        link = hw.network.intra_node if nodes <= 1 else hw.network.inter_node
         return (link.latency_us * 1e-6 + shape["message_bytes"] * BUS_FACTOR[op](n) / link.bandwidth) / _EFFICIENCY
     roof = max(flops(op, pass_, shape) / hw.peak(dtype),
                bytes_moved(op, pass_, shape, dtype) / hw.memory.bandwidth)
@@ -105,7 +128,7 @@ def call_seconds(op: str, pass_: str, shape: dict, dtype: str, hw: HardwareConfi
 
 def task_seconds(task: Task, repeats: int, warmup: int, hw: HardwareConfig) -> float:
     call = task.call
-    one = call_seconds(call.op, call.pass_, call.shape_dict, task.dtype, hw)
+    one = call_seconds(call.op, call.pass_, call.shape_dict, task.dtype, hw, call.nodes)
     setup = one if call.pass_ == "bwd" else 0.0  # the forward that builds the graph
     return (repeats + warmup) * one + setup
 
@@ -124,7 +147,7 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
             raise PrismError(f"sampling.dtypes: hardware {hw.name} has no {dtype} peak in conf/hardware/"
                              f"{hw.name}.yaml; use one of {supported}", field='sampling.dtypes')
     for name, minimum in [("budget_s", 1), ("repeats", 1), ("shapes_per_op", 1),
-                          ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2)]:
+                          ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2), ("rank_timeout_s", 1)]:
         if getattr(sc, name) < minimum:
             raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}",
                              field=f"sampling.{name}")
@@ -139,7 +162,7 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
 
 
 def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
-    """The compute calls the composer makes for each of ``sc.targets`` at each micro-batch
+    """The compute calls of ``sc.ops`` the composer makes for each of ``sc.targets`` at each micro-batch
     size and TP degree of ``sc`` (every other parallel degree 1) on ``hw``: each (op, pass,
     shape) once, in the composer's order. TP degrees a model cannot take are skipped."""
     calls, seen = [], set()
@@ -156,7 +179,8 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
                                      field="sampling.targets") from None
                 for stage in work.stages:
                     for call in stage.forward + stage.backward + stage.step:
-                        if not OPS[call.op].collective and (call.op, call.pass_, call.shape) not in seen:
+                        if (not OPS[call.op].collective and call.op in sc.ops
+                                and (call.op, call.pass_, call.shape) not in seen):
                             seen.add((call.op, call.pass_, call.shape))
                             calls.append(call)
     return calls
@@ -206,6 +230,8 @@ def _shape_from_point(op: str, point: dict, i: int) -> dict:
         s["seq_kv"] = s["seq_q"]
         if op == "softmax":
             s["causal"] = i % 2 == 0
+    if op == "router":
+        s["top_k"] = min(s["top_k"], s["experts"])
     if op == "optimizer_step":
         s["tensors"] = max(1, min(s["tensors"], s["params"] // 256))
         s["optimizer"] = OPTIMIZERS[1] if i % 4 == 3 else OPTIMIZERS[0]
@@ -235,7 +261,7 @@ def _space_filling(op, n, sc, hw, targeted, cap_s, seed) -> list[dict]:
 def _compute_tasks(sc: SamplingConfig, hw: HardwareConfig, targeted: dict[str, list[dict]],
                    cap_s: float) -> list[Task]:
     per_op: dict[str, list[dict]] = {}
-    for j, op in enumerate(o for o in sc.ops if not OPS[o].collective):
+    for j, op in enumerate(o for o in sc.ops if not OPS[o].collective and o not in GROUP_OPS):
         fits = [s for s in targeted.get(op, [])
                 if all(call_seconds(op, p, s, sc.dtypes[0], hw) <= cap_s for p in OPS[op].passes)]
         chosen = fits[: sc.shapes_per_op // 2]
@@ -256,17 +282,39 @@ def _compute_tasks(sc: SamplingConfig, hw: HardwareConfig, targeted: dict[str, l
     return tasks
 
 
-def _collective_tasks(sc: SamplingConfig) -> list[Task]:
+def group_shapes(nodes: int, ranks_per_node: int) -> list[tuple[int, int]]:
+    """The collective groups that cover a job of ``nodes`` x ``ranks_per_node`` ranks, as
+    (nodes, ranks per node): within one node at 2, 4, ... and all of its ranks; across 2,
+    4, ... and all nodes with one rank per node and with all of them."""
+    def doubling(top):
+        return sorted({2 ** i for i in range(1, top.bit_length()) if 2 ** i <= top} | ({top} if top > 1 else set()))
+    within = [(1, k) for k in doubling(ranks_per_node)]
+    across = [(n, k) for n in doubling(nodes) for k in sorted({1, ranks_per_node})]
+    return within + across
+
+
+def _collective_tasks(sc: SamplingConfig, topology: tuple[int, int] | None) -> list[Task]:
+    """Each collective of ``sc.ops`` at ``sc.message_sizes`` log-spaced sizes over every
+    group shape of ``topology`` (nodes, ranks per node); None: one node of
+    ``sc.collective_world_size`` ranks (the single-host job). The ops of :data:`GROUP_OPS`
+    once per group shape and pass."""
     lo, hi = sc.space.get("message_bytes", (1024, 1 << 26))
     sizes = np.geomspace(lo, hi, sc.message_sizes)
-    world = sc.collective_world_size
+    shapes = group_shapes(*topology) if topology else [(1, sc.collective_world_size)]
     tasks = []
     for op in (o for o in sc.ops if OPS[o].collective):
-        for b in sizes:
-            # a multiple of world * 16 bytes, so every rank's shard is whole in any dtype
-            message = max(world * 16, int(round(b / (world * 16))) * world * 16)
-            call = _sampled_call(op, "step", {"message_bytes": message, "group_size": world}, world)
-            tasks.extend(Task(call, dtype) for dtype in sc.dtypes)
+        for nodes, per_node in shapes:
+            world = nodes * per_node
+            for b in sizes:
+                # a multiple of world * 16 bytes, so every rank's shard is whole in any dtype
+                message = max(world * 16, int(round(b / (world * 16))) * world * 16)
+                call = _sampled_call(op, "step", {"message_bytes": message, "group_size": world}, per_node, nodes)
+                tasks.extend(Task(call, dtype) for dtype in sc.dtypes)
+    if "dtensor" in sc.ops:  # tensor parallelism's framework time, on every group shape
+        for nodes, per_node in shapes:
+            for pass_ in OPS["dtensor"].passes:
+                call = _sampled_call("dtensor", pass_, {"group_size": nodes * per_node}, per_node, nodes)
+                tasks.append(Task(call, sc.dtypes[0]))
     return tasks
 
 
@@ -277,8 +325,10 @@ def _plan_id(hw: HardwareConfig, sc: SamplingConfig, tasks: list[Task]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def make_plan(sc: SamplingConfig, hw: HardwareConfig) -> Plan:
-    """The plan for ``sc`` on ``hw``: deterministic for a given config (resumable)."""
+def make_plan(sc: SamplingConfig, hw: HardwareConfig, topology: tuple[int, int] | None = None) -> Plan:
+    """The plan for ``sc`` on ``hw``: deterministic for a given config (resumable). A
+    cluster job's ``topology`` (nodes, ranks per node) sets its collectives' groups
+    (:func:`group_shapes`); None: the single-host job's ``sc.collective_world_size`` ranks."""
     validate(sc, hw)
     cap_s = sc.max_call_ms / 1e3
     compute_budget = sc.budget_s * (1 - sc.collective_share) * 0.8
@@ -289,6 +339,6 @@ def make_plan(sc: SamplingConfig, hw: HardwareConfig) -> Plan:
         if est <= compute_budget or cap_s < 1e-4:
             break
         cap_s /= 2
-    collectives = _collective_tasks(sc)
+    collectives = _collective_tasks(sc, topology)
     est += sum(task_seconds(t, sc.repeats, sc.warmup, hw) for t in collectives)
     return Plan(compute, collectives, _plan_id(hw, sc, compute + collectives), cap_s * 1e3, est)

@@ -3,16 +3,37 @@
 The run resumes: tasks (op, pass, dtype, shape) that ``output_dir`` already holds for
 this hardware with all their repeats are skipped, and the budget left is the budget
 minus the time earlier runs of the same plan spent. A new run always gets a new file.
+
+On one host, compute ops are timed in this process and collectives by a torchrun job of
+``sampling.collective_world_size`` local ranks. Started as the ranks of a distributed job
+(``torchrun`` on one or many nodes, or ``srun``: :func:`sampling.launch.cluster_env`),
+``prism sample`` samples the cluster as it is (:func:`_sample_cluster`):
+
+1. rank 0 takes the store's writer lock, joins runs killed earlier, finds what is stored
+   and opens the run; every rank learns it (a gloo broadcast);
+2. the ranks jointly time the collectives over sub-groups covering the topology
+   (:func:`sampling.plan.group_shapes`, :func:`sampling.collectives.time_collectives`);
+3. every rank times the compute plan (per-GPU speed differences are measured), its rows
+   tagged with its rank; a compute task is done per rank;
+4. every rank writes its parts and a rank record (:func:`predictor.data.store.mark_rank`:
+   host, node, status; refreshed as it goes); rank 0 waits for every record to be final,
+   reports by rank and host each rank that failed, or went silent for
+   ``sampling.rank_timeout_s`` (hung or lost), and joins the parts into one run. A lost
+   peer in a collective times out after the same setting; the ranks then go on with
+   their compute ops. Interrupted, rank 0 joins the run only when every rank has flushed;
+   otherwise the next run joins it (resume).
 """
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +44,12 @@ from tqdm import tqdm
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS
-from predictor.core.profiles import section
+from predictor.core.profiles import section, this_cpu
 from predictor.core.specs import HardwareConfig, SamplingConfig
 from predictor.data import store
 from sampling import kernels
-from sampling.launch import run_torchrun
+from sampling.collectives import time_collectives
+from sampling.launch import Cluster, cluster_env, run_torchrun
 from sampling.plan import Plan, Task, make_plan, task_key
 from sampling.timers import make_timer
 
@@ -50,6 +72,8 @@ class SamplingReport:
     remaining_tasks: int = 0
     failures: list = field(default_factory=list)
     recovered: list = field(default_factory=list)
+    rank: int = 0  # this process's rank in a cluster job (0 on one host)
+    ranks: list = field(default_factory=list)  # a cluster job's rank records (rank 0's report)
 
 
 def _device(hw: HardwareConfig) -> torch.device:
@@ -64,13 +88,7 @@ def _device(hw: HardwareConfig) -> torch.device:
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+    return this_cpu()
 
 
 def _calibrate(device: torch.device, dtype: str) -> dict:
@@ -87,25 +105,39 @@ def _calibrate(device: torch.device, dtype: str) -> dict:
 
 
 def _stored_keys(df: pd.DataFrame, repeats: int) -> set:
-    """Keys of the tasks with at least ``repeats`` stored rows."""
+    """Keys of the tasks with at least ``repeats`` stored rows (a collective's keyed by its
+    group's placement, nodes x ranks per node)."""
     keys = set()
+    df = df.assign(nodes=df["nodes"].fillna(1).astype(int), ranks_per_node=df["ranks_per_node"].fillna(1).astype(int))
     for (op, pass_, dtype), g in df.groupby(["op", "pass", "dtype"]):
         cols = list(OPS[op].shape)
-        for values, n in g.groupby(cols, dropna=False).size().items():
+        where = ["nodes", "ranks_per_node"] if OPS[op].collective else []
+        for values, n in g.groupby(cols + where, dropna=False).size().items():
             values = values if isinstance(values, tuple) else (values,)
             if n >= repeats:
-                keys.add(task_key(op, pass_, dtype, dict(zip(cols, values))))
+                keys.add(task_key(op, pass_, dtype, dict(zip(cols, values)), tuple(values[len(cols):]) or (1, 1)))
     return keys
 
 
-def _done_tasks(output_dir: Path, plan: Plan, hardware: str, repeats: int) -> tuple[set, float]:
-    """Task keys stored for ``hardware``, and the time earlier runs of this plan spent."""
-    done, spent = set(), 0.0
+def _done_tasks(output_dir: Path, plan: Plan, hardware: str, repeats: int,
+                by_rank: bool = False) -> tuple[set | dict, float]:
+    """Task keys stored for ``hardware``, and the time earlier runs of this plan spent.
+    ``by_rank``: the compute tasks' keys per rank that timed them ({rank: set}, rows of a
+    one-process run counting as rank 0's) and the collectives' under -1."""
+    done, spent = ({} if by_rank else set()), 0.0
     for f in store.run_files(output_dir):
         if store.read_run_metadata(f).get("plan_id") == plan.plan_id:
             spent += float(store.read_run_metadata(f).get("elapsed_s", 0.0))
         df = store.read_samples(f)
-        done |= _stored_keys(df[df.hardware == hardware], repeats)
+        df = df[df.hardware == hardware]
+        if not by_rank:
+            done |= _stored_keys(df, repeats)
+            continue
+        collective = df["op"].map(lambda op: OPS[op].collective).astype(bool)
+        done.setdefault(-1, set()).update(_stored_keys(df[collective], repeats))
+        ranks = df["rank"].fillna(0).astype(int) if "rank" in df else pd.Series(0, index=df.index)
+        for r, g in df[~collective].groupby(ranks[~collective]):
+            done.setdefault(int(r), set()).update(_stored_keys(g, repeats))
     return done, spent
 
 
@@ -116,7 +148,7 @@ def _run_collectives(tasks: list[Task], sc: SamplingConfig, hw: HardwareConfig, 
     backend = "nccl" if device.type == "cuda" else "gloo"
     job = {
         "backend": backend, "repeats": sc.repeats, "warmup": sc.warmup, "deadline": time.time() + share_s,
-        "tasks": [{"op": t.call.op, "dtype": t.dtype, "shape": t.call.shape_dict} for t in tasks],
+        "tasks": _task_dicts(tasks),
         "output_dir": str(writer.output_dir), "run_id": writer.run_id, "metadata": writer.metadata,
         "hardware": hw.name, "device_name": device_name, "flush_every_s": sc.flush_every_s,
     }
@@ -130,6 +162,12 @@ def _run_collectives(tasks: list[Task], sc: SamplingConfig, hw: HardwareConfig, 
                      failure_field="sampling.ops", progress=bar)
 
 
+def _task_dicts(tasks: list[Task]) -> list[dict]:
+    """Collective tasks as the ranks read them (:func:`sampling.collectives.time_collectives`)."""
+    return [{"op": t.call.op, "pass": t.call.pass_, "dtype": t.dtype, "shape": t.call.shape_dict,
+             "nodes": t.call.nodes, "ranks_per_node": t.call.ranks_per_node} for t in tasks]
+
+
 def _rows(task: Task, latencies: list[float], base: dict) -> list[dict]:
     now = datetime.now(timezone.utc)
     call = task.call
@@ -137,11 +175,65 @@ def _rows(task: Task, latencies: list[float], base: dict) -> list[dict]:
                  latency_us=lat, repeat=r, timestamp=now) for r, lat in enumerate(latencies)]
 
 
+def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, base: dict, deadline_wall: float,
+                  failures: list, progress: bool, on_flush=None) -> str:
+    """Time ``tasks`` into ``writer`` until done ("end-of-plan") or past ``deadline_wall``
+    ("deadline"); a task the device cannot run goes to ``failures``. ``on_flush()`` is
+    called after each flush (a cluster rank's heartbeat)."""
+    bar = tqdm(tasks, desc="compute ops", unit="shape", disable=not progress, file=sys.stderr, mininterval=0.5)
+    last_flush = time.monotonic()
+    try:
+        for task in bar:
+            if time.time() > deadline_wall:
+                return "deadline"
+            call = task.call
+            bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
+            try:
+                fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
+                latencies = timer.time(fn, sc.repeats, sc.warmup)
+            except (RuntimeError, MemoryError) as exc:  # e.g. a shape the device cannot hold
+                failures.append({"task": task.key, "error": str(exc).splitlines()[0]})
+                continue
+            finally:
+                fn = None  # free this shape's operands before the next one allocates
+            writer.add(_rows(task, latencies, base))
+            if time.monotonic() - last_flush > sc.flush_every_s:
+                writer.flush()
+                last_flush = time.monotonic()
+                if on_flush is not None:
+                    on_flush()
+    finally:
+        bar.close()
+    return "end-of-plan"
+
+
+def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resumed: int) -> dict:
+    """A run's metadata at its start (``ended`` and ``elapsed_s`` are set as it ends)."""
+    return {
+        "plan_id": plan.plan_id, "hardware": hw.name, "sampling": asdict(sc),
+        "plan": {"compute_tasks": len(plan.compute), "collective_tasks": len(plan.collectives),
+                 "max_call_ms": plan.max_call_ms, "estimated_s": plan.estimated_s,
+                 "resumed_tasks": resumed, "collective_coverage": plan.collective_coverage()},
+        "warmup": sc.warmup, "repeats": sc.repeats, "threads": sc.threads,
+        "clock": "perf_counter_ns" if device.type == "cpu" else "cuda_event+l2_flush",
+        "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                     "numpy": np.__version__, "pandas": pd.__version__},
+        "calibration": _calibrate(device, sc.dtypes[0]),
+        "host": socket.gethostname(), "started": datetime.now(timezone.utc).isoformat(),
+        "ended": "running", "elapsed_s": 0.0,  # how the run ended: end-of-plan | deadline | interrupted
+    }
+
+
 def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
     """Run ``cfg.sampling`` on ``cfg.hardware`` into ``cfg.output_dir``, the only writer of
     that store while it runs (:func:`predictor.data.store.writer_lock`); see module doc."""
     sc = section(cfg, "sampling", SamplingConfig)
     hw = section(cfg, "hardware", HardwareConfig)
+    cluster = cluster_env()
+    if cluster is not None:
+        output_dir = Path(cfg.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        return _sample_cluster(sc, hw, cluster, output_dir, progress)
     plan = make_plan(sc, hw)
     device = _device(hw)
     output_dir = Path(cfg.output_dir)
@@ -169,23 +261,11 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
     timer = make_timer(device, sc.threads, hw.memory.l2_bytes)
     device_name = _device_name(device)
     run_id = store.new_run_id(hw.name)
-    metadata = {
-        "plan_id": plan.plan_id, "hardware": hw.name, "sampling": asdict(sc),
-        "plan": {"compute_tasks": len(plan.compute), "collective_tasks": len(plan.collectives),
-                 "max_call_ms": plan.max_call_ms, "estimated_s": plan.estimated_s,
-                 "resumed_tasks": resumed},
-        "warmup": sc.warmup, "repeats": sc.repeats, "threads": sc.threads,
-        "clock": "perf_counter_ns" if device.type == "cpu" else "cuda_event+l2_flush",
-        "versions": {"torch": torch.__version__, "python": platform.python_version(),
-                     "numpy": np.__version__, "pandas": pd.__version__},
-        "calibration": _calibrate(device, sc.dtypes[0]),
-        "host": socket.gethostname(), "started": datetime.now(timezone.utc).isoformat(),
-        "ended": "running", "elapsed_s": 0.0,  # how the run ended: end-of-plan | deadline | interrupted
-    }
+    metadata = _metadata(sc, plan, hw, device, resumed)
     writer = store.RunWriter(output_dir, run_id, metadata)
     base = dict(hardware=hw.name, device_name=device_name, world_size=1, ranks_per_node=1, nodes=1,
                 run_id=run_id, host=socket.gethostname(), torch_version=torch.__version__,
-                backend=device.type, origin="sampled")
+                backend=device.type, origin="sampled", rank=0)
     start = time.monotonic()
     deadline_wall = time.time() + budget
     ended, failures = "end-of-plan", []
@@ -196,28 +276,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
                 _run_collectives(todo_coll, sc, hw, device, writer, share, device_name, progress)
             except PrismError as exc:  # the compute ops are still worth their share
                 failures.append({"task": "collectives", "error": str(exc)})
-        bar = tqdm(todo_compute, desc="compute ops", unit="shape", disable=not progress, file=sys.stderr,
-               mininterval=0.5)
-        last_flush = time.monotonic()
-        for task in bar:
-            if time.time() > deadline_wall:
-                ended = "deadline"
-                break
-            call = task.call
-            bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
-            try:
-                fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
-                latencies = timer.time(fn, sc.repeats, sc.warmup)
-            except (RuntimeError, MemoryError) as exc:  # e.g. a shape the device cannot hold
-                failures.append({"task": task.key, "error": str(exc).splitlines()[0]})
-                continue
-            finally:
-                fn = None  # free this shape's operands before the next one allocates
-            writer.add(_rows(task, latencies, base))
-            if time.monotonic() - last_flush > sc.flush_every_s:
-                writer.flush()
-                last_flush = time.monotonic()
-        bar.close()
+        ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline_wall, failures, progress)
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:
@@ -236,4 +295,248 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
     report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll)
     if ended != "interrupted":
         report.status = "budget" if report.remaining_tasks else "complete"
+    return report
+
+
+#: How long an interrupted rank 0 waits for the other ranks to flush before it leaves the
+#: run's parts for the next run to join (torchrun kills its ranks 30 s after a signal).
+INTERRUPTED_JOIN_S = 10.0
+
+
+def _placement_error(placement: list, cl: Cluster) -> str | None:
+    """Why the ranks' (node, local rank) do not make ``cl.nodes`` x ``cl.ranks_per_node``, or None."""
+    expected = {(n, k) for n in range(cl.nodes) for k in range(cl.ranks_per_node)}
+    got = {(node, local) for node, local, _ in placement}
+    if got != expected or len(placement) != len(expected):
+        return (f"the ranks' (node, local rank) are {sorted(got)}, not {cl.nodes} nodes x {cl.ranks_per_node} ranks; "
+                f"start the same number of ranks on every node")
+    return None
+
+
+def _setup(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, cl: Cluster, device, output_dir: Path,
+           placement: list, stack: ExitStack) -> dict:
+    """Rank 0's part of the start: the lock, earlier runs joined, what is stored, the run
+    opened (its writer in the result). What every rank needs goes in the result."""
+    note = stack.enter_context(store.writer_lock(output_dir))
+    recovered = [str(p) for p in store.recover_unfinished(output_dir)]
+    done, spent = _done_tasks(output_dir, plan, hw.name, sc.repeats, by_rank=True)
+    todo_coll = [t.key for t in plan.collectives if t.key not in done.get(-1, set())]
+    todo = {r: [t.key for t in plan.compute if t.key not in done.get(r, set())] for r in range(cl.world)}
+    resumed = len(plan.collectives) - len(todo_coll) + sum(len(plan.compute) - len(v) for v in todo.values())
+    budget = sc.budget_s - spent
+    setup = {"note": note, "recovered": recovered, "resumed": resumed, "todo_coll": todo_coll, "todo": todo,
+             "budget": budget, "start": time.time()}
+    if budget <= 0 or not (todo_coll or any(todo.values())):
+        return {**setup, "run_id": None}
+    run_id = store.new_run_id(hw.name)
+    metadata = _metadata(sc, plan, hw, device, resumed)
+    metadata["cluster"] = {"launcher": cl.launcher, "world": cl.world, "nodes": cl.nodes,
+                           "ranks_per_node": cl.ranks_per_node,
+                           "hosts": sorted({e[2] for e in placement})}
+    writer = store.RunWriter(output_dir, run_id, metadata, prefix=f"rank{cl.rank:05d}")
+    return {**setup, "run_id": run_id, "metadata": metadata, "writer": writer}
+
+
+def _silence_allowed(record: dict | None, timeout_s: float) -> float:
+    """How long a running rank may be silent: a rank in the collectives twice as long, as it
+    may be waiting out a lost peer's timeout before it goes on with its compute ops."""
+    return 2 * timeout_s if record is not None and record.get("phase") == "collectives" else timeout_s
+
+
+def _wait_for_ranks(parts_dir: Path, world: int, timeout_s: float, started: float) -> dict[int, dict]:
+    """Rank records once every rank's is final, or until the unfinished ones have been
+    silent too long (:func:`_silence_allowed`; counted from ``started`` for a rank with no
+    record yet)."""
+    while True:
+        records = store.rank_records(parts_dir)
+        now = time.time()
+        waiting = False
+        for r in range(world):
+            rec = records.get(r)
+            if rec is not None and rec["status"] != "running":
+                continue
+            last = datetime.fromisoformat(rec["updated"]).timestamp() if rec else started
+            waiting |= now - last < _silence_allowed(rec, timeout_s)
+        if not waiting:
+            return records
+        time.sleep(0.5)
+
+
+def _rank_problems(records: dict[int, dict], world: int, timeout_s: float) -> list[dict]:
+    """A failure entry, by rank and host, for each rank that failed, went silent or never reported."""
+    problems = []
+    for r in range(world):
+        rec = records.get(r)
+        if rec is None:
+            problems.append({"task": f"rank {r}", "error": "never reported (lost before it started sampling, "
+                                                          "or the store is not shared with its host)"})
+        elif rec["status"] == "running":
+            problems.append({"task": f"rank {r} on host {rec['host']} (node {rec['node']})",
+                             "error": f"silent for {_silence_allowed(rec, timeout_s):g} s since {rec['updated']} "
+                                      f"(hung or lost, in its {rec.get('phase', '?')}); its "
+                                      f"{rec['rows']} flushed row(s) are kept, a resumed run measures the rest"})
+        elif rec["status"] == "failed":
+            problems.append({"task": f"rank {r} on host {rec['host']} (node {rec['node']})",
+                             "error": rec.get("error", "failed")})
+    return problems
+
+
+def _sample_cluster(sc: SamplingConfig, hw: HardwareConfig, cl: Cluster, output_dir: Path,
+                    progress: bool) -> SamplingReport:
+    """One rank of a cluster sampling job (module doc)."""
+    import torch.distributed as dist
+
+    if hw.device.kind == "cpu":
+        device, backend = torch.device("cpu"), "gloo"
+    else:
+        _device(hw)  # a GPU profile needs CUDA
+        device, backend = torch.device(f"cuda:{cl.local_rank}"), "nccl"
+        torch.cuda.set_device(device)
+    plan = make_plan(sc, hw, (cl.nodes, cl.ranks_per_node))
+    dist.init_process_group(backend, timeout=timedelta(seconds=sc.rank_timeout_s))
+    control = dist.new_group(backend="gloo") if backend != "gloo" else None
+    everyone = [None] * cl.world
+    dist.all_gather_object(everyone, (cl.node, cl.local_rank, cl.host, plan.plan_id), group=control)
+    placement = [(node, local) for node, local, _, _ in everyone]
+    with ExitStack() as stack:
+        setup = [None]
+        if cl.rank == 0:
+            problem = _placement_error([e[:3] for e in everyone], cl)
+            if problem is None and len({e[3] for e in everyone}) > 1:
+                problem = ("the ranks made different plans (plan ids " + ", ".join(sorted({e[3] for e in everyone}))
+                           + "); start every rank with the same command, configuration and conf/ files")
+            try:
+                if problem:
+                    raise PrismError(f"sampling: {problem}", field="sampling")
+                setup = [_setup(sc, hw, plan, cl, device, output_dir, everyone, stack)]
+            except PrismError as exc:
+                setup = [{"error": str(exc), "field": exc.field}]
+            except Exception as exc:  # every rank stops with rank 0's word, not on a closed connection
+                setup = [{"error": f"sampling: rank 0 on host {cl.host} could not open the run: "
+                                   f"{type(exc).__name__}: {exc}", "field": "output_dir"}]
+        shared = [{k: v for k, v in setup[0].items() if k != "writer"}] if cl.rank == 0 else setup
+        dist.broadcast_object_list(shared, src=0, group=control)
+        info = shared[0]
+        if "error" in info:
+            dist.destroy_process_group()
+            raise PrismError(info["error"], field=info["field"])
+        if cl.rank == 0 and info["note"]:
+            print(f"prism sample: note: {info['note']}", file=sys.stderr)
+        if info["run_id"] is None:
+            dist.destroy_process_group()
+            return SamplingReport(None, "nothing-to-do", plan.plan_id, 0, 0.0, resumed_tasks=info["resumed"],
+                                  remaining_tasks=len(info["todo_coll"]) + sum(map(len, info["todo"].values())),
+                                  recovered=info["recovered"], rank=cl.rank)
+        return _cluster_run(sc, hw, plan, cl, device, backend, control, placement, output_dir, info,
+                            setup[0].get("writer"), progress)
+
+
+def _cluster_run(sc, hw, plan, cl, device, backend, control, placement, output_dir, info, writer,
+                 progress) -> SamplingReport:
+    """The measuring part of :func:`_sample_cluster`, from an open run to its join."""
+    import torch.distributed as dist
+
+    run_id, started = info["run_id"], info["start"]
+    if writer is None:
+        writer = store.RunWriter(output_dir, run_id, info["metadata"], prefix=f"rank{cl.rank:05d}", owner=False)
+    todo_coll = [t for t in plan.collectives if t.key in set(info["todo_coll"])]
+    mine = set(info["todo"].get(cl.rank, []))
+    todo_compute = [t for t in plan.compute if t.key in mine]
+    record = {"host": cl.host, "node": cl.node, "local_rank": cl.local_rank, "pid": os.getpid(), "status": "running",
+              "phase": "collectives" if todo_coll else "compute", "rows": 0, "failures": []}
+
+    def mark(**changes):
+        record.update(changes, rows=writer.rows_written)
+        store.mark_rank(writer.parts_dir, cl.rank, record)
+
+    mark()
+    torch.manual_seed(sc.seed + cl.rank)
+    device_name = _device_name(device)
+    base = dict(hardware=hw.name, device_name=device_name, world_size=cl.world, ranks_per_node=cl.ranks_per_node,
+                nodes=cl.nodes, run_id=run_id, host=cl.host, torch_version=torch.__version__,
+                backend=device.type, origin="sampled", rank=cl.rank)
+    deadline = started + info["budget"]
+    failures, ended, broken = [], "end-of-plan", False
+    t0 = time.monotonic()
+    try:
+        try:
+            if todo_coll:
+                any_compute = any(info["todo"].values())
+                job = {"repeats": sc.repeats, "warmup": sc.warmup, "flush_every_s": sc.flush_every_s,
+                       "deadline": started + (info["budget"] * sc.collective_share if any_compute else info["budget"])}
+                with tqdm(total=len(todo_coll), desc="collectives", unit="task", file=sys.stderr,
+                          disable=not progress or cl.rank != 0) as bar:
+                    try:
+                        time_collectives(_task_dicts(todo_coll), job, cl.rank, placement, device, writer,
+                                         dict(base, backend=backend), control,
+                                         on_done=lambda n: (bar.update(n - bar.n), mark()))
+                    except RuntimeError as exc:  # a peer lost or hung: the group's timeout, or a closed connection
+                        broken = True
+                        failures.append({"task": "collectives", "error": str(exc).strip().splitlines()[0]})
+            mark(phase="compute")
+            timer = make_timer(device, sc.threads, hw.memory.l2_bytes)
+            ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline, failures,
+                                  progress and cl.rank == 0, on_flush=mark)
+            writer.flush()
+            mark(status=ended, failures=failures)
+        except KeyboardInterrupt:
+            ended = "interrupted"
+            writer.flush()
+            mark(status=ended, failures=failures)
+        except Exception as exc:  # noqa: BLE001 - reported by rank and host; the others go on
+            lines = str(exc).strip().splitlines()
+            error = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+            try:
+                writer.flush()
+            finally:
+                mark(status="failed", error=error, failures=failures)
+            failures.append({"task": f"rank {cl.rank} on host {cl.host}", "error": error})
+            ended = "failed"
+    finally:
+        elapsed = time.monotonic() - t0
+    report = SamplingReport(None, ended, plan.plan_id, writer.rows_written, elapsed, failures=failures,
+                            resumed_tasks=info["resumed"], recovered=info["recovered"], rank=cl.rank)
+    if not broken and ended != "interrupted":
+        try:
+            dist.destroy_process_group()
+        except RuntimeError:
+            pass
+    if cl.rank != 0:  # a failed rank's exit code stays 0, or torchrun would stop the others: rank 0 reports it
+        report.status = ended if ended in ("interrupted", "failed") else "done"
+        return report
+    return _join(sc, plan, cl, writer, report, ended, started, elapsed)
+
+
+def _join(sc, plan, cl, writer, report: SamplingReport, ended: str, started: float, elapsed: float) -> SamplingReport:
+    """Rank 0's end: wait for the ranks' records, report the missing, join the run."""
+    timeout = INTERRUPTED_JOIN_S if ended == "interrupted" else sc.rank_timeout_s
+    try:
+        records = _wait_for_ranks(writer.parts_dir, cl.world, timeout, started)
+    except KeyboardInterrupt:
+        records, ended = store.rank_records(writer.parts_dir), "interrupted"
+    problems = _rank_problems(records, cl.world, timeout)
+    report.ranks = [records[r] for r in sorted(records)]
+    report.failures = [f for f in report.failures if not f["task"].startswith("rank ")] + problems
+    writer.update_metadata(ended=ended, elapsed_s=elapsed, failures=report.failures)
+    if ended == "interrupted" and any(records.get(r, {}).get("status", "running") == "running"
+                                      for r in range(cl.world)):
+        report.status = "interrupted"  # a rank may still write: the next run joins the parts
+        return report
+    run_file = store.finish_run(writer.parts_dir)
+    report.run_file = str(run_file) if run_file else None
+    if run_file is not None:
+        df = store.read_samples(run_file)
+        report.rows = len(df)
+        report.shapes_per_op = {op: int(g[list(OPS[op].shape)].drop_duplicates().shape[0])
+                                for op, g in df.groupby("op")}
+    done, _ = _done_tasks(writer.output_dir, plan, writer.metadata["hardware"], sc.repeats, by_rank=True)
+    left = sum(t.key not in done.get(-1, set()) for t in plan.collectives)
+    left += sum(t.key not in done.get(r, set()) for r in range(cl.world) for t in plan.compute)
+    report.remaining_tasks = left
+    if ended == "interrupted":
+        report.status = "interrupted"
+    elif problems:
+        report.status = "incomplete"
+    else:
+        report.status = "budget" if left else "complete"
     return report

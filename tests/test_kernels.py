@@ -3,6 +3,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from predictor.core.errors import PrismError  # noqa: E402
 from predictor.core.ops import COMPUTE_OPS, OPS  # noqa: E402
 from predictor.core.profiles import load_hardware, load_model
 from predictor.core.specs import ParallelConfig
@@ -23,15 +24,28 @@ SMALL = {
     "embedding": {"tokens": 32, "hidden": 16, "vocab": 100},
     "cross_entropy": {"tokens": 32, "vocab": 100},
     "optimizer_step": {"params": 5000, "tensors": 3, "optimizer": "adamw"},
+    "dispatch": {"launches": 6},
+    "router": {"tokens": 32, "hidden": 16, "experts": 8, "top_k": 2},
+    "permute": {"tokens": 32, "hidden": 16, "top_k": 2},
+    "unpermute": {"tokens": 32, "hidden": 16, "top_k": 2},
+    "grouped_gemm": {"batch": 4, "m": 8, "n": 48, "k": 16},
 }
 
 
-@pytest.mark.parametrize("op, pass_", [(op, p) for op in COMPUTE_OPS for p in OPS[op].passes])
+@pytest.mark.parametrize("op, pass_", [(op, p) for op in (*COMPUTE_OPS, "dispatch") for p in OPS[op].passes])
 def test_every_op_and_pass_times(op, pass_):
     shape = SMALL.get(op, {"tokens": 32, "hidden": 16})
     fn = kernels.build(op, pass_, shape, "float32", torch.device("cpu"))
     times = CpuTimer(threads=1).time(fn, repeats=3, warmup=1)
     assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_dispatch_makes_its_framework_calls_and_collective_launch_is_refused():
+    fn = kernels.build("dispatch", "fwd", {"launches": 5}, "float32", torch.device("cpu"))
+    y = fn()
+    assert y.shape == (4, 4) and y.grad_fn is not None  # recorded by autograd, as in training
+    with pytest.raises(PrismError, match="collective_launch"):
+        kernels.build("collective_launch", "step", {"group_size": 2}, "float32", torch.device("cpu"))
 
 
 def test_backward_replays_the_graph_of_one_call():

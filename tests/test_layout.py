@@ -19,15 +19,20 @@ def test_zero_bubble_is_refused_with_its_field():
     assert "2401.10241" in str(err.value) and "1f1b" in str(err.value)
 
 
-def test_expert_parallelism_needs_experts_and_divides_dp_cp():
+def test_expert_parallelism_needs_experts_and_fits_the_experts_mesh():
+    """Megatron-Core's expert mesh: ep·etp divides a stage's tp·cp·dp ranks, ep the experts."""
     with pytest.raises(PrismError) as err:
         validate_layout(LLAMA, ParallelConfig(tp=8, dp=4, ep=2, global_batch_size=16))
     assert err.value.field == "parallel.ep" and "no experts" in str(err.value)
-    moe = replace(LLAMA, num_experts=16)
-    validate_layout(moe, ParallelConfig(tp=8, dp=4, cp=2, ep=8, global_batch_size=16))
-    with pytest.raises(PrismError) as err:
-        validate_layout(moe, ParallelConfig(tp=8, dp=2, ep=4, global_batch_size=16))
-    assert err.value.field == "parallel.ep"
+    moe = replace(LLAMA, num_experts=16, top_k=2)
+    validate_layout(moe, ParallelConfig(tp=8, dp=4, cp=2, ep=8, global_batch_size=16, sequence_parallel=True))
+    validate_layout(moe, ParallelConfig(tp=8, dp=2, ep=4, etp=4, global_batch_size=16, sequence_parallel=True))
+    for bad in (ParallelConfig(tp=8, dp=2, ep=4, etp=8, global_batch_size=16, sequence_parallel=True),
+                ParallelConfig(tp=8, dp=2, ep=32, global_batch_size=16, sequence_parallel=True),
+                ParallelConfig(tp=8, dp=6, ep=3, global_batch_size=18, sequence_parallel=True)):
+        with pytest.raises(PrismError) as err:
+            validate_layout(moe, bad)
+        assert err.value.field == "parallel.ep"
 
 
 def test_resolve_layout_fills_dp_without_touching_its_input():
@@ -41,9 +46,10 @@ def test_resolve_layout_fills_dp_without_touching_its_input():
 
 
 def test_mesh_sizes_strides_and_topology():
-    mesh = Mesh.of(ParallelConfig(tp=4, cp=2, dp=8, pp=4, ep=4), gpus_per_node=8)
+    mesh = Mesh.of(ParallelConfig(tp=4, cp=2, dp=8, pp=4, ep=4, etp=4), gpus_per_node=8)
     assert (mesh.world_size, mesh.gpus_per_stage, mesh.grad_group, mesh.expert_dp) == (256, 64, 16, 4)
-    assert [mesh.stride(a) for a in ("tp", "cp", "dp", "ep", "pp")] == [1, 4, 8, 8, 64]
+    # the experts' mesh numbers etp innermost, then ep (etp apart), then expert_dp (ep·etp apart)
+    assert [mesh.stride(a) for a in ("tp", "cp", "dp", "ep", "expert_dp", "pp")] == [1, 4, 8, 4, 16, 64]
     assert mesh.topology("tp") == (4, 1)  # inside one node
     assert mesh.topology("cp") == (2, 1)  # tp·cp = 8 ranks: one node
     assert mesh.topology("dp") == (1, 8)  # one rank per node, 8 nodes

@@ -58,3 +58,38 @@ def test_random_layouts_predict_or_name_the_field(model, par, gpus):
         return
     # zero_bubble is refused, never predicted as another schedule
     assert par["schedule"] != "zero_bubble", "parallel.schedule=zero_bubble was predicted"
+
+
+@st.composite
+def expert_layouts(draw):
+    """Mixture-of-Experts layouts: ep among divisors and non-divisors of the experts, etp,
+    dispatchers, capacity factors and forced balancing, on top of a plausible layout."""
+    par = draw(plausible())
+    return {**par, "ep": draw(st.sampled_from([1, 2, 3, 4, 8, 16, 64])), "etp": draw(st.sampled_from([1, 1, 2])),
+            "moe_dispatcher": draw(st.sampled_from(["alltoall", "flex", "allgather", "deepep"])),
+            "moe_capacity_factor": draw(st.sampled_from([0.0, 0.0, 1.25, 0.5])),
+            "moe_force_balance": draw(st.booleans()), "overlap_ep_comm": draw(st.booleans()),
+            "recompute_modules": draw(st.sampled_from(["", "", "moe_act,layernorm", "moe", "mlp,mla_up_proj",
+                                                       "attn_everything"]))}
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "llama4-scout"]),
+       par=expert_layouts(), gpus=st.one_of(st.none(), st.integers(1, 4096)), top_k=st.sampled_from([None, 0, 300]))
+def test_random_moe_layouts_predict_or_name_the_field(model, par, gpus, top_k):
+    from dataclasses import replace
+
+    try:
+        m = load_model(model)
+        if top_k is not None:
+            m = replace(m, top_k=top_k)  # 0 or more than the experts: refused, naming model.top_k
+        p = ParallelConfig(**par)
+        work = decompose(m, p, HW, gpus)
+        dist = compose(work, MODELS, draws=32)
+        assert (dist.draws > 0).all()
+        assert memory_per_gpu(m, p).total > 0
+        assert top_k is None
+    except PrismError as exc:
+        message = str(exc)
+        assert "\n" not in message and exc.field and exc.field.startswith(FIELDS), message
+        assert exc.field.partition("=")[0] in message, message

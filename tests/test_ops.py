@@ -13,7 +13,10 @@ def test_every_op_has_a_finite_cost(op):
     assert set(spec.shape) <= set(SHAPE_COLUMNS)
     for pass_ in spec.passes:
         f, b = flops(op, pass_, SHAPE), bytes_moved(op, pass_, SHAPE, "bfloat16")
-        assert np.isfinite(f) and f >= 0 and np.isfinite(b) and b > 0
+        if spec.host:  # host time: no device work
+            assert f == 0 and b == 0
+        else:
+            assert np.isfinite(f) and f >= 0 and np.isfinite(b) and b > 0
 
 
 def test_element_wise_costs_scale_with_their_elements():

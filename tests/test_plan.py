@@ -21,7 +21,8 @@ def test_quick_plan_covers_the_vocabulary():
     assert all(counts[op] >= 20 for op in COMPUTE_OPS), counts
     assert all(counts[op] >= 8 for op in COLLECTIVE_OPS), counts
     passes = {(t.call.op, t.call.pass_) for t in plan.compute}
-    assert passes == {(op, p) for op in COMPUTE_OPS for p in OPS[op].passes}
+    sampled = (*COMPUTE_OPS, "dispatch")  # collective_launch is a GPU host's: a CPU's collectives include it
+    assert passes == {(op, p) for op in sampled for p in OPS[op].passes}
 
 
 def test_plans_are_deterministic_and_start_with_target_shapes():
@@ -39,7 +40,7 @@ def test_target_shapes_are_the_composers_calls(name):
                       "sampling.max_call_ms=1000")
     work = decompose(load_model(name), ParallelConfig(tp=8), hw)
     composed = {(c.op, c.pass_, c.shape) for st in work.stages for c in st.forward + st.backward + st.step
-                if not OPS[c.op].collective}
+                if not OPS[c.op].collective and c.op in sc.ops}
     assert {(c.op, c.pass_, c.shape) for c in target_calls(sc, hw)} == composed
     planned = {(t.call.op, t.call.pass_, t.call.shape) for t in make_plan(sc, hw).compute}
     assert composed <= planned

@@ -55,6 +55,25 @@ REDUCED = {
 }
 #: Exact README command -> why it is not run here, and what covers it.
 NOT_RUN = {
+    # Sampling a cluster: multi-rank jobs; the same code runs tiny in tests/test_cluster_sampling.py
+    'torchrun --standalone --nproc_per_node=4 --no-python prism sample hardware=local-cpu sampling=cluster '
+    'sampling.budget_s=300 "sampling.space.message_bytes=[1024,16777216]" output_dir=samples/cluster-cpu':
+        "4 ranks for 5 minutes on 2 cores; tests/test_cluster_sampling.py::"
+        "test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once runs the same job with a tiny plan",
+    "torchrun --nnodes=4 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node001:29500 --rdzv-id=prism-sample "
+    "--no-python prism sample hardware=h100-sxm sampling=cluster output_dir=/shared/prism/samples":
+        "needs 4 GPU nodes; tests/test_cluster_sampling.py::"
+        "test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once runs two torchrun agents with a c10d "
+        "rendezvous on this host",
+    "srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 prism sample hardware=h100-sxm sampling=cluster "
+    "output_dir=/shared/prism/samples":
+        "needs SLURM and GPU nodes; tests/test_cluster_sampling.py::test_slurm_environment_job_stores_every_rank_once "
+        "sets srun's variables by hand",
+    'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)':
+        "a line of the SLURM batch script: needs SLURM's scontrol",
+    "srun prism sample hardware=h100-sxm sampling=cluster output_dir=/shared/prism/samples":
+        "a line of the SLURM batch script: needs SLURM; tests/test_cluster_sampling.py::"
+        "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish runs srun's environment here",
     "pip install -e .": "installs PRISM: these tests run in that installation",
     'pip install -e ".[sampling,test]"': "installs PRISM with its test extra: these tests run in that installation",
     "python -m pytest -q": "the test suite, this file included",

@@ -115,3 +115,46 @@ def test_the_lock_of_a_dead_writer_on_this_host_is_taken_over_with_a_note(tmp_pa
         with store.writer_lock(tmp_path):
             pass
     assert lock.exists()
+
+
+def test_rank_parts_join_into_one_run_naming_every_rank(tmp_path):
+    owner = store.RunWriter(tmp_path, "cluster-run", {"plan_id": "p"}, prefix="rank00000")
+    others = [store.RunWriter(tmp_path, "cluster-run", {}, prefix=f"rank{r:05d}", owner=False) for r in (1, 2)]
+    for r, w in enumerate([owner, *others]):
+        w.add([dict(row, rank=r) for row in _rows(4, start=r)])
+        w.flush()
+        store.mark_rank(w.parts_dir, r, {"host": "h", "node": r // 2, "status": "end-of-plan", "rows": 4})
+    assert set(store.rank_records(owner.parts_dir)) == {0, 1, 2}
+    path = owner.close()
+    df = store.read_samples(path)
+    assert sorted(df.groupby("rank").size().items()) == [(0, 4), (1, 4), (2, 4)]
+    meta = store.read_run_metadata(path)
+    assert meta["plan_id"] == "p" and [r["rank"] for r in meta["ranks"]] == [0, 1, 2]
+
+
+def test_a_rank_writes_only_into_an_open_run_and_never_after_its_join(tmp_path):
+    with pytest.raises(PrismError, match="no open parts folder") as err:
+        store.RunWriter(tmp_path, "not-opened", {}, prefix="rank00001", owner=False)
+    assert err.value.field == "output_dir"
+    owner = store.RunWriter(tmp_path, "run-j", {}, prefix="rank00000")
+    late = store.RunWriter(tmp_path, "run-j", {}, prefix="rank00001", owner=False)
+    owner.add(_rows(2))
+    path = owner.close()  # joined while rank 1 was silent (reported lost)
+    late.add(_rows(3, start=5))
+    with pytest.raises(PrismError, match="closed without this writer's last 3 row"):
+        late.flush()
+    assert len(store.read_samples(path)) == 2 and store.run_files(tmp_path) == [path]
+
+
+def test_a_killed_cluster_run_is_recovered_with_every_rank_s_parts(tmp_path):
+    owner = store.RunWriter(tmp_path, "run-c", {"plan_id": "p"}, prefix="rank00000")
+    other = store.RunWriter(tmp_path, "run-c", {}, prefix="rank00001", owner=False)
+    owner.add(_rows(3))
+    other.add(_rows(5, start=1))
+    owner.flush()
+    other.flush()
+    store.mark_rank(other.parts_dir, 1, {"host": "h", "node": 0, "status": "running", "rows": 5})
+    del owner, other  # every process of the job killed
+    [path] = store.recover_unfinished(tmp_path)
+    assert len(store.read_samples(path)) == 8
+    assert store.read_run_metadata(path)["ranks"][0]["status"] == "running"

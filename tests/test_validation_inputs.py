@@ -56,7 +56,7 @@ def test_models_are_checked_however_they_are_made():
     assert err.value.field == "model.num_kv_heads"
     with pytest.raises(PrismError, match="model.seq_length=2048.0: must be a positive integer"):
         replace(llama, seq_length=2048.0)
-    assert replace(llama, num_experts=16).num_experts == 16
+    assert replace(llama, num_experts=16, top_k=2).num_experts == 16
     hw = load_hardware("h100-sxm")
     with pytest.raises(PrismError) as err:
         replace(hw, power_w=float("inf"))

@@ -123,3 +123,46 @@ def test_a_damaged_file_names_itself_and_the_fix(tmp_path):
         read_variability(tmp_path)
     assert err.value.field == str(path)
     assert read_variability(tmp_path / "nowhere") is None
+
+
+def _ranked_store(spatial, ranks=16, temporal=0.04, shapes=40, repeats=10, seed=1):
+    """Compute rows of a cluster job: every rank times the same gemm shapes; rank r runs at
+    a persistent speed factor exp(offset_r), offset_r ~ N(0, spatial); returns the rows
+    and the offsets drawn."""
+    rng = np.random.default_rng(seed)
+    offsets = spatial * rng.standard_normal(ranks)
+    rows = []
+    for i in range(shapes):
+        median = np.exp(rng.uniform(np.log(300), np.log(30000)))
+        for r, off in enumerate(offsets):
+            rows.extend({"op": "gemm", "pass": "fwd", "dtype": "float32", "m": 64 + i, "n": 256, "k": 256,
+                         "repeat": j, "rank": r, "host": f"node{r // 8}",
+                         "latency_us": median * np.exp(off + temporal * z)}
+                        for j, z in enumerate(rng.standard_normal(repeats)))
+    return pd.DataFrame(rows).assign(hardware=CPU.name, run_id="cluster-run", origin="sampled"), offsets
+
+
+def test_spatial_is_fitted_from_per_rank_medians_of_the_same_shapes():
+    rows, offsets = _ranked_store(spatial=0.05)
+    fitted = fit_variability(rows, CPU)
+    s, t = fitted.sigmas["spatial"], fitted.sigmas["temporal"]
+    pairs = np.abs(offsets[:, None] - offsets[None, :])[np.triu_indices(len(offsets), 1)]
+    drawn = 1.4826 * np.median(pairs) / np.sqrt(2)  # the spread these 16 ranks really have
+    assert s.sigma == pytest.approx(drawn, rel=0.15) and s.interval90[0] <= s.sigma <= s.interval90[1]
+    assert (s.shapes, s.repeats) == (40, 40 * 16) and "16 ranks" in s.basis
+    assert t.sigma == pytest.approx(0.04, rel=0.1)  # per rank: the ranks' offsets do not widen it
+    assert fitted.samples["ranks"] == 16
+
+
+def test_equal_ranks_fit_no_spatial_spread_from_the_medians_own_noise():
+    rows, _ = _ranked_store(spatial=0.0)
+    s = fit_variability(rows, CPU).sigmas["spatial"]
+    assert s.sigma < 0.006  # uncorrected, the medians of 10 repeats would scatter by ~0.016
+
+
+def test_the_composer_takes_a_measured_spatial_sigma():
+    rows, _ = _ranked_store(spatial=0.05)
+    fitted = fit_variability(rows, CPU)
+    v = variability_of(CPU, _with(fitted))
+    assert v.spec.spatial_cv == fitted.sigmas["spatial"].sigma != CPU.variability.spatial_cv
+    assert v.to_dict()["spatial"]["source"] == "measured" and v.to_dict()["spatial"]["repeats"] == 640

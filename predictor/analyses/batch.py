@@ -114,7 +114,7 @@ class BatchPredictor:
         works = {}
         for key, job in jobs.items():
             try:
-                works[key] = decompose(job.model, job.parallel, job.hardware, job.gpus)
+                works[key] = decompose(job.model, job.parallel, job.hardware, job.gpus, framework=family(job.framework))
             except Exception as exc:
                 self.results[key] = (None, _failure(exc))
         calls: dict[tuple, list] = {}

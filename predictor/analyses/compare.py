@@ -13,8 +13,9 @@ adds what needs a profile's price or power and puts the rows side by side:
   and power delivery too unless ``pue`` (power usage effectiveness, default 1.0) adds them.
 
 The layout is held fixed across profiles: the best layout of each hardware may differ
-(a tensor-parallel group wider than a node, e.g. tp=8 on one-GPU GH200 nodes, crosses the
-inter-node network; the notes say where).
+(a tensor-parallel group wider than an NVLink domain, e.g. tp=8 on one-GPU GH200 nodes,
+crosses the inter-node network; the notes say where). The domain is a node, except on
+GB200/GB300 NVL72 racks, whose 72 GPUs over 18 four-GPU nodes share one NVLink fabric.
 """
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ class HardwareResult:
     power_w: float | None
     gpus_per_node: int
     cdf: dict  # {"t_s": [...], "p": [...]}: the step-time CDF (Prediction.cdf)
+    nvlink_domain: int = 0  # GPUs of one NVLink domain (72 on an NVL72 rack of 4-GPU nodes)
 
 
 @dataclass
@@ -119,7 +121,7 @@ def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) ->
         time_to_train_days=dict(p.time_to_train_days), gpu_hours=gpu_hours, cost_usd=p.cost_usd,
         energy_mwh={k: v * hw.power_w * pue / 1e6 for k, v in gpu_hours.items()} if hw.power_w else None,
         price_per_gpu_hour=hw.price_per_gpu_hour, power_w=hw.power_w, gpus_per_node=hw.node.gpus_per_node,
-        cdf=p.cdf)
+        cdf=p.cdf, nvlink_domain=hw.nvlink_domain)
 
 
 def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str], layout: ParallelConfig,
@@ -170,8 +172,9 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str], layout
              "step bands are the variability within a run (p5-p95); the median step's 80% interval is the "
              "predictive uncertainty; time, cost and energy bands (p5-p95) hold both; failures and restarts "
              "are excluded (prism variability adds them)"]
-    notes += [f"{r.hardware}: tp={tp} spans {tp // r.gpus_per_node} nodes of {r.gpus_per_node} GPU(s): "
-              f"tensor-parallel collectives cross the inter-node network" for r in results if tp > r.gpus_per_node]
+    notes += [f"{r.hardware}: tp={tp} spans {tp // r.nvlink_domain} "
+              f"{'nodes' if r.nvlink_domain == r.gpus_per_node else 'NVLink domains'} of {r.nvlink_domain} GPU(s): "
+              f"tensor-parallel collectives cross the inter-node network" for r in results if tp > r.nvlink_domain]
     notes += [f"{r.hardware}: needs {r.memory_gib:.1f} GiB per GPU of {r.capacity_gib:.0f}: does not fit"
               for r in results if not r.fits]
     tiers = {r.tier for r in results}

@@ -65,21 +65,23 @@ def tier_code(tier: str) -> int:
 
 
 def calls_per_step(work: Workload) -> int:
-    """Operator calls one GPU of the busiest stage launches in a step."""
-    return max(sum(c.count for c in st.forward + st.backward) * work.micro_batches
-               + sum(c.count for c in st.step) for st in work.stages)
+    """Operator calls one GPU of the busiest stage launches in a step (device calls: the host
+    ops describe the same calls' framework time)."""
+    return max(sum(c.count for c in st.forward + st.backward if c.role != "host") * work.micro_batches
+               + sum(c.count for c in st.step if c.role != "host") for st in work.stages)
 
 
 def features(work: Workload, dist: StepDistribution, tier: str, framework: str) -> np.ndarray:
     """The :data:`~predictor.latency.doubt.FEATURES` of one prediction."""
     par, p50 = work.parallel, float(np.median(dist.draws))
+    low_precision = work.hardware.gemm_dtype not in (None, work.hardware.train_dtype)  # fp8, mxfp8, nvfp4
     values = {
         "tier": tier_code(tier), "prior_share": dist.prior_share, "comm_share": dist.exposed_comm_s / p50,
         "bubble_share": dist.bubble_s / p50, "log2_us_per_call": math.log2(p50 * 1e6 / calls_per_step(work)),
         "log2_gpus": math.log2(work.gpus), "log2_tp": math.log2(par.tp),
         "log2_pp": math.log2(par.pp), "log2_dp": math.log2(par.dp), "log2_cp": math.log2(par.cp),
         "log2_micro_batches": math.log2(work.micro_batches), "log10_params": math.log10(parameter_count(work.model)),
-        "log2_seq": math.log2(work.seq), "fp8": float(work.hardware.gemm_dtype == "float8"),
+        "log2_seq": math.log2(work.seq), "fp8": float(low_precision),
         "framework": FRAMEWORKS.index(framework if framework in FRAMEWORKS else "other")}
     return np.array([values[f] for f in FEATURES], float)
 
@@ -128,13 +130,13 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
             job = lookups.job(row)
             model, cache = job.model, lookups.lookup(job)
             tier = evidence_tier(cache.models)
-            work = decompose(model, job.parallel, job.hardware, job.gpus)
+            fam = family(row.get("framework", ""))
+            work = decompose(model, job.parallel, job.hardware, job.gpus, framework=fam)
             dist = compose(work, cache.models, draws=draws, seed=seed, cache=cache)
         except PrismError as exc:
             reason = exc.field or "layout"
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
-        fam = family(row.get("framework", ""))
         X.append(features(work, dist, tier, fam))
         out.append({"source": row["source"], "tier": TIERS[tier_code(tier)], "framework": fam,
                     "gpu": row["gpu"], "gpus": work.gpus, "model": model.name,

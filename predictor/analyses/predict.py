@@ -16,7 +16,7 @@ from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
-from predictor.latency.artifacts import TIERS, evidence_tier, trained_models
+from predictor.latency.artifacts import TIERS, evidence_tier, foreign_device, trained_models
 from predictor.latency.lookup import QuantileCache
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import decompose
@@ -49,13 +49,14 @@ class Prediction:
     time_to_train_days: dict  # p5, p50, p95
     gpu_hours: float
     cost_usd: dict | None  # p5, p50, p95 (None without a price)
-    breakdown_s: dict  # compute, exposed communication, bubble (medians, slowest stage)
+    breakdown_s: dict  # compute, exposed communication, bubble, host-bound time (medians, slowest stage)
     basis: dict = field(default_factory=dict)
     tier: str = TIERS[2]  # measured samples | microbenchmarks | spec-only prior (operator_models.TIERS)
     prob_below: dict | None = None
     calibration: dict | None = None  # the in-situ calibration of the models, if fitted
     variability_source: dict | None = None  # per component its sigma, measured (n, interval) or cited
     confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
+    notes: list[str] = field(default_factory=list)  # what the user should know, e.g. models of another CPU
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -165,7 +166,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     par = resolve_layout(layout, check_gpus(gpus))
     gpus = par.world_size
     models = trained_models(hardware, models_dir)
-    work = decompose(model, par, hardware, gpus)
+    work = decompose(model, par, hardware, gpus, framework=framework)
     cache = QuantileCache(models, hardware)  # both composes query the operator models once
     dist = compose(work, models, draws=draws, seed=seed, cache=cache)
     persistent = compose(work, models, draws=draws, seed=seed, cache=cache, hold=PER_STEP).draws
@@ -205,8 +206,8 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         fits=mem.fits(hardware), train_tokens=train_tokens, time_to_train_days=ttt, gpu_hours=gpu_hours,
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
-                     "bubble": dist.bubble_s},
-        basis=basis, tier=tier,
+                     "bubble": dist.bubble_s, "host_bound": dist.host_s},
+        basis=basis, tier=tier, notes=[n for n in [foreign_device(models)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}

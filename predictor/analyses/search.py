@@ -24,7 +24,9 @@ Thousands of layouts in a few seconds, in three steps:
    says whether its figures are composed or screened (they agree to about 1% on median
    and p95: tests/test_search.py).
 
-Layouts: tp a divisor of the GPUs per node (TP stays inside a node's NVLink domain); cp a
+Layouts: tp a divisor of the GPUs per node (TP stays inside a node's NVLink domain); for a
+Mixture-of-Experts model, ep every divisor of the experts that (times etp) divides a
+stage's tp·cp·dp GPUs (Megatron-Core's expert mesh); cp a
 power of two that splits the sequence into 2·cp equal chunks (Megatron's causal load
 balance) of shards of at least :data:`MIN_CP_TOKENS` tokens; pp any divisor up
 to the layer count; interleaved 1F1B with every vpp > 1 that splits the layers into
@@ -132,13 +134,23 @@ def enumerate_layouts(model: ModelConfig, gpus: int, gpus_per_node: int, global_
                 dp = gpus // (tp * cp * pp)
                 vpps = [1] + [v for v in range(2, layers // pp + 1) if pp > 1 and layers % (pp * v) == 0]
                 shardings = SHARDINGS if dp * cp > 1 else ("none",)
-                for vpp, mbs, recompute, sharding in itertools.product(vpps, MICRO_BATCH_SIZES, RECOMPUTES,
-                                                                      shardings):
-                    out.append(replace(base, dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp,
+                for ep, vpp, mbs, recompute, sharding in itertools.product(
+                        _expert_degrees(model, tp * cp * dp, base.etp), vpps, MICRO_BATCH_SIZES, RECOMPUTES,
+                        shardings):
+                    out.append(replace(base, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp,
                                        schedule="interleaved" if vpp > 1 else "1f1b", sequence_parallel=tp > 1,
                                        micro_batch_size=mbs, global_batch_size=global_batch_size,
                                        recompute=recompute, sharding=sharding))
     return out
+
+
+def _expert_degrees(model: ModelConfig, stage_gpus: int, etp: int) -> list[int]:
+    """Expert-parallel degrees of a stage of ``stage_gpus`` GPUs: 1 for a dense model; else
+    each divisor of the experts whose ep·etp divides the stage's tp·cp·dp GPUs
+    (:func:`predictor.core.layout.validate_layout`)."""
+    if not model.num_experts:
+        return [1]
+    return [ep for ep in _divisors(model.num_experts) if stage_gpus % (ep * etp) == 0]
 
 
 def invalid_reason(model: ModelConfig, par: ParallelConfig, gpus: int) -> str | None:
@@ -293,7 +305,8 @@ def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: Par
                          field='gpus')
     base = base or ParallelConfig()
     batch = base.global_batch_size or resolve_layout(base, gpus).global_batch_size
-    candidates = enumerate_layouts(model, gpus, hardware.node.gpus_per_node, batch, base)
+    # tp is searched inside one NVLink domain: a node, or a whole NVL72 rack of 4-GPU nodes
+    candidates = enumerate_layouts(model, gpus, hardware.nvlink_domain, batch, base)
     invalid: dict[str, int] = {}
     fitting, memory, too_big = [], [], 0
     for par in candidates:

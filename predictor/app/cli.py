@@ -136,6 +136,10 @@ def _sample(args) -> int:
     cfg = _load(args)
     runner = _measuring("sample", "sampling.runner")
     report = runner.run_sampling(cfg, progress=sys.stderr.isatty() or not cfg.output == "json")
+    if report.rank:  # a cluster job's other ranks: one line each; rank 0 reports the run
+        print(f"prism sample: rank {report.rank}: {report.status}, {report.rows} rows in {report.elapsed_s:.1f} s"
+              + "".join(f"; {f['task']}: {f['error']}" for f in report.failures), file=sys.stderr)
+        return 130 if report.status == "interrupted" else 0
     lines = [f"run file     {report.run_file or '(none: no row measured)'}",
              f"status       {report.status}",
              f"rows         {report.rows}  ({report.elapsed_s:.1f} s)",
@@ -145,10 +149,16 @@ def _sample(args) -> int:
         lines.append("shapes       " + ", ".join(f"{op} {n}" for op, n in report.shapes_per_op.items()))
     for r in report.recovered:
         lines.append(f"recovered    {r} (a run killed before it could close)")
+    if report.ranks:
+        lines.append(f"ranks        {len(report.ranks)} reported: " + ", ".join(
+            f"{r['rank']}@{r['host']}/node{r['node']} {r['status']} {r['rows']} rows" for r in report.ranks))
     for f in report.failures:
         lines.append(f"failed       {f['task']}: {f['error']}")
     if report.status == "interrupted":
         lines.append("interrupted: every flushed row is kept; run the same command again to resume")
+    elif report.status == "incomplete":
+        lines.append("incomplete: a rank failed or was lost (above); every row the others measured is stored: run "
+                     "the same job again to measure what it left")
     elif report.status == "budget":
         lines.append(f"budget spent with {report.remaining_tasks} task(s) left: run again with a larger "
                      f"sampling.budget_s to measure them (stored shapes are skipped)")
@@ -156,7 +166,7 @@ def _sample(args) -> int:
         lines.append("nothing to do: this plan is already measured (or its budget spent); "
                      "raise sampling.budget_s or change the plan to measure more")
     _print(cfg, asdict(report), "\n".join(lines))
-    return 130 if report.status == "interrupted" else 0
+    return 130 if report.status == "interrupted" else 1 if report.status == "incomplete" else 0
 
 
 def _samples(args) -> int:
@@ -306,10 +316,37 @@ def _predict(args) -> int:
     from predictor.app.render import format_prediction
     cfg = _load(args)
     png = plot_path(cfg.plot)
-    p = predict(*_job(cfg), cfg.gpus,
+    job = _job(cfg)
+    if cfg.sample_if_missing:
+        cfg.models_dir = _sample_this_machine(job[1], cfg.models_dir)
+    p = predict(*job, cfg.gpus,
                 **_settings(cfg, "models_dir", "seed", "train_tokens", "target_step_s", "confidence", "framework"))
     return _report(cfg, p, format_prediction(p), png, prediction_figure, 16,
                    "none (plot=predict.png draws the step-time CDF and the critical path)")
+
+
+def _sample_this_machine(hardware, models_dir) -> str | None:
+    """``sample_if_missing=true``: where a CPU profile has no models of this machine (none,
+    or sampled on another CPU), sample this one and train on it (``prism sample`` and
+    ``prism train`` into runs/), and predict with those models."""
+    import subprocess
+    import sys
+
+    from predictor.latency.artifacts import TRAINED_MODELS, foreign_device, trained_models
+    if hardware.device.kind != "cpu":
+        raise PrismError(f"sample_if_missing=true: {hardware.name} is a GPU profile; sample it on its own host "
+                         f"(prism sample hardware={hardware.name} there), then prism train", field="sample_if_missing")
+    models = trained_models(hardware, models_dir)
+    if models is not None and foreign_device(models) is None:
+        return models_dir
+    samples = f"runs/samples/{hardware.name}"
+    for name, verb in (("sample", [f"hardware={hardware.name}", "sampling=quick", f"output_dir={samples}"]),
+                       ("train", [f"samples={samples}", f"hardware={hardware.name}", f"models_dir={TRAINED_MODELS}"])):
+        print(f"sample_if_missing: prism {name} {' '.join(verb)}", file=sys.stderr, flush=True)
+        if subprocess.run([sys.executable, "-m", "predictor.app.cli", name, *verb]).returncode:
+            raise PrismError(f"sample_if_missing: prism {name} failed (above); run it yourself to see why",
+                             field="sample_if_missing")
+    return str(TRAINED_MODELS)
 
 
 def _variability(args) -> int:
@@ -494,10 +531,15 @@ VERBS = {
         description="Time every op of the sampling plan (compute ops in this process, "
                     "collectives under torchrun) and write every repeat to a new Parquet run "
                     "in output_dir. Re-running the same command resumes: shapes already "
-                    "stored are skipped. Ctrl-C keeps every flushed row.",
+                    "stored are skipped. Ctrl-C keeps every flushed row. Started as the ranks of a "
+                    "torchrun or srun job, it samples the cluster as one job: every rank times the "
+                    "compute plan, the ranks jointly time the collectives within and across nodes, "
+                    "and rank 0 joins every rank's parts into one run (README: Sampling a cluster).",
         examples=["prism sample hardware=local-cpu sampling=quick sampling.budget_s=60 output_dir=samples/cpu",
                   "prism sample sampling.ops=[gemm,attention] sampling.shapes_per_op=40",
-                  "prism sample hardware=h100-sxm sampling.dtypes=[bfloat16,float16]   # on a GPU host"]),
+                  "prism sample hardware=h100-sxm sampling.dtypes=[bfloat16,float16]   # on a GPU host",
+                  "torchrun --standalone --nproc_per_node=8 --no-python prism sample hardware=h100-sxm "
+                  "sampling=cluster output_dir=samples/cluster   # one node, 8 ranks"]),
     "train": dict(
         run=_train, help="train the latency-distribution models of one hardware from samples",
         description="Fit one multi-quantile XGBoost model per (op, pass) present in the samples "
@@ -516,7 +558,8 @@ VERBS = {
                   "prism train samples=samples/cpu hardware=local-cpu models_dir=models   # replace the shipped set"]),
     "evaluate": dict(
         run=_evaluate, help="score trained models on a sample store (MAPE, pinball, coverage)",
-        description="Per op and pass (collectives: per topology, nodes x ranks per node): the "
+        description="Per op and pass (collectives: per topology, nodes x ranks per node, with the network "
+                    "their models were trained on; a cluster's own samples describe its own network): the "
                     "median's MAPE against each shape's measured median, the pinball loss on "
                     "log latency, and the coverage of the 80% and 90% intervals. by=origin "
                     "groups by where rows came from instead (e.g. ETT's functions).",
@@ -528,12 +571,16 @@ VERBS = {
                     "operator calls, draw their latencies from the trained models (or the network / "
                     "roofline priors where none apply), walk the pipeline schedule over Monte Carlo "
                     "draws and report step-time quantiles, the CDF, tokens/s, MFU, memory per GPU, "
-                    "time and cost to train train_tokens with a band, the critical-path breakdown, "
-                    "and what the numbers rest on. gpus=N sets dp = N / (tp·pp·cp). confidence=0.95 "
-                    "also reports the step time and time to train that hold with that probability.",
+                    "time and cost to train train_tokens with a band, the critical-path breakdown "
+                    "(compute, exposed communication, bubble, and host-bound time: the framework's calls "
+                    "the device waits for), and what the numbers rest on. gpus=N sets dp = N / (tp·pp·cp). "
+                    "confidence=0.95 also reports the step time and time to train that hold with that "
+                    "probability. On a CPU profile whose models were sampled on another machine, the report "
+                    "says so; sample_if_missing=true samples and trains this one first.",
         examples=["prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.tp=8",
                   "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512",
                   "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json",
+                  "prism predict model=tiny hardware=local-cpu sample_if_missing=true   # this CPU's own models",
                   "prism predict model=gpt3-13b hardware=h100-sxm gpus=64 parallel.tp=8 plot=step.png  "
                   "# CDF + critical path",
                   "prism predict model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "
@@ -643,17 +690,19 @@ VERBS = {
     "import-microbench": dict(
         run=_import_microbench, help="import published GPU microbenchmarks (GEMM, FlashAttention, NCCL) as samples",
         description="Turn the published microbenchmarks of data/microbench (OpenXLA's H100/B200 GEMM and "
-                    "collective tables, FlashAttention-2 on H100, nccl-tests on a DGX H100) into one run per "
+                    "collective tables, its GB200/GB300 NVL72 collectives with B200's GEMMs, FlashAttention-2 on "
+                    "H100, nccl-tests on a DGX H100) into one run per "
                     "hardware, out/microbench-<hardware>.parquet, tagged origin=microbench:<source>. Models "
                     "trained on it (prism train) rest on 'microbenchmarks', the middle evidence tier between "
-                    "measured samples and the spec-only prior; their collectives cover one node only. Rows "
+                    "measured samples and the spec-only prior; their collectives cover one node (one NVLink domain: "
+                    "a whole NVL72 rack) only. Rows "
                     "faster than the profile's peak are left out and counted.",
         examples=["prism import-microbench data/microbench out=samples/microbench",
                   "prism train samples=samples/microbench/microbench-h100-sxm.parquet hardware=h100-sxm",
                   "prism import-microbench data/microbench out=samples/microbench hardware=b200 --json"],
         positional="path", positional_help="the microbench folder, e.g. data/microbench",
-        overrides=True, overrides_help="out=DIR (required); hardware=h100-sxm,b200 (default: both); "
-                       "output=json is the same as --json"),
+        overrides=True, overrides_help="out=DIR (required); hardware=h100-sxm,b200,gb200-nvl72,gb300-nvl72 "
+                       "(default: all four); output=json is the same as --json"),
     "import-trace": dict(
         run=_import_trace, help="import PyTorch profiler (Kineto) traces of a real job as samples",
         description="Read torch.profiler traces (Chrome-trace JSON or .json.gz, one file per rank, recorded with "

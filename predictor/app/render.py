@@ -33,7 +33,8 @@ def format_prediction(p: Prediction) -> str:
         f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f})"
         + ("" if p.fits else "   DOES NOT FIT"),
         f"critical path   compute {p.breakdown_s['compute']:.3f} s, exposed communication "
-        f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s",
+        f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s, host-bound "
+        f"{p.breakdown_s['host_bound']:.3f} s (framework time the device waits for)",
         f"train {p.train_tokens:.3g} tokens   {p.time_to_train_days['p50']:.1f} days "
         f"(90% band {p.time_to_train_days['p5']:.1f}-{p.time_to_train_days['p95']:.1f}), "
         f"{p.gpu_hours:,.0f} GPU-hours"
@@ -59,6 +60,7 @@ def format_prediction(p: Prediction) -> str:
             lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute "
                          f"x{c['compute_scale']:.2f}, +{c['op_overhead_us']:.0f} us per op, "
                          f"+{c['tp_overhead_us']:.0f} us per op under tp (prism calibrate)")
+    lines += [f"note            {n}" for n in p.notes]
     return "\n".join(lines)
 
 

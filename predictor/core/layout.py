@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from predictor.core.errors import PrismError
-from predictor.core.specs import ModelConfig, ParallelConfig, check_number
+from predictor.core.specs import DISPATCHERS, ModelConfig, ParallelConfig, check_number
 
 #: The parallel axes a layout names (torchtitan's and Megatron's names), as reports list them.
 AXES = ("dp", "tp", "pp", "cp", "ep")
@@ -17,6 +17,8 @@ SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "distributed_optimizer")
 RECOMPUTES = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 ATTENTIONS = ("flash", "unfused")
+#: Megatron-Core's --recompute-modules (megatron/core/transformer/transformer_config.py).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
 
 
 def check_schedule(schedule: str) -> str:
@@ -42,8 +44,8 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
                     seq: int | None = None) -> None:
     """Raise :class:`PrismError` naming the field if ``par`` cannot run ``model``.
 
-    ``gpus`` (when given) must equal dp·tp·pp·cp (expert parallelism folds into dp·cp,
-    as in Megatron-Core and torchtitan: :mod:`predictor.core.mesh`); ``seq`` defaults to
+    ``gpus`` (when given) must equal dp·tp·pp·cp (expert parallelism folds into tp·cp·dp,
+    as in Megatron-Core: :mod:`predictor.core.mesh`); ``seq`` defaults to
     ``model.seq_length``.
     """
     for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
@@ -55,6 +57,10 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
         raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}",
                          field='parallel.recompute')
     check_schedule(par.schedule)
+    unknown = [m for m in par.recompute_modules.split(",") if m.strip() and m.strip() not in RECOMPUTE_MODULES]
+    if unknown:
+        raise PrismError(f"parallel.recompute_modules: {unknown[0].strip()!r} unknown; choose among: "
+                         f"{', '.join(RECOMPUTE_MODULES)}", field="parallel.recompute_modules")
     if par.attention not in ATTENTIONS:
         raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused",
                          field='parallel.attention')
@@ -93,21 +99,56 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     if seq % par.cp:
         raise PrismError(f"parallel.cp={par.cp}: does not divide the sequence length {seq}; "
                          f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}", field='parallel.cp')
-    if par.ep > 1:
-        if not model.num_experts:
-            raise PrismError(f"parallel.ep={par.ep}: {name} has no experts (model.num_experts=0); expert "
-                             f"parallelism splits the experts of a Mixture-of-Experts model; set parallel.ep=1",
-                             field="parallel.ep")
-        if (par.dp * par.cp) % par.ep or model.num_experts % par.ep:
-            raise PrismError(f"parallel.ep={par.ep}: must divide dp·cp = {par.dp * par.cp} (the expert group is "
-                             f"carved out of the data-parallel ranks) and model.num_experts={model.num_experts}; "
-                             f"pick ep among the common divisors", field="parallel.ep")
+    if model.num_experts or par.ep > 1 or par.etp > 1:
+        _validate_experts(model, par)
     if gpus is not None:
         need = par.world_size
         if gpus != need:
             raise PrismError(f"gpus={gpus}: must equal dp·tp·pp·cp = {par.dp}·{par.tp}·{par.pp}·{par.cp} "
                              f"= {need}; set gpus={need} or change parallel.dp", field='gpus')
 
+
+
+def _validate_experts(model: ModelConfig, par: ParallelConfig) -> None:
+    """Expert parallelism as Megatron-Core maps it (megatron/core/parallel_state.py,
+    ``expert_decoder_rank_generator``): the experts' own mesh etp·ep·expert_dp spans the
+    same tp·cp·dp ranks of a pipeline stage as the dense layers' mesh, so ep·etp must
+    divide tp·cp·dp and expert_dp = tp·cp·dp / (ep·etp); ep must divide the experts."""
+    name, ep, etp = model.name, par.ep, par.etp
+    check_number("parallel.etp", etp, integer=True)
+    if not model.num_experts:
+        axis = "ep" if ep > 1 else "etp"
+        raise PrismError(f"parallel.{axis}={getattr(par, axis)}: {name} has no experts (model.num_experts=0); "
+                         f"expert parallelism splits the experts of a Mixture-of-Experts model; set "
+                         f"parallel.{axis}=1", field=f"parallel.{axis}")
+    if model.num_experts % ep:
+        raise PrismError(f"parallel.ep={ep}: does not divide model.num_experts={model.num_experts} of {name}; "
+                         f"pick ep among {_divisors(model.num_experts)}", field="parallel.ep")
+    ranks = par.tp * par.cp * par.dp
+    if ep * etp > ranks:
+        raise PrismError(f"parallel.ep={ep}: ep·etp = {ep}·{etp} = {ep * etp} is beyond the tp·cp·dp = {ranks} "
+                         f"GPUs of a pipeline stage ({par.tp}·{par.cp}·{par.dp}); lower ep or etp, or add GPUs",
+                         field="parallel.ep")
+    if ranks % (ep * etp):
+        raise PrismError(f"parallel.ep={ep}: ep·etp = {ep}·{etp} = {ep * etp} must divide the tp·cp·dp = "
+                         f"{par.tp}·{par.cp}·{par.dp} = {ranks} GPUs of a pipeline stage (the experts' mesh "
+                         f"etp·ep·expert_dp spans them); pick ep·etp among {_divisors(ranks)}",
+                         field="parallel.ep")
+    moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    if moe_ffn % etp:
+        raise PrismError(f"parallel.etp={etp}: does not divide model.moe_ffn_hidden_size={moe_ffn} of {name}; "
+                         f"pick etp among its divisors (1 is Megatron's MoE default)", field="parallel.etp")
+    if par.tp > 1 and ep > 1 and not par.sequence_parallel:
+        raise PrismError(f"parallel.sequence_parallel=False: Megatron-Core requires sequence parallelism with "
+                         f"expert and tensor parallelism together (tp={par.tp}, ep={ep}); set "
+                         f"parallel.sequence_parallel=true", field="parallel.sequence_parallel")
+    if par.moe_dispatcher not in DISPATCHERS:
+        raise PrismError(f"parallel.moe_dispatcher={par.moe_dispatcher!r}: unknown; choose one of: "
+                         f"{', '.join(DISPATCHERS)}", field="parallel.moe_dispatcher")
+    check_number("parallel.moe_capacity_factor", par.moe_capacity_factor, zero=True)
+    if 0 < par.moe_capacity_factor < 1:
+        raise PrismError(f"parallel.moe_capacity_factor={par.moe_capacity_factor}: below 1 drops tokens even "
+                         f"under perfect balance; use >= 1, or 0 for dropless", field="parallel.moe_capacity_factor")
 
 
 def layers_per_stage(num_layers: int, pp: int) -> list[int]:

@@ -5,10 +5,11 @@ One object owns what used to be written by hand wherever it was needed (``tp * c
 GPUs per stage, the dp group's stride, the nodes of a stage), as torchtitan's
 ``ParallelDims`` does. Ranks are numbered as Megatron-Core numbers them by default
 (``order="tp-cp-ep-dp-pp"``, megatron/core/parallel_state.py): tp innermost, then cp,
-dp, pp. Expert parallelism does not add ranks: the ep group is carved out of the
-data- (and context-) parallel ranks, so ``ep`` divides ``dp * cp`` and the experts' own
-data-parallel group has ``dp * cp / ep`` ranks (Megatron-Core's expert-data-parallel
-group, with expert tensor parallelism equal to tp).
+dp, pp. Expert parallelism does not add ranks: the experts of a pipeline stage have
+their own mesh over the same tp·cp·dp ranks, numbered etp innermost, then ep, then the
+experts' data-parallel axis (Megatron-Core's ``expert_decoder_rank_generator``, order
+"tp-ep-dp" with tp = etp), so ``ep * etp`` divides ``tp * cp * dp`` and the
+expert-data-parallel group has ``tp * cp * dp / (ep * etp)`` ranks.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 
 #: Axes that number ranks, innermost first; ep lives inside dp·cp (module docstring).
 ORDER = ("tp", "cp", "dp", "pp")
+#: Strides of the experts' axes in their own mesh (etp innermost, then ep, then expert_dp).
+EXPERT_STRIDE = {"etp": lambda m: 1, "ep": lambda m: m.etp, "expert_dp": lambda m: m.etp * m.ep}
 
 
 def group_topology(size: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
@@ -36,12 +39,20 @@ class Mesh:
     pp: int
     ep: int
     gpus_per_node: int
+    etp: int = 1  # expert tensor parallelism (Megatron-Core --expert-tensor-parallel-size)
+    # GPUs of one NVLink domain (0: one node). Communication is placed by domain, not by
+    # node: a group inside one domain talks over NVLink even across the 4-GPU trays of a
+    # GB200/GB300 NVL72 rack; only groups spanning domains cross the scale-out network.
+    nvlink_domain: int = 0
 
     @classmethod
-    def of(cls, layout, gpus_per_node: int) -> Mesh:
+    def of(cls, layout, gpus_per_node: int, nvlink_domain: int | None = None) -> Mesh:
         """The mesh of a :class:`~predictor.core.specs.ParallelConfig` (validated by
-        :func:`predictor.core.layout.validate_layout`)."""
-        return cls(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, gpus_per_node)
+        :func:`predictor.core.layout.validate_layout`) on nodes of ``gpus_per_node`` GPUs
+        in NVLink domains of ``nvlink_domain`` GPUs (None: one node,
+        :attr:`predictor.core.specs.HardwareConfig.nvlink_domain`)."""
+        return cls(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, gpus_per_node,
+                   etp=getattr(layout, "etp", 1), nvlink_domain=nvlink_domain or 0)
 
     @property
     def world_size(self) -> int:
@@ -59,23 +70,34 @@ class Mesh:
 
     @property
     def expert_dp(self) -> int:
-        """Ranks an expert's gradient is reduced over (Megatron-Core's expert-data-parallel group)."""
-        return self.dp * self.cp // self.ep
+        """Ranks an expert's gradient is reduced over (Megatron-Core's expert-data-parallel
+        group): tp·cp·dp / (ep·etp)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
 
     def size(self, axis: str) -> int:
         return getattr(self, axis)
 
     def stride(self, axis: str) -> int:
-        """Distance between consecutive ranks of one ``axis`` group (ep: its ranks are
-        consecutive data-parallel ranks, so tp·cp apart)."""
-        inner = ORDER[:ORDER.index("dp" if axis == "ep" else axis)]
+        """Distance between consecutive ranks of one ``axis`` group (ep: etp apart in the
+        experts' mesh; expert_dp: ep·etp apart)."""
+        if axis in EXPERT_STRIDE:
+            return EXPERT_STRIDE[axis](self)
+        inner = ORDER[:ORDER.index(axis)]
         return math.prod(self.size(a) for a in inner)
 
+    @property
+    def domain(self) -> int:
+        """GPUs of one NVLink domain: ``nvlink_domain``, else one node."""
+        return self.nvlink_domain or self.gpus_per_node
+
     def topology(self, axis: str) -> tuple[int, int]:
-        """(ranks per node, nodes spanned) of one ``axis`` group; for pp, of the two
-        neighbouring stages a pipeline send connects."""
+        """(ranks per NVLink domain, domains spanned) of one ``axis`` group; for pp, of the
+        two neighbouring stages a pipeline send connects. A domain is a node except on
+        multi-node NVLink systems (NVL72: 72 GPUs, 18 nodes), so the pair reads as the
+        collectives' (ranks per node, nodes) of the sample store, where a "node" is what
+        one NVLink fabric joins: inside it the intra-node (NVLink) bandwidth applies."""
         size = 2 if axis == "pp" else self.size(axis)
-        return group_topology(size, self.stride(axis), self.gpus_per_node)
+        return group_topology(size, self.stride(axis), self.domain)
 
     def stage_of_rank(self, rank: int) -> int:
         return rank // self.gpus_per_stage

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DTYPE_BYTES = {"float32": 4, "tfloat32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+#: Bytes per element, block scales included (predictor.core.precision): float8_blockwise one
+#: fp32 scale per 128 elements (1 + 4/128); mxfp8 one E8M0 byte per 32 (1 + 1/32, OCP MX
+#: spec v1.0); nvfp4 half a byte plus one E4M3 byte per 16 (0.5 + 1/16; the per-tensor fp32
+#: scale is negligible), Transformer Engine NVFP4BlockScaling.
+DTYPE_BYTES = {"float32": 4, "tfloat32": 4, "bfloat16": 2, "float16": 2, "float8": 1,
+               "float8_blockwise": 1 + 4 / 128, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 
 #: Every shape column the store knows, with its Arrow type name. One store-wide set
 #: keeps every Parquet file of every op on the same schema (unused columns are null).
@@ -27,6 +32,8 @@ SHAPE_COLUMNS: dict[str, str] = {
     "tokens": "int64", "hidden": "int64", "vocab": "int64",
     "params": "int64", "tensors": "int64", "optimizer": "string",
     "message_bytes": "int64", "group_size": "int64",
+    "experts": "int64", "top_k": "int64",
+    "launches": "int64",
 }
 
 
@@ -43,6 +50,7 @@ class OpSpec:
     shape: tuple[str, ...]
     passes: tuple[str, ...]
     collective: bool = False
+    host: bool = False  # host-side framework time (dispatch, autograd, launches), not device work
     flops_per_element: float | None = None
     tensors: int | None = None
     elements: tuple[str, ...] = ("tokens", "hidden")
@@ -80,11 +88,33 @@ OPS: dict[str, OpSpec] = {
                elements=("tokens", "vocab")),
         # optimizer_step: params split over `tensors` tensors (per-tensor launch costs matter).
         OpSpec("optimizer_step", ("params", "tensors", "optimizer"), _ONCE),
+        # Mixture-of-Experts (Megatron-Core MoELayer). router: the gate GEMM [tokens, hidden] x
+        # [hidden, experts], its scores (softmax or sigmoid) and the top-k selection.
+        OpSpec("router", ("tokens", "hidden", "experts", "top_k"), _FWD_BWD),
+        # permute: gather each token's hidden vector once per chosen expert (tokens·top_k rows
+        # out, grouped by expert); unpermute: scatter them back and sum the top_k outputs
+        # weighted by their scores. top_k = 1 is a plain reordering (sort_chunks_by_idxs).
+        OpSpec("permute", ("tokens", "hidden", "top_k"), _FWD_BWD),
+        OpSpec("unpermute", ("tokens", "hidden", "top_k"), _FWD_BWD),
+        # grouped_gemm (batch, m, n, k): `batch` experts' GEMMs [m, k] x [k, n] in one call,
+        # m tokens each (the busiest rank's per-expert count); costs as a bmm of that shape.
+        OpSpec("grouped_gemm", ("batch", "m", "n", "k"), _FWD_BWD),
         OpSpec("all_reduce", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("all_gather", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("reduce_scatter", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("all_to_all", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("send_recv", ("message_bytes", "group_size"), _ONCE, collective=True),
+        # Host time (DESIGN.md, "Vocabulary"; :mod:`predictor.workload.host`): ``launches``
+        # eager framework calls around a compute op at shapes where the kernels take no time:
+        # Python, module and autograd.Function calls, the dispatcher, autograd's recording
+        # (fwd) or the autograd engine's node (bwd), and the device API's kernel launch.
+        OpSpec("dispatch", ("launches",), _FWD_BWD, host=True),
+        # The host time of issuing one collective (c10d front-end and its kernel launch).
+        OpSpec("collective_launch", ("group_size",), _ONCE, host=True),
+        # DTensor's tensor parallelism, per pair of a column- then a row-parallel linear layer
+        # over ``group_size`` ranks: redistributions, dispatch and the pair's functional
+        # collective, at 4x4 tensors (:mod:`sampling.tensor_parallel`).
+        OpSpec("dtensor", ("group_size",), _FWD_BWD, host=True),
     ]
 }
 
@@ -98,7 +128,7 @@ class Call:
     pass_: str
     shape: tuple  # sorted (column, value) pairs: hashable, so equal calls are looked up once
     count: int = 1
-    role: str = "compute"  # compute | tp | cp | pp | dp | optimizer | sampled
+    role: str = "compute"  # compute | tp | cp | pp | dp | optimizer | host | sampled
     ranks_per_node: int = 1
     nodes: int = 1
 
@@ -112,7 +142,8 @@ class Call:
         return dict(self.shape)
 
 
-COMPUTE_OPS = tuple(name for name, spec in OPS.items() if not spec.collective)
+COMPUTE_OPS = tuple(name for name, spec in OPS.items() if not spec.collective and not spec.host)
+HOST_OPS = tuple(name for name, spec in OPS.items() if spec.host)
 COLLECTIVE_OPS = tuple(name for name, spec in OPS.items() if spec.collective)
 
 #: nccl-tests bus-bandwidth factors: bus_bw = algo_bw * factor(n)
@@ -146,9 +177,19 @@ def flops(op: str, pass_: str, shape):
     """
     s = shape
     bwd = 2.0 if pass_ == "bwd" else 1.0
-    if op in ("gemm", "bmm"):
-        batch = s["batch"] if op == "bmm" else 1
+    if op in ("gemm", "bmm", "grouped_gemm"):
+        batch = s["batch"] if op != "gemm" else 1
         return bwd * 2.0 * batch * s["m"] * s["n"] * s["k"]
+    if op == "router":
+        # gate GEMM 2·t·h·E; scores ~5 per logit (as softmax); top-k by partial sort ~log2(E)
+        # per logit; the backward runs the GEMM twice (dX, dW) and the scores once.
+        t, e = s["tokens"], s["experts"]
+        return bwd * 2.0 * t * s["hidden"] * e + (5.0 + np.log2(np.maximum(e, 2))) * t * e
+    if op in ("permute", "unpermute"):
+        # unpermute's forward sums top_k weighted vectors per token (2 FLOPs per element);
+        # permute's backward is that sum, unpermute's backward a gather.
+        summing = (op == "unpermute") == (pass_ == "fwd")
+        return 2.0 * s["tokens"] * s["top_k"] * s["hidden"] * (1.0 if summing else 0.0)
     if op == "attention":
         # QK^T and PV: 2 matmuls of 2*b*h*sq*skv*d each; causal skips half.
         f = 4.0 * s["batch"] * s["heads"] * s["seq_q"] * s["seq_kv"] * s["head_dim"]
@@ -156,6 +197,8 @@ def flops(op: str, pass_: str, shape):
         return f * (2.5 if pass_ == "bwd" else 1.0)
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_FLOPS_PER_PARAM, s["optimizer"]) * s["params"]
+    if OPS[op].host:  # host time: no device work
+        return 0.0 * s[OPS[op].shape[0]]
     if OPS[op].collective or op == "embedding":  # a gather moves data and computes nothing
         return 0.0 * s["tokens" if op == "embedding" else "message_bytes"]
     return bwd * OPS[op].flops_per_element * _elements(op, s)
@@ -168,15 +211,26 @@ def bytes_moved(op: str, pass_: str, shape, dtype):
     """
     s, e = shape, dtype_bytes(dtype)
     bwd = 2.0 if pass_ == "bwd" else 1.0
-    if op in ("gemm", "bmm"):
-        batch = s["batch"] if op == "bmm" else 1
+    if op in ("gemm", "bmm", "grouped_gemm"):
+        batch = s["batch"] if op != "gemm" else 1
         return bwd * batch * (s["m"] * s["k"] + s["k"] * s["n"] + s["m"] * s["n"]) * e
+    if op == "router":
+        # input and gate weights in the train dtype; fp32 logits and scores written and read
+        # (Megatron keeps router logits in fp32: --moe-router-dtype); top-k scores and int64 ids.
+        t, experts = s["tokens"], s["experts"]
+        return bwd * (t * s["hidden"] + s["hidden"] * experts) * e + 16.0 * t * experts + 12.0 * t * s["top_k"]
+    if op in ("permute", "unpermute"):
+        # reads tokens·hidden and writes tokens·top_k·hidden (or the reverse), int64 indices.
+        return (s["tokens"] * (1 + s["top_k"]) * s["hidden"] * dtype_bytes(dtype)
+                + 8.0 * s["tokens"] * s["top_k"])
     if op == "attention":
         q_o = 2 * s["batch"] * s["heads"] * s["seq_q"] * s["head_dim"]
         k_v = 2 * s["batch"] * s["kv_heads"] * s["seq_kv"] * s["head_dim"]
         return bwd * (q_o + k_v) * e
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_BYTES_PER_PARAM, s["optimizer"]) * s["params"]
+    if OPS[op].host:
+        return 0.0 * s[OPS[op].shape[0]]
     if OPS[op].collective:
         return 1.0 * s["message_bytes"]
     if op == "embedding":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import re
 from pathlib import Path
 
@@ -53,6 +54,18 @@ def load_entry(group: str, name: str, schema: type):
         raise PrismError(f"{group} {name!r}: no conf/{group}/{name}.yaml; "
                          f"choose one of: {', '.join(group_options(group))}", field=str(group))
     return section(OmegaConf.create({group: OmegaConf.load(path)}), group, schema)
+
+
+def this_cpu() -> str:
+    """This machine's CPU model as the kernel names it (``model name`` of /proc/cpuinfo),
+    else what Python's platform module says: what a CPU's samples record as their device."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
 
 
 def load_hardware(name: str) -> HardwareConfig:

@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 from predictor.core.errors import PrismError
+from predictor.core.precision import LOW_PRECISION_OPS, canonical_gemm_dtype, check_gemm_ops, no_peak, peak_of
 
 #: The choices of :class:`ModelConfig`'s enumerated settings.
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
+ROUTER_SCORES = ("softmax", "sigmoid")
+BALANCINGS = ("aux_loss", "aux_free", "none")
+DISPATCHERS = ("alltoall", "flex", "allgather")
 
 
 def check_number(key: str, value, *, integer: bool = False, zero: bool = False) -> None:
@@ -34,7 +38,7 @@ def check_number(key: str, value, *, integer: bool = False, zero: bool = False) 
 
 @dataclass
 class ModelConfig:
-    """A decoder-only transformer (GPT and Llama families)."""
+    """A decoder-only transformer (GPT and Llama families), dense or Mixture-of-Experts."""
 
     name: str
     family: str
@@ -51,12 +55,46 @@ class ModelConfig:
     position: str  # learned | rope
     tied_embeddings: bool
     num_experts: int = 0  # routed experts of a Mixture-of-Experts model; 0: dense
+    # Mixture-of-Experts (Megatron-Core's names: --moe-router-topk, --moe-ffn-hidden-size,
+    # --moe-shared-expert-intermediate-size, --moe-layer-freq); ignored where num_experts = 0.
+    top_k: int = 0  # experts each token is routed to (0: dense)
+    moe_ffn_hidden_size: int = 0  # one routed expert's FFN width (0: ffn_hidden_size)
+    shared_expert_ffn_hidden_size: int = 0  # all shared experts' FFN width together (0: none)
+    moe_layer_freq: int = 1  # every moe_layer_freq-th layer is MoE (Megatron: layer i if i % freq == 0)
+    first_dense_layers: int = 0  # leading dense layers (DeepSeek's first_k_dense_replace)
+    router_score: str = "softmax"  # softmax | sigmoid (DeepSeek-V3)
+    moe_balancing: str = "aux_loss"  # aux_loss | aux_free (DeepSeek's bias-based) | none
+    # Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 sec. 2.1): the low-rank
+    # query and key-value compressions; 0: standard (grouped-query) attention.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0  # the decoupled RoPE part of each query/key head (head_dim: its no-RoPE part)
+    v_head_dim: int = 0  # value head width (0: head_dim)
 
     def __post_init__(self):
         for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
                     "vocab_size", "seq_length"):
             check_number(f"model.{key}", getattr(self, key), integer=True)
-        check_number("model.num_experts", self.num_experts, integer=True, zero=True)
+        for key in ("num_experts", "top_k", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
+                    "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+            check_number(f"model.{key}", getattr(self, key), integer=True, zero=True)
+        check_number("model.moe_layer_freq", self.moe_layer_freq, integer=True)
+        if self.num_experts:
+            if not 1 <= self.top_k <= self.num_experts:
+                raise PrismError(f"model.top_k={self.top_k}: must be 1..model.num_experts={self.num_experts} "
+                                 f"(each token picks top_k of the routed experts); lower top_k",
+                                 field="model.top_k")
+            if self.first_dense_layers >= self.num_layers:
+                raise PrismError(f"model.first_dense_layers={self.first_dense_layers}: leaves no MoE layer of "
+                                 f"model.num_layers={self.num_layers}; lower it", field="model.first_dense_layers")
+        for key, choices in (("router_score", ROUTER_SCORES), ("moe_balancing", BALANCINGS)):
+            if getattr(self, key) not in choices:
+                raise PrismError(f"model.{key}={getattr(self, key)!r}: unknown; choose one of: {', '.join(choices)}",
+                                 field=f"model.{key}")
+        if bool(self.kv_lora_rank) != bool(self.qk_rope_head_dim):
+            raise PrismError(f"model.kv_lora_rank={self.kv_lora_rank}, model.qk_rope_head_dim="
+                             f"{self.qk_rope_head_dim}: multi-head latent attention needs both (or neither)",
+                             field="model.kv_lora_rank")
         if self.num_heads % self.num_kv_heads:
             raise PrismError(f"model.num_kv_heads={self.num_kv_heads}: must divide model.num_heads={self.num_heads} "
                              f"(each key-value head serves a group of query heads); pick a divisor of "
@@ -97,7 +135,11 @@ class NetworkSpec:
 
 @dataclass
 class NodeSpec:
-    gpus_per_node: int
+    gpus_per_node: int  # GPUs of one host (one OS image, one set of NICs): 8 in a DGX, 4 in a GB200 compute tray
+    # GPUs that share one NVLink (NVSwitch) domain, where it is larger than a node: 72 in a
+    # GB200/GB300 NVL72 rack (18 trays of 4). Collectives inside it run at the NVLink
+    # bandwidth (predictor.core.mesh places groups by domain); null: one node.
+    nvlink_domain: int | None = None
 
 
 @dataclass
@@ -108,6 +150,25 @@ class VariabilitySpec:
     interruptions_per_gpu_day: float
     checkpoint_interval_min: float
     restart_cost_min: float
+
+
+@dataclass
+class HostSpec:
+    """The host side of a device (DESIGN.md, "Composer" step 2): whether the device runs
+    asynchronously from the host (CUDA: the host issues work ahead and the device waits
+    only when the host falls behind; a CPU runs the framework and the kernels in turn),
+    and the priors of the host ops (:data:`predictor.core.ops.HOST_OPS`) where no host
+    samples exist: per eager framework call, the CPU side of the forward (Python, module
+    and autograd.Function calls, the dispatcher, autograd's recording) and of the backward
+    (the autograd engine's node), the device API's kernel launch, one collective's issue,
+    and one DTensor tensor-parallel pair of linear layers. Each profile cites its figures."""
+
+    asynchronous: bool
+    dispatch_us: float
+    autograd_us: float
+    launch_us: float
+    collective_launch_us: float
+    dtensor_us: float  # one DTensor tensor-parallel pair (column- then row-parallel linear), each pass
 
 
 @dataclass
@@ -123,10 +184,17 @@ class HardwareConfig:
     price_per_gpu_hour: float | None
     power_w: float | None
     variability: VariabilitySpec
+    host: HostSpec
     train_dtype: str = "bfloat16"  # the precision of compute ops when training on it
-    # The linear layers' GEMMs where they run in another precision than train_dtype:
-    # float8 for torchtitan's Float8 linears or Transformer Engine fp8; null = train_dtype.
+    # The linear layers' GEMMs where they run in another precision than train_dtype
+    # (predictor.core.precision: float8 tensor-wise, float8_blockwise, mxfp8, nvfp4; attention,
+    # norms and element-wise ops stay in train_dtype); null = train_dtype. A precision
+    # without a peak_flops entry is refused.
     gemm_dtype: str | None = None
+    # Which GEMMs run in gemm_dtype (predictor.core.precision.LOW_PRECISION_OPS): the linear
+    # layers (gemm) and the experts (grouped_gemm) by default; one of them for recipes that
+    # convert only that kind (torchao's "MXFP8 for Grouped GEMMs only").
+    gemm_ops: list[str] = field(default_factory=lambda: list(LOW_PRECISION_OPS))
     # Another profile whose operator models this one borrows when it has none of its own:
     # a GPU with the same compute die (H200 = H100's GH100), so the models' efficiency
     # relative to the roofline floor carries over; the floor is this profile's.
@@ -140,6 +208,17 @@ class HardwareConfig:
         check_number("hardware.memory.capacity_gib", self.memory.capacity_gib)
         check_number("hardware.memory.l2_bytes", self.memory.l2_bytes, integer=True, zero=True)
         check_number("hardware.node.gpus_per_node", self.node.gpus_per_node, integer=True)
+        if self.node.nvlink_domain is not None:
+            check_number("hardware.node.nvlink_domain", self.node.nvlink_domain, integer=True)
+            if self.node.nvlink_domain % self.node.gpus_per_node:
+                raise PrismError(f"hardware.node.nvlink_domain={self.node.nvlink_domain}: must be a multiple of "
+                                 f"hardware.node.gpus_per_node={self.node.gpus_per_node} (a domain holds whole "
+                                 f"nodes); e.g. 72 for an NVL72 rack of 4-GPU trays, or null",
+                                 field="hardware.node.nvlink_domain")
+        # an unknown name is refused here; a known one the device lacks (nvfp4 on H100) when a
+        # prediction needs its peak (peak()), so that a profile can be composed and then edited
+        self.gemm_dtype = canonical_gemm_dtype(self.gemm_dtype)
+        check_gemm_ops(self.gemm_ops)
         for side in ("intra_node", "inter_node"):
             link = getattr(self.network, side)
             check_number(f"hardware.network.{side}.bandwidth", link.bandwidth)
@@ -153,9 +232,18 @@ class HardwareConfig:
         for key in ("spatial_cv", "temporal_cv", "comm_regime_cv", "interruptions_per_gpu_day", "restart_cost_min"):
             check_number(f"hardware.variability.{key}", getattr(spread, key), zero=True)
         check_number("hardware.variability.checkpoint_interval_min", spread.checkpoint_interval_min)
+        for key in ("dispatch_us", "autograd_us", "launch_us", "collective_launch_us", "dtensor_us"):
+            check_number(f"hardware.host.{key}", getattr(self.host, key), zero=True)
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs of one NVLink domain: ``node.nvlink_domain``, else one node."""
+        return self.node.nvlink_domain or self.node.gpus_per_node
 
     def peak(self, dtype: str) -> float:
-        value = self.peak_flops.get(dtype)
+        value = peak_of(self.peak_flops, dtype)  # float8_blockwise: float8's where not listed
+        if not value and dtype == self.gemm_dtype:
+            raise no_peak(self.name, dtype, self.peak_flops)
         if not value:
             raise PrismError(f"hardware.peak_flops.{dtype}: {self.name} has no {dtype} peak; "
                              f"pick a dtype it supports ({', '.join(k for k, v in self.peak_flops.items() if v)})",
@@ -187,6 +275,22 @@ class ParallelConfig:
     # TP collectives run under the layer's GEMMs (Megatron --tp-comm-overlap, torchtitan
     # async TP); off: they run between them.
     overlap_tp_comm: bool = False
+    # Mixture-of-Experts (Megatron-Core): expert tensor parallelism (--expert-tensor-parallel-size;
+    # 1 as torchtitan's default and Megatron's MoE model zoo set it), the token dispatcher
+    # (--moe-token-dispatcher-type: alltoall, flex = DeepEP/HybridEP, allgather), the
+    # capacity factor (--moe-expert-capacity-factor; 0: dropless) and forced balanced routing
+    # (--moe-router-force-load-balancing, a benchmarking switch).
+    etp: int = 1
+    moe_dispatcher: str = "alltoall"  # alltoall | flex | allgather (predictor.workload.layers.dispatch_bytes)
+    moe_capacity_factor: float = 0.0
+    moe_force_balance: bool = False
+    # Megatron-Core --overlap-moe-expert-parallel-comm: the expert-parallel all-to-alls of one
+    # micro-batch run under another's compute (1F1B A2A overlap).
+    overlap_ep_comm: bool = False
+    # Megatron-Core --recompute-modules under recompute=selective, comma-separated: core_attn
+    # layernorm mlp moe moe_act shared_experts mla_up_proj (predictor.core.layout.RECOMPUTE_MODULES);
+    # empty: core_attn, the classic selective recompute (Korthikanti et al. 2022).
+    recompute_modules: str = ""
 
     @property
     def replica_gpus(self) -> int:
@@ -221,6 +325,9 @@ class SamplingConfig:
     space: dict[str, list]  # column -> [low, high]
     seed: int = 0
     flush_every_s: float = 2.0
+    # a cluster job: how long a rank may be silent (a collective's wait, a rank's record) before it
+    # counts as hung or lost and the others go on without it
+    rank_timeout_s: float = 600.0
 
 
 @dataclass

@@ -27,6 +27,7 @@ import pandas as pd
 
 from predictor.core.errors import PrismError
 from predictor.core.layout import validate_layout
+from predictor.core.precision import LOW_PRECISION_OPS, check_gemm_dtype
 from predictor.core.profiles import load_hardware, match_hardware
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.runs_table import (
@@ -178,25 +179,43 @@ def row_hardware(gpu: str) -> str:
     """The hardware profile a GPU cell names (longest ``device.match`` name it contains)."""
     name = match_hardware(gpu) if gpu else None
     if name is None:
-        raise PrismError(f"gpu={gpu!r}: no hardware profile matches; write a name such as A100, H100, H200, GH200 "
-                         f"or B200, or add it to a conf/hardware/*.yaml device.match list", field="gpu")
+        raise PrismError(f"gpu={gpu!r}: no hardware profile matches; write a name such as A100, H100, H200, GH200, "
+                         f"B200 (B200-SXM-180GB, DGX B200), GB200 or GB300 (NVL72 racks), or add it to a "
+                         f"conf/hardware/*.yaml device.match list", field="gpu")
     return name
 
 
+#: Low-precision GEMM recipes a precision cell can name (:mod:`predictor.core.precision`),
+#: most specific first: "MXFP8 (e4m3, 1x32 blocks)" is mxfp8, not tensor-wise fp8 for its
+#: "e4m3"; "NVFP4 (FP8 attention)" is nvfp4 linears (attention stays bf16 in PRISM).
+LOW_PRECISIONS = {
+    "nvfp4": ("nvfp4", "nv-fp4", "fp4"),
+    "mxfp8": ("mxfp8", "mx-fp8", "mx fp8"),
+    "float8_blockwise": ("fp8 blockwise", "blockwise fp8", "fp8 block-wise", "block-wise fp8", "fp8-blockwise",
+                         "blockwise", "block-wise"),
+    "float8": ("fp8", "float8", "e4m3", "tensorwise", "tensor-wise"),
+}
+
+
 def row_precision(text, framework: str) -> tuple[str, str]:
-    """(train dtype, GEMM dtype) of a precision cell (:data:`~predictor.data.runs_table.PRECISIONS`):
-    a cell naming fp8 (not negated) runs the linears in float8 and the rest in the other
-    precision it names, else bf16 (torchtitan Float8, Transformer Engine); a blank cell
-    takes the framework's default (bf16; fp32 under HF Accelerate)."""
+    """(train dtype, GEMM dtype) of a precision cell: the most specific low precision it
+    names and does not negate (:data:`LOW_PRECISIONS`: nvfp4, mxfp8, block-wise fp8, fp8)
+    runs the linear layers' GEMMs, and the rest runs in the other precision it names
+    (:data:`~predictor.data.runs_table.PRECISIONS`), else bf16 (Transformer Engine,
+    torchtitan Float8/MXFP8, Megatron-Core fp8/fp4 recipes); a blank cell takes the
+    framework's default (bf16; fp32 under HF Accelerate)."""
     row = {"precision": text}
     if not cell(row, "precision") or asks_default(cell(row, "precision")):
         row = {"precision": framework_default("precision", framework_family(framework))[0]}
-    named = [value for value, negated in mentions(cell(row, "precision"), PRECISIONS) if not negated]
-    if not named:
-        raise PrismError(f"precision={cell(row, 'precision')!r}: not a precision this reads; write "
+    written = cell(row, "precision")
+    low = {value for value, negated in mentions(written, LOW_PRECISIONS) if not negated}
+    gemm = next((v for v in LOW_PRECISIONS if v in low), None)
+    named = [value for value, negated in mentions(written, PRECISIONS) if not negated and value != "float8"]
+    if not named and gemm is None:
+        raise PrismError(f"precision={written!r}: not a precision this reads; write "
                          f"{BY_NAME['precision'].spellings}", field="precision")
-    train = next((v for v in named if v != "float8"), "bfloat16")
-    return train, "float8" if "float8" in named else train
+    train = named[0] if named else "bfloat16"
+    return train, gemm or train
 
 
 def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
@@ -208,7 +227,13 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
     name = cell(row, "model")
     if not name:
         raise PrismError(f"model: blank; fill it in ({BY_NAME['model'].meaning})", field="model")
-    family = "llama" if "llama" in name.lower() else "gpt" if "gpt" in name.lower() else None
+    plain = ("llama" in name.lower() or "gpt" in name.lower()) and not cell(row, "num_experts")
+    known = None if plain else known_moe_model(name)  # a dense Llama or GPT row reads no conf/model entry
+    if known is None and any(w in _squeezed(name) for w in UNMODELLED):
+        word = next(w for w in UNMODELLED if w in _squeezed(name))
+        raise PrismError(f"model={name!r}: {UNMODELLED[word]}; PRISM does not model it", field="model")
+    family = known.family if known else "llama" if "llama" in name.lower() else "gpt" if "gpt" in name.lower() \
+        else None
     if family is None:  # not guessed: the two families differ in every layer
         raise PrismError(f"model={name!r}: names neither GPT nor Llama; put the family in the name "
                          f"({BY_NAME['model'].meaning})", field="model")
@@ -226,11 +251,101 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
         vocab = 128256 if family == "llama" else GPT_VOCAB
         notes.append(f"vocab={vocab} (blank: {'Llama 3' if family == 'llama' else 'GPT-2, padded'})")
     llama = family == "llama"
-    return ModelConfig(
+    model = ModelConfig(
         name=name, family=family, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
         head_dim=hidden // heads, ffn_hidden_size=ffn, vocab_size=vocab, seq_length=seq,
         activation="swiglu" if llama else "gelu", norm="rmsnorm" if llama else "layernorm",
         position="rope" if llama else "learned", tied_embeddings=not llama)
+    return _with_experts(model, row, known, notes) if count(row, "num_experts") or known else model
+
+
+#: Architectures a model name may name that PRISM does not model, and why.
+UNMODELLED = {"qwen3next": "Qwen3-Next's layers are 3 of 4 Gated DeltaNet linear attention (not modelled)"}
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+_KNOWN: dict[str, ModelConfig] = {}
+
+
+def known_moe_model(name: str) -> ModelConfig | None:
+    """The conf/model entry of a Mixture-of-Experts model whose name the cell contains
+    (letters and digits only: "Qwen3-235B-A22B" is qwen3-235b-a22b, "Llama 4 Scout (...)" is
+    llama4-scout): the cited figures a table has no column for (head width, multi-head
+    latent attention, router, balancing, dense leading layers) come from it."""
+    if not _KNOWN:
+        from predictor.core.profiles import group_options, load_model
+
+        for option in group_options("model"):
+            entry = load_model(option)
+            if entry.num_experts:
+                _KNOWN[_squeezed(option)] = entry
+    squeezed = _squeezed(name)
+    matches = [key for key in _KNOWN if key in squeezed]
+    return _KNOWN[max(matches, key=len)] if matches else None
+
+
+def _layer_pattern(text: str, layers: int) -> tuple[int, int]:
+    """(moe_layer_freq, first_dense_layers) of a moe_layer_freq cell: "N ..." (every N-th
+    layer), or Megatron's list "[0]*3+[1]*58" (dense layers first, then MoE ones)."""
+    text = text.strip()
+    if text.startswith("["):
+        terms = re.findall(r"\[([01])\]\s*\*\s*(\d+)", text.split("(")[0])
+        pattern = [int(v) for v, n in terms for _ in range(int(n))]
+        first = pattern.index(1) if 1 in pattern else len(pattern)
+        if len(pattern) != layers or any(v != 1 for v in pattern[first:]):
+            raise PrismError(f"moe_layer_freq={text!r}: PRISM reads dense leading layers then MoE ones over all "
+                             f"{layers} layers, as '[0]*3+[1]*58'", field="moe_layer_freq")
+        return 1, first
+    number = re.match(r"\d+", text)
+    if not number or int(number.group(0)) < 1:
+        raise PrismError(f"moe_layer_freq={text!r}: write N (every N-th layer is MoE) or '[0]*3+[1]*58'",
+                         field="moe_layer_freq")
+    return int(number.group(0)), 0
+
+
+def _with_experts(model: ModelConfig, row: Mapping, known: ModelConfig | None, notes: list[str]) -> ModelConfig:
+    """``model`` with the row's MoE columns (num_experts, top_k, expert_ffn, shared_experts,
+    moe_layer_freq) and, from the conf/model entry its name matches, the figures the table
+    has no column for; the row's own figures rule."""
+    from dataclasses import replace
+
+    experts = count(row, "num_experts") or (known.num_experts if known else None)
+    top_k = count(row, "top_k") or (known.top_k if known else None)
+    if top_k is None:
+        raise PrismError("top_k: blank; a Mixture-of-Experts row needs the experts each token is routed to",
+                         field="top_k")
+    expert_ffn = count(row, "expert_ffn") or (known.moe_ffn_hidden_size if known else model.ffn_hidden_size)
+    shared_text = cell(row, "shared_experts")
+    if shared_text:
+        shared = re.match(r"\d+", shared_text)
+        if not shared:
+            raise PrismError(f"shared_experts={shared_text!r}: write a whole number", field="shared_experts")
+        shared_ffn = int(shared.group(0)) * expert_ffn
+    else:
+        shared_ffn = known.shared_expert_ffn_hidden_size if known else 0
+    freq, first = _layer_pattern(cell(row, "moe_layer_freq"), model.num_layers) if cell(row, "moe_layer_freq") \
+        else ((known.moe_layer_freq, known.first_dense_layers) if known else (1, 0))
+    fields = dict(num_experts=experts, top_k=top_k, moe_ffn_hidden_size=expert_ffn,
+                  shared_expert_ffn_hidden_size=shared_ffn, moe_layer_freq=freq, first_dense_layers=first)
+    if known:
+        taken = dict(head_dim=known.head_dim, router_score=known.router_score, moe_balancing=known.moe_balancing,
+                     q_lora_rank=known.q_lora_rank, kv_lora_rank=known.kv_lora_rank,
+                     qk_rope_head_dim=known.qk_rope_head_dim, v_head_dim=known.v_head_dim,
+                     tied_embeddings=known.tied_embeddings)
+        if known.kv_lora_rank:
+            taken["num_kv_heads"] = model.num_heads
+        changed = {k: v for k, v in taken.items() if getattr(model, k) != v}
+        if changed:
+            notes.append(f"from conf/model ({known.name}): " + ", ".join(f"{k}={v}" for k, v in changed.items()))
+        fields.update(taken)
+    try:
+        return replace(model, **fields)
+    except PrismError as exc:
+        column = {"model.top_k": "top_k", "model.first_dense_layers": "moe_layer_freq"}.get(exc.field, exc.field)
+        raise PrismError(f"{column}: {exc}", field=column) from None
 
 
 def _default_note(column: str, value: str, family: str, text: str = "") -> str:
@@ -298,7 +413,8 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
         overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap,
-        attention="unfused" if legacy_megatron else "flash")
+        attention="unfused" if legacy_megatron else "flash", **_expert_settings(model, text, notes),
+        recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:
         validate_layout(model, par, gpus)
     except PrismError as exc:
@@ -311,9 +427,72 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
                   (tuple(vars(model).values()), tuple(vars(par).values()), hw_key, gpus, framework), framework)
 
 
+#: Words of a recompute cell naming Megatron-Core's --recompute-modules (model zoo scripts
+#: write "norm, act" for layernorm and moe_act).
+MODULE_WORDS = {"core_attn": "core_attn", "attn": "core_attn", "layernorm": "layernorm", "norm": "layernorm",
+                "mlp": "mlp", "moe": "moe", "moe_act": "moe_act", "act": "moe_act", "shared_expert": "shared_experts",
+                "shared_experts": "shared_experts", "up_proj": "mla_up_proj", "mla_up_proj": "mla_up_proj"}
+
+
+def _recompute_modules(text: str, recompute: str, notes: list[str]) -> str:
+    """The modules a "selective: ..." recompute cell names (:data:`MODULE_WORDS`), as
+    ``parallel.recompute_modules``; empty where it names none (the attention core)."""
+    if recompute != "selective":
+        return ""
+    named = [MODULE_WORDS[w] for w in re.findall(r"[a-z_]+", text.lower().partition(":")[2]) if w in MODULE_WORDS]
+    modules = ",".join(dict.fromkeys(named))
+    if modules:
+        notes.append(f"recompute_modules={modules} (Megatron-Core --recompute-modules the cell names)")
+    return modules
+
+
+def _expert_settings(model: ModelConfig, text: str, notes: list[str]) -> dict:
+    """A MoE row's expert settings from its framework and notes text: expert tensor
+    parallelism ('ETP=1', 'ETP1'; blank: 1, Megatron's MoE model zoo and torchtitan),
+    forced balanced routing ('forced load balancing', Megatron
+    --moe-router-force-load-balancing), the allgather dispatcher where named (AlltoAll,
+    DeepEP and HybridEP move the same tokens: alltoall) and a capacity factor ('capacity
+    factor 1.25'; blank: dropless, Megatron-Core's default). Empty for a dense model."""
+    if not model.num_experts:
+        return {}
+    found = re.search(r"\betp\s*=?\s*(\d+)", text, re.IGNORECASE)
+    etp = int(found.group(1)) if found else 1
+    if not found:
+        notes.append("etp=1 (not stated: Megatron MoE model zoo's and torchtitan's expert tensor parallelism)")
+    force = says(text, "forced load balancing", "forced load balance", "force load balancing", "forced balancing",
+                 "force-load-balancing", "moe-router-force-load-balancing")
+    if force:
+        notes.append("balanced routing forced (notes: --moe-router-force-load-balancing)")
+    capacity = re.search(r"capacity[ _-]factor\s*=?\s*(\d+(?:\.\d+)?)", text, re.IGNORECASE)
+    gather = says(text, "allgather dispatcher", "all-gather dispatcher", "dispatcher allgather")
+    flex = says(text, "deepep", "hybridep", "flex")
+    dispatcher = "allgather" if gather else "flex" if flex else "alltoall"
+    notes.append(f"moe_dispatcher={dispatcher}" + (" (DeepEP/HybridEP named)" if flex else ""))
+    overlap = says(text, "a2a_overlap=1", "a2a overlap", "ep a2a overlap", "overlap-moe-expert-parallel-comm")
+    if overlap:
+        notes.append("expert-parallel all-to-alls overlapped (notes: A2A overlap)")
+    return dict(etp=etp, moe_force_balance=force, moe_capacity_factor=float(capacity.group(1)) if capacity else 0.0,
+                moe_dispatcher=dispatcher, overlap_ep_comm=overlap)
+
+
+def row_gemm_ops(text) -> tuple[str, ...]:
+    """The GEMMs a precision cell converts to its low precision: both kinds
+    (:data:`~predictor.core.precision.LOW_PRECISION_OPS`), unless it says only one:
+    "MXFP8 for Grouped GEMMs only" (the experts), "MXFP8 for Linears only" (the dense linears)."""
+    low = cell({"precision": text}, "precision").lower()
+    if re.search(r"(?<![a-z])only(?![a-z])", low):
+        grouped, linears = "grouped" in low, "linear" in low
+        if grouped and not linears:
+            return ("grouped_gemm",)
+        if linears and not grouped:
+            return ("gemm",)
+    return LOW_PRECISION_OPS
+
+
 def _hardware_key(row: Mapping, framework: str, hardware: dict, notes: list[str]) -> tuple:
-    """(profile, train dtype, GEMM dtype, GPUs per node, inter-node bytes/s or None): what
-    a row changes of its hardware profile, which is loaded into ``hardware`` by name."""
+    """(profile, train dtype, GEMM dtype, GPUs per node, inter-node bytes/s or None, the
+    GEMMs in the GEMM dtype): what a row changes of its hardware profile, which is loaded
+    into ``hardware`` by name."""
     name = row_hardware(cell(row, "gpu"))
     if name not in hardware:
         hardware[name] = load_hardware(name)
@@ -323,7 +502,9 @@ def _hardware_key(row: Mapping, framework: str, hardware: dict, notes: list[str]
         notes.append(_default_note("precision", "fp32" if train == "float32" else "bf16", framework_family(framework),
                                    text))
     elif text.lower() not in (p for spellings in PRECISIONS.values() for p in spellings):
-        notes.append(f"precision {text!r} read as {train}" + (" with float8 linears" if gemm != train else ""))
+        scope = {("gemm",): " (linears only)", ("grouped_gemm",): " (experts' grouped GEMMs only)"}
+        notes.append(f"precision {text!r} read as {train}"
+                     + (f" with {gemm} GEMMs{scope.get(row_gemm_ops(text), '')}" if gemm != train else ""))
     gpn = count(row, "gpus_per_node")
     if gpn is None:
         notes.append(f"gpus_per_node={hardware[name].node.gpus_per_node} (blank: {name}'s)")
@@ -334,14 +515,18 @@ def _hardware_key(row: Mapping, framework: str, hardware: dict, notes: list[str]
         notes.append(note or f"inter_node={hardware[name].network.name} (blank: {name}'s network)")
     elif note:
         notes.append(note)
-    return name, train, gemm, gpn, inter
+    return name, train, gemm, gpn, inter, row_gemm_ops(text)
 
 
 def _row_hardware(key: tuple, profile: HardwareConfig) -> HardwareConfig:
     """``profile`` as a row changes it (:func:`_hardware_key`)."""
-    _, train, gemm, gpn, inter = key
+    name, train, gemm, gpn, inter, gemm_ops = key
     hw = copy.deepcopy(profile)
-    hw.train_dtype, hw.gemm_dtype = train, gemm if gemm != train else None
+    hw.gemm_ops = list(gemm_ops)
+    try:  # a precision the GPU has no tensor-core path for (nvfp4 on H100) is refused, not replaced
+        hw.train_dtype, hw.gemm_dtype = train, check_gemm_dtype(name, gemm, hw.peak_flops) if gemm != train else None
+    except PrismError as exc:
+        raise PrismError(f"precision: {exc}", field="precision") from None
     if gpn is not None:
         hw.node.gpus_per_node = gpn
     if inter is not None:

@@ -89,7 +89,7 @@ SHARDINGS = {"none": ("ddp", "distributed data parallel"),
 RECOMPUTES = {"selective": ("selective", "sac", "per-op"), "full": ("full",)}
 #: Whole-cell spellings of "nothing of the kind" for sharding and recompute (only a whole
 #: cell: "no" inside free text often belongs to another word, "FSDP, no offload").
-NONE_WORDS = ("none", "no", "off", "false", "0", "-")
+NONE_WORDS = ("none", "no", "off", "false", "0", "-", "none listed")  # "none listed": the source lists none
 ON_WORDS, OFF_WORDS = ("on", "yes", "true", "1", "enabled"), ("off", "no", "false", "0", "disabled", "none")
 #: Count cells that some tools write for a missing value: read as blank.
 MISSING_WORDS = ("nan", "na", "n/a", "null")
@@ -113,7 +113,8 @@ COLUMNS = (
     Column("pp", "count", True, "pipeline-parallel degree", limit=512),
     Column("dp", "count", True, "data-parallel degree, an FSDP degree included", limit=1 << 22),
     Column("cp", "count", False, "context-parallel degree", "1", limit=1024),
-    Column("ep", "count", False, "expert-parallel degree: 1 (the table describes dense models)", "1", limit=1),
+    Column("ep", "count", False, "expert-parallel degree (Mixture-of-Experts models; expert tensor parallelism "
+           "from the notes' 'ETP=n', else 1)", "1", limit=1 << 14),
     Column("vp", "count", False, "virtual pipeline stages per rank (interleaved 1F1B where > 1)",
            "1; 'yes' without a number: torchtitan's 2 stages per rank, refused elsewhere",
            "a whole number, or yes/no", limit=64),
@@ -135,6 +136,13 @@ COLUMNS = (
     Column("gpus_per_node", "count", False, "GPUs per node", "the hardware profile's", limit=1024),
     Column("inter_node", "text", False, "bandwidth between nodes, per GPU unless it says 'per node'",
            "the hardware profile's network", "'400 Gb/s per GPU', '8x 200 Gb/s HDR InfiniBand per node', '50 GB/s'"),
+    Column("num_experts", "count", False, "routed experts of a Mixture-of-Experts model", "none: a dense model",
+           limit=1 << 14),
+    Column("top_k", "count", False, "experts each token is routed to", limit=1 << 10),
+    Column("expert_ffn", "count", False, "one routed expert's FFN width", "ffn", limit=1 << 20),
+    Column("shared_experts", "text", False, "shared experts, each of expert_ffn", "0", "a whole number"),
+    Column("moe_layer_freq", "text", False, "which layers are MoE", "every layer",
+           "1 (every layer), N (every N-th), or Megatron's list '[0]*3+[1]*58'"),
     Column("notes", "text", False, "free text: 'async TP' or '--tp-comm-overlap' (not negated) overlaps the TP "
            "collectives with the GEMMs; the framework column is read alike"),
 )
@@ -262,12 +270,19 @@ def check_output(out, table: Path) -> Path:
 # ---- the cells --------------------------------------------------------------------
 
 
+#: Whole cells that only say the source does not state the value ("none stated", "not
+#: given", "n/a (tp=1)"): read as blank, so the column's default applies and is noted.
+_UNSTATED = re.compile(r"(none|not|un)[\s-]*stated|not (given|reported|specified)|n/a(\s*\(.*\))?", re.IGNORECASE)
+
+
 def cell(row: Mapping, column: str) -> str:
-    """A cell as stripped text; "" for a blank, absent or NaN cell."""
+    """A cell as stripped text; "" for a blank, absent or NaN cell, or one that only says
+    the source does not state it (:data:`_UNSTATED`)."""
     value = row.get(column)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    return str(value).strip()
+    text = str(value).strip()
+    return "" if _UNSTATED.fullmatch(text) else text
 
 
 def _shown(text: str) -> str:
@@ -384,9 +399,11 @@ def says(text: str, *phrases: str) -> bool:
     return any(not negated for _, negated in mentions(text, {"": phrases}))
 
 
-#: A bandwidth in text: an optional count ("8x"), a number and a unit in bits (Gb/s, Gbps,
-#: Tb/s) or bytes (GB/s, GBps); the case of the b tells them apart.
-_BANDWIDTH = re.compile(r"(?<![\w.\-])(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*([GT])(b|B)(?:it|yte)?(?:/s|ps)")
+#: A bandwidth in text: an optional count ("8x", also before up to four words naming the
+#: NIC: "4x ConnectX-7 IB NDR 400 Gb/s"), a number and a unit in bits (Gb/s, Gbps, Tb/s)
+#: or bytes (GB/s, GBps); the case of the b tells them apart.
+_BANDWIDTH = re.compile(r"(?<![\w.\-])(?:(\d+)\s*x\s*(?:[A-Za-z][\w-]*\s+){0,4})?(\d+(?:\.\d+)?)\s*([GT])(b|B)"
+                        r"(?:it|yte)?(?:/s|ps)")
 
 
 def bandwidth(row: Mapping, column: str, gpus_per_node: int) -> tuple[float | None, str | None]:

@@ -8,8 +8,12 @@ the parts of a killed one — joins the parts into ``<run_id>.parquet`` the same
 A killed run therefore loses at most the rows it had not flushed yet.
 
 Several processes may write parts of one run (the compute loop and the rank 0 of a
-``torchrun`` collective job); each uses its own part prefix. One sampling run writes into
-a store at a time (:func:`writer_lock`).
+``torchrun`` collective job; every rank of a cluster job); each uses its own part prefix,
+and only the run's *owner* (rank 0) writes its metadata. The ranks of a cluster job also
+leave a *rank record* each in the parts folder (:func:`mark_rank`: rank, host, node,
+status, rows), which the join copies into the run's metadata under ``"ranks"``: a run
+names every rank that wrote into it and how each ended. One sampling run writes into a
+store at a time (:func:`writer_lock`).
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ METADATA_KEY = b"prism"
 _PARTS_SUFFIX = ".parts"
 _RUN_META = "run.json"
 _LOCK = ".writer.lock"
+_RANK_RECORD = "rank-{:05d}.json"
 
 _ARROW = {"int64": pa.int64(), "bool": pa.bool_(), "string": pa.string()}
 
@@ -55,6 +60,7 @@ SCHEMA = pa.schema(
         ("torch_version", pa.string()),
         ("backend", pa.string()),
         ("origin", pa.string()),  # sampled | ett | trace
+        ("rank", pa.int32()),  # the rank that timed the row (a collective: its group's lowest); null: one process
     ]
 )
 COLUMNS = tuple(SCHEMA.names)
@@ -85,6 +91,8 @@ class RunWriter:
     metadata : JSON-serialisable run metadata (plan, versions, clock, warm-up, ...),
         stored in the Parquet key-value metadata under ``prism``.
     prefix : part-name prefix, distinct for each process writing into the run.
+    owner : whether this writer writes the run's metadata (``run.json``): the one process
+        that created the run; the other ranks of a cluster job write parts only.
 
     Examples
     --------
@@ -93,14 +101,20 @@ class RunWriter:
     >>> w.flush(); path = w.close()                                  # doctest: +SKIP
     """
 
-    def __init__(self, output_dir, run_id: str, metadata: dict, prefix: str = "part"):
+    def __init__(self, output_dir, run_id: str, metadata: dict, prefix: str = "part", owner: bool = True):
         self.output_dir = Path(output_dir)
         self.run_id = run_id
         self.metadata = metadata
         self.prefix = prefix
+        self.owner = owner
         self.parts_dir = self.output_dir / f".{run_id}{_PARTS_SUFFIX}"
-        self.parts_dir.mkdir(parents=True, exist_ok=True)
-        self._write_run_meta()
+        if owner:
+            self.parts_dir.mkdir(parents=True, exist_ok=True)
+            self._write_run_meta()
+        elif not (self.parts_dir / _RUN_META).exists():
+            raise PrismError(f"output_dir={output_dir}: run {run_id} has no open parts folder to write into (it was "
+                             f"closed, or the store is not shared between the ranks' hosts); sample into a folder "
+                             f"every rank sees", field="output_dir")
         self._rows: list[dict] = []
         self._n_parts = len(list(self.parts_dir.glob(f"{prefix}-*.parquet")))
         self.rows_written = 0
@@ -112,7 +126,8 @@ class RunWriter:
 
     def update_metadata(self, **fields) -> None:
         self.metadata.update(fields)
-        self._write_run_meta()
+        if self.owner:
+            self._write_run_meta()
 
     def add(self, rows: list[dict]) -> None:
         self._rows.extend(rows)
@@ -121,6 +136,10 @@ class RunWriter:
         """Write the buffered rows as one whole part (or nothing if none are buffered)."""
         if not self._rows:
             return
+        if not self.parts_dir.is_dir():  # joined without this writer: a rank reported lost
+            raise PrismError(f"{self.parts_dir}: run {self.run_id} was closed without this writer's last "
+                             f"{len(self._rows)} row(s) (reported lost or hung); a resumed run measures them again",
+                             field="output_dir")
         part = self.parts_dir / f"{self.prefix}-{self._n_parts:06d}.parquet"
         atomic_write_table(_to_table(self._rows, self.metadata), part)
         self._n_parts += 1
@@ -217,14 +236,38 @@ def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Pa
     return path
 
 
+def mark_rank(parts_dir, rank: int, record: dict) -> None:
+    """Write (or replace) rank ``rank``'s record in a run's parts folder, whole or not at
+    all: ``record`` is JSON (host, node, status, rows, ... and ``updated``, set here)."""
+    path = Path(parts_dir) / _RANK_RECORD.format(rank)
+    body = json.dumps({**record, "rank": rank, "updated": datetime.now(timezone.utc).isoformat()})
+    write_atomically(path, lambda tmp: tmp.write_text(body))
+
+
+def rank_records(parts_dir) -> dict[int, dict]:
+    """The rank records of a run's parts folder, by rank ({} for a one-process run)."""
+    records = {}
+    for path in sorted(Path(parts_dir).glob(_RANK_RECORD.replace("{:05d}", "*"))):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # written whole or not at all; an unreadable one is a damaged disk's
+        records[int(record["rank"])] = record
+    return records
+
+
 def finish_run(parts_dir: Path) -> Path | None:
-    """Join a run's parts into ``<run_id>.parquet`` and remove the parts folder.
+    """Join a run's parts into ``<run_id>.parquet`` and remove the parts folder; the rank
+    records, if any, go into the metadata under ``"ranks"``.
 
     Returns the run's file, or None when the run wrote no row.
     """
     parts_dir = Path(parts_dir)
     run_id = parts_dir.name[1: -len(_PARTS_SUFFIX)]
     metadata = json.loads((parts_dir / _RUN_META).read_text())
+    ranks = rank_records(parts_dir)
+    if ranks:
+        metadata["ranks"] = [ranks[r] for r in sorted(ranks)]
     parts = sorted(parts_dir.glob("*.parquet"))
     final = parts_dir.parent / f"{run_id}.parquet"
     if parts:

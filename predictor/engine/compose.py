@@ -58,6 +58,7 @@ class StepDistribution:
     compute_s: float  # median critical-path compute of the slowest stage
     exposed_comm_s: float  # median communication not hidden behind compute
     bubble_s: float  # median pipeline idle time of the slowest stage
+    host_s: float = 0.0  # median host time the slowest stage's device waits for (framework calls)
     evidence: dict[str, Evidence] = field(default_factory=dict)  # op/pass -> what its quantiles rest on
     prior_share: float = 0.0  # share of the step's operator time (medians) resting on priors
     variability: Variability | None = None  # the sigmas drawn from and where they come from
@@ -148,19 +149,38 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
     compute = np.median((t.forward_compute[slowest] + t.backward_compute[slowest]) * m + t.optimizer[slowest])
     comm = np.median((t.forward_comm[slowest] + t.backward_comm[slowest]) * m)
     idle = np.median(pipe.idle[slowest])
+    host = np.median((t.forward_host[slowest] + t.backward_host[slowest]) * m)
     return StepDistribution(
         draws=step_us / 1e6,
         compute_s=float(compute) / 1e6,
         exposed_comm_s=max(float(np.median(step_us - pipe.busy[slowest]) - idle
                                  - np.median(t.optimizer[slowest]) + comm) / 1e6, 0.0),
         bubble_s=float(idle) / 1e6,
+        host_s=float(host) / 1e6,
         evidence={f"{c.op}/{c.pass_}": e for c, e in zip(sums.calls, sums.evidence)},
-        prior_share=_prior_share(sums.nominal, sums.prior_nominal, plan.kind, m), variability=variability)
+        prior_share=_prior_share(sums.nominal, sums.prior_nominal, plan.kind, m, hw.host.asynchronous),
+        variability=variability)
 
 
-def _prior_share(nominal: np.ndarray, prior: np.ndarray, kinds: np.ndarray, micro_batches: float) -> float:
-    """Share of one step's operator time (every call at its median, every stage) that rests
-    on priors: a feature of the predictive uncertainty, not of the step's spread."""
-    per_step = np.where(np.isin(np.arange(len(Part)), PER_MICRO_BATCH), micro_batches, 1.0)[:, None]
-    total = (nominal[:, kinds] * per_step).sum()
-    return float((prior[:, kinds] * per_step).sum() / total) if total > 0 else 0.0
+#: Each pass's host part and the device parts its host time is set against.
+_PASSES = ((Part.FORWARD_HOST, (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED)),
+           (Part.BACKWARD_HOST, (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED)))
+
+
+def _prior_share(nominal: np.ndarray, prior: np.ndarray, kinds: np.ndarray, micro_batches: float,
+                 asynchronous: bool) -> float:
+    """Share of one step's time (every call at its median, every stage) that rests on
+    priors: a feature of the predictive uncertainty, not of the step's spread. Host time
+    counts where the device waits for it (all of it on a CPU, its excess over the device's
+    pass on CUDA), with the share of it on priors."""
+    n, p = nominal[:, kinds], prior[:, kinds]
+    host = [part for part, _ in _PASSES]
+    device = [part for part in Part if part not in host]
+    per_step = np.where(np.isin(device, PER_MICRO_BATCH), micro_batches, 1.0)[:, None]
+    total, on_priors = (n[device] * per_step).sum(), (p[device] * per_step).sum()
+    for part, beside in _PASSES:
+        wait = np.maximum(n[part] - n[list(beside)].sum(axis=0), 0.0) if asynchronous else n[part]
+        share = np.divide(p[part], n[part], out=np.zeros_like(n[part]), where=n[part] > 0)
+        total += (wait * micro_batches).sum()
+        on_priors += (wait * share * micro_batches).sum()
+    return float(on_priors / total) if total > 0 else 0.0

@@ -26,7 +26,9 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    the DP gradient reduction runs under the last micro-batch's backward but its last
    bucket, the sharded optimizer's parameter gather under the next step's forwards but
    its first bucket (Megatron ``overlap_grad_reduce`` / ``overlap_param_gather``); the
-   optimizer step is compute after both.
+   optimizer step is compute after both. The host's framework calls of each pass
+   (:mod:`predictor.workload.host`) form a second timeline beside the device's
+   (:func:`_host_wait`): the longer one sets the pass on CUDA, the two add on a CPU.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from predictor.engine.draws import inverse_cdf
 from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import Evidence, QuantileCache, in_step
 from predictor.latency.regressor import DEFAULT_QUANTILES
-from predictor.workload.decompose import StageWork, Workload
+from predictor.workload.decompose import OVERLAPPED_EP, StageWork, Workload
 
 
 class Part(IntEnum):
@@ -59,11 +61,13 @@ class Part(IntEnum):
     GRAD_REDUCE = 7  # the DP gradient reduction, in buckets
     PARAM_GATHER = 8  # the sharded optimizer's updated weights, gathered back
     OPTIMIZER = 9
+    FORWARD_HOST = 10  # the host's framework calls of a forward (:mod:`predictor.workload.host`)
+    BACKWARD_HOST = 11
 
 
 #: Parts that run once per micro-batch (the rest once per step).
 PER_MICRO_BATCH = (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.BACKWARD_COMPUTE,
-                   Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.SEND)
+                   Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.SEND, Part.FORWARD_HOST, Part.BACKWARD_HOST)
 _FORWARD, _BACKWARD, _STEP, _SEND = range(4)  # where a call sits in a StageWork, in this order
 
 
@@ -94,6 +98,7 @@ class StagePlan:
     overlap_tp_comm: np.ndarray
     overlap_grad_reduce: np.ndarray
     overlap_param_gather: np.ndarray
+    host_async: np.ndarray  # whether the device runs asynchronously from its host (CUDA)
 
     @property
     def pp(self) -> np.ndarray:
@@ -124,7 +129,8 @@ class StagePlan:
         return cls(works, kinds, np.array(kind_layout), np.array(kind), layout, np.arange(len(layout)) - starts[layout],
                    starts, np.array([w.micro_batches for w in works], float), np.array([p.tp for p in pars]),
                    *(np.array([getattr(p, name) for p in pars], bool)
-                     for name in ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather")))
+                     for name in ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather")),
+                   np.array([w.hardware.host.asynchronous for w in works], bool))
 
 
 @dataclass(frozen=True)
@@ -156,14 +162,17 @@ def _held_residuals(calls: list[Call], hold) -> np.ndarray:
     return mask
 
 
-#: A pass's part by route: compute, communication, overlappable TP communication.
-_PASS_PARTS = {_FORWARD: (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED),
-               _BACKWARD: (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED)}
+#: A pass's part by route: compute, communication, overlappable TP communication, host.
+_PASS_PARTS = {_FORWARD: (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_HOST),
+               _BACKWARD: (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED,
+                           Part.BACKWARD_HOST)}
 
 
 def _step_part(call: Call) -> Part:
-    """The part of a once-per-step call: the DP reduction or gather, or the optimizer."""
-    if call.role == "optimizer":
+    """The part of a once-per-step call: the DP reduction or gather, or the optimizer (with
+    its framework calls: Megatron's step reads the gradient norm and the overflow flag on the
+    host, so the host and the device take turns)."""
+    if call.role in ("optimizer", "host"):  # the step's host work is serial: it syncs on the grad norm
         return Part.OPTIMIZER
     if call.role == "dp":
         return Part.PARAM_GATHER if call.op == "all_gather" else Part.GRAD_REDUCE
@@ -193,9 +202,12 @@ def _instances(plan: StagePlan, tp: np.ndarray):
 
 def _parts(plan: StagePlan, calls: list[Call], kinds, where, cols) -> np.ndarray:
     """The :class:`Part` of every call instance."""
-    route = np.where(~np.array([OPS[c.op].collective for c in calls], bool)[cols], 0,
-                     np.where(np.array([c.role == "tp" for c in calls], bool)[cols]
-                              & plan.overlap_tp_comm[plan.kind_layout[kinds]], 2, 1))
+    host = np.array([OPS[c.op].host for c in calls], bool)[cols]
+    route = np.where(host, 3, np.where(~np.array([OPS[c.op].collective for c in calls], bool)[cols], 0,
+                                       np.where((np.array([c.role == "tp" for c in calls], bool)[cols]
+                                                 & plan.overlap_tp_comm[plan.kind_layout[kinds]])
+                                                | np.array([c.role == OVERLAPPED_EP for c in calls], bool)[cols],
+                                                2, 1)))
     step = np.zeros(len(calls), int)
     once = np.unique(cols[where == _STEP])
     step[once] = [_step_part(calls[c]) for c in once]
@@ -258,16 +270,18 @@ class StageTimes:
     send_back: np.ndarray  # the gradient sent back to the previous stage, as large as the activation that came
     data_parallel: np.ndarray
     optimizer: np.ndarray
+    forward_host: np.ndarray  # host time the forward waits for: all of it on a CPU, the excess over the device on CUDA
+    backward_host: np.ndarray
 
     @property
     def forward(self) -> np.ndarray:
         """One micro-batch's forward, its blocking send included."""
-        return self.forward_compute + self.forward_comm + self.send
+        return self.forward_compute + self.forward_comm + self.forward_host + self.send
 
     @property
     def backward(self) -> np.ndarray:
         """One micro-batch's backward, the blocking send of its gradient included."""
-        return self.backward_compute + self.backward_comm + self.send_back
+        return self.backward_compute + self.backward_comm + self.backward_host + self.send_back
 
     @property
     def after(self) -> np.ndarray:
@@ -296,4 +310,17 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
                       np.maximum(gather / bucket, gather - plan.micro_batches[layout, None] * fc), gather)
     first = (plan.position[rows] == 0)[:, None]
     send_back = np.where(first, 0.0, np.roll(send, 1, axis=0))  # over the previous stage's link
-    return StageTimes(fc, fm, bc, bm, send, send_back, reduce + gather, opt)
+    fh, bh = _host_wait(plan.host_async[layout, None], part[Part.FORWARD_HOST], part[Part.BACKWARD_HOST],
+                        fc + fm, bc + bm)
+    return StageTimes(fc, fm, bc, bm, send, send_back, reduce + gather, opt, fh, bh)
+
+
+def _host_wait(asynchronous: np.ndarray, forward_host, backward_host, forward_device, backward_device):
+    """The host time each pass's timeline waits for. On an asynchronous device the host
+    issues a pass's calls while the device runs the earlier ones, so the pass takes the
+    longer of the two timelines (the max-plus recurrence ``finish_i = max(finish_{i-1},
+    issued_i) + device_i`` with the pass's ends as synchronisation points, where Megatron
+    blocks on pipeline transfers and the step on the optimizer); on a CPU the framework and
+    the kernels run in turn and add."""
+    return (np.where(asynchronous, np.maximum(forward_host - forward_device, 0.0), forward_host),
+            np.where(asynchronous, np.maximum(backward_host - backward_device, 0.0), backward_host))

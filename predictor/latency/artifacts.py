@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,8 +32,8 @@ import numpy as np
 
 from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
-from predictor.core.ops import COLLECTIVE_OPS, OPS
-from predictor.core.profiles import REPO_ROOT, group_options, load_hardware
+from predictor.core.ops import COLLECTIVE_OPS, HOST_OPS, OPS
+from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, feature_names, features
@@ -241,7 +242,7 @@ class ModelSet:
                 "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
                              "numpy": np.__version__, "python": platform.python_version()},
                 **{k: v for k, v in self.manifest.items()
-                   if k in ("samples", "collective_network", "tier", "collective_scope")},
+                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor")},
                 "models": entries,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -272,6 +273,10 @@ class ModelSet:
         if manifest["floor_fingerprint"] != floor_fingerprint(hw):
             raise PrismError(f"{path}: conf/hardware/{hw.name}.yaml changed (peak, bandwidth or network) "
                              f"since these models were trained; retrain with prism train", field=str(path))
+        hosted = any(entry["op"] in HOST_OPS for entry in manifest["models"].values())
+        if hosted and manifest.get("host_floor") != host_fingerprint(hw):
+            raise PrismError(f"{path}: the host block of conf/hardware/{hw.name}.yaml changed since these models "
+                             f"were trained; retrain with prism train", field=str(path))
         models = {}
         for key, entry in manifest["models"].items():
             boosters = {}
@@ -396,8 +401,40 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
                 "collective_network": collective_network(rows, hw),
                 "tier": TIERS[1] if origins.str.startswith(MICROBENCH).all() else TIERS[0],
                 # Collectives measured inside one node say nothing of the network between nodes.
-                "collective_scope": "intra-node" if not coll.empty and (coll["nodes"] <= 1).all() else "all"}
+                "collective_scope": "intra-node" if not coll.empty and (coll["nodes"] <= 1).all() else "all",
+                "device": sampled_device(rows[origins == "sampled"])}
+    if rows["op"].isin(HOST_OPS).any():
+        manifest["host_floor"] = host_fingerprint(hw)
     return ModelSet(hw, rc.quantiles, models, manifest)
+
+
+def sampled_device(rows: pd.DataFrame) -> dict | None:
+    """The device and hosts our own samples were taken on (None: none are ours)."""
+    if rows.empty or "device_name" not in rows:
+        return None
+    hosts = sorted(map(str, rows["host"].dropna().unique())) if "host" in rows else []
+    return {"name": str(rows["device_name"].mode().iloc[0]), "hosts": hosts}
+
+
+def foreign_device(models: ModelSet | None) -> str | None:
+    """A note when CPU models were sampled on another machine than this one: a CPU's
+    models describe the CPU they were sampled on, not every CPU."""
+    if models is None or models.hw.device.kind != "cpu" or not models.manifest.get("device"):
+        return None
+    device, here, host = models.manifest["device"], this_cpu(), socket.gethostname()
+    if device["name"] == here and (not device["hosts"] or host in device["hosts"]):
+        return None
+    name = models.hw.name
+    return (f"models/{name} were sampled on {device['name']} (host {', '.join(device['hosts']) or '?'}), not on "
+            f"this machine ({here}, host {host}): they describe that CPU. Sample and train this one: "
+            f"prism sample hardware={name} sampling=quick output_dir=samples/cpu, then prism train "
+            f"samples=samples/cpu hardware={name}, and predict with models_dir=runs/models "
+            f"(or add sample_if_missing=true to do both)")
+
+
+def host_fingerprint(hw: HardwareConfig) -> str:
+    """Hash of the host figures the host ops' floor uses (:class:`~predictor.core.specs.HostSpec`)."""
+    return hashlib.sha256(json.dumps(vars(hw.host), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def collective_network(rows: pd.DataFrame, hw: HardwareConfig) -> str | None:

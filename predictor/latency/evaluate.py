@@ -14,7 +14,7 @@ import pandas as pd
 from predictor.core.ops import OPS
 from predictor.latency.artifacts import ModelSet, shape_groups
 
-COLUMNS = ["op", "pass", "group", "n", "rows", "mape_median", "pinball", "coverage_80", "coverage_90"]
+COLUMNS = ["op", "pass", "group", "network", "n", "rows", "mape_median", "pinball", "coverage_80", "coverage_90"]
 
 
 def pinball(y: np.ndarray, q: np.ndarray, levels) -> float:
@@ -42,8 +42,11 @@ def metrics(rows: pd.DataFrame, quantiles: np.ndarray, levels, groups: np.ndarra
 
 def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
     """One row per (op, pass, group): collectives group by topology (nodes x ranks per node)
-    unless ``by`` names another column (e.g. ``origin``)."""
+    unless ``by`` names another column (e.g. ``origin``). ``network`` names, for
+    collectives, the network their models were trained on (the manifest's
+    ``collective_network``: a cluster's own samples describe its own network)."""
     rows = samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)]
+    network = models.manifest.get("collective_network") or ""
     out = []
     for (op, pass_), g in rows.groupby(["op", "pass"], sort=True):
         if not models.has(op, pass_):
@@ -58,6 +61,6 @@ def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> 
         groups = shape_groups(op, g)
         for key in sorted(set(keys)):
             sel = keys == key
-            out.append({"op": op, "pass": pass_, "group": key,
+            out.append({"op": op, "pass": pass_, "group": key, "network": network if OPS[op].collective else "",
                         **metrics(g[sel], q[sel], models.quantiles, groups[sel])})
     return pd.DataFrame(out, columns=COLUMNS)

@@ -28,6 +28,8 @@ TOPOLOGY = ("ranks_per_node", "nodes")
 def feature_names(op: str) -> list[str]:
     """The feature columns of ``op``'s model, in order (stored in the manifest)."""
     shape = [f"log2_{c}" if c not in ("causal", "optimizer") else c for c in OPS[op].shape]
+    if OPS[op].host:
+        return shape + ["log2_floor_us"]
     if OPS[op].collective:
         return shape + list(TOPOLOGY) + ["log2_floor_us"]
     # An optimizer step is launch-bound for small tensors and bandwidth-bound for large ones.
@@ -70,6 +72,8 @@ def _shape(op: str, frame: Mapping) -> dict:
 def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndarray:
     """The hardware floor of each row's call, in microseconds (always > 0)."""
     s = _shape(op, frame)
+    if OPS[op].host:
+        return np.maximum(host_floor_us(op, pass_, s, hw), 1e-3)
     if OPS[op].collective:
         intra = _column(frame, "nodes", op).astype(float) <= 1
         per_node = _column(frame, "ranks_per_node", op).astype(float)
@@ -77,6 +81,12 @@ def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndar
         # Across nodes, a group's r ranks per node drive r NICs in parallel (NCCL runs a ring
         # per NIC); the bus bandwidth is theirs together, at most the intra-node link's.
         across = np.minimum(net.inter_node.bandwidth * per_node, net.intra_node.bandwidth)
+        if op == "all_to_all":
+            # An all-to-all has no ring: each rank sends (n - r)/n of its buffer to other nodes
+            # through its own NIC and (r - 1)/n over the node's fabric (expert-parallel
+            # dispatch; nccl-tests alltoall bus bandwidth across nodes is the per-GPU NIC's).
+            n = np.maximum(s["group_size"], 2.0)
+            across = (n - 1) / ((n - per_node) / net.inter_node.bandwidth + (per_node - 1) / net.intra_node.bandwidth)
         bandwidth = np.where(intra, net.intra_node.bandwidth, across)
         alpha_us = np.where(intra, net.intra_node.latency_us, net.inter_node.latency_us)
         return alpha_us + s["message_bytes"] * BUS_FACTOR[op](s["group_size"]) / bandwidth * 1e6
@@ -85,6 +95,18 @@ def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndar
     compute = flops(op, pass_, s) / peak
     memory = bytes_moved(op, pass_, s, dtypes) / hw.memory.bandwidth
     return np.maximum(np.maximum(compute, memory) * 1e6, 1e-3)
+
+
+def host_floor_us(op: str, pass_: str, shape: Mapping, hw: HardwareConfig):
+    """A host op's prior time (us) from the hardware's :class:`~predictor.core.specs.HostSpec`:
+    per eager call the CPU side of its pass plus the device API's launch; per collective its
+    issue; per DTensor pair its framework time."""
+    host = hw.host
+    if op in ("collective_launch", "dtensor"):
+        each = host.collective_launch_us if op == "collective_launch" else host.dtensor_us
+        return each + 0.0 * np.asarray(shape["group_size"], float)
+    cpu = host.autograd_us if pass_ == "bwd" else host.dispatch_us
+    return np.asarray(shape["launches"], float) * (cpu + host.launch_us)
 
 
 def features(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +123,7 @@ def features(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> tuple[n
             cols.append(np.log2(np.maximum(s[c], 1.0)))
     if OPS[op].collective:
         cols += [_column(frame, c, op).astype(float) for c in TOPOLOGY]
-    else:
+    elif not OPS[op].host:
         if op == "optimizer_step":
             cols.append(np.log2(s["params"] / np.maximum(s["tensors"], 1.0)))
         dtypes = _dtypes(frame, len(floor))

@@ -6,10 +6,12 @@ where one exists, else from the roofline prior: the floor of
 :mod:`predictor.latency.features` over :data:`ROOFLINE_EFFICIENCY`. A collective takes
 the trained model only where the models were measured on this profile's network (and,
 for models of intra-node microbenchmarks, only inside one node), else the network prior:
-the floor over :data:`NCCL_EFFICIENCY`. Priors are lognormal bands of
-:data:`PRIOR_SIGMA` around that centre.
+the floor over :data:`NCCL_EFFICIENCY`. A host op (:data:`~predictor.core.ops.HOST_OPS`)
+takes the model of the host's own samples, else the host prior: the profile's cited
+``host`` costs (:func:`~predictor.latency.features.host_floor_us`). Priors are lognormal
+bands of :data:`PRIOR_SIGMA` around that centre.
 
-Each call's :class:`Evidence` says which of the three it rests on as a field, so that
+Each call's :class:`Evidence` says which of these it rests on as a field, so that
 the composer can treat a prior's error as systematic (one draw shared by every call on
 a prior) without reading the display text. :func:`in_step` turns isolated-operator
 quantiles into quantiles inside a training step (:mod:`predictor.latency.calibration`).
@@ -23,11 +25,18 @@ import numpy as np
 from scipy.special import ndtri
 
 from predictor.core.ops import OPS, Call
+from predictor.core.precision import call_dtype
 from predictor.core.specs import HardwareConfig
 from predictor.latency.artifacts import ModelSet
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import floor_us
 from predictor.latency.regressor import DEFAULT_QUANTILES
+
+#: Ops without a model of their own priced by another op's model: (that op, the shape
+#: column counting its calls). Megatron-Core runs a grouped GEMM as one GEMM per local
+#: expert (TEGroupedLinear: multi-stream cuBLAS; the DeepSeek-V3 GB200 notes), so the
+#: trained GEMM model at one expert's (m, n, k), times the experts, prices it.
+STAND_INS = {"grouped_gemm": ("gemm", "batch")}
 
 
 class Source(Enum):
@@ -36,6 +45,7 @@ class Source(Enum):
     MODEL = "model"  # a trained quantile model of samples or microbenchmarks
     NETWORK_PRIOR = "network prior"  # a collective without a model of this network
     ROOFLINE_PRIOR = "roofline prior"  # a compute op without a model
+    HOST_PRIOR = "host prior"  # a host op without samples of this host: the profile's cited host costs
 
 
 #: Share of link bandwidth NCCL reaches on large messages (nccl-tests bus bandwidth on
@@ -44,8 +54,9 @@ NCCL_EFFICIENCY = 0.8
 #: Efficiency of compute ops without a model, relative to the roofline floor.
 ROOFLINE_EFFICIENCY = 0.5
 #: Relative spread (lognormal sigma) of the priors: no samples, so a wide band.
-PRIOR_SIGMA = {Source.NETWORK_PRIOR: 0.15, Source.ROOFLINE_PRIOR: 0.3}
-_PRIOR_EFFICIENCY = {Source.NETWORK_PRIOR: NCCL_EFFICIENCY, Source.ROOFLINE_PRIOR: ROOFLINE_EFFICIENCY}
+PRIOR_SIGMA = {Source.NETWORK_PRIOR: 0.15, Source.ROOFLINE_PRIOR: 0.3, Source.HOST_PRIOR: 0.3}
+_PRIOR_EFFICIENCY = {Source.NETWORK_PRIOR: NCCL_EFFICIENCY, Source.ROOFLINE_PRIOR: ROOFLINE_EFFICIENCY,
+                     Source.HOST_PRIOR: 1.0}  # the host prior's floor is the cited cost itself
 
 
 @dataclass(frozen=True)
@@ -81,9 +92,10 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         by_op.setdefault((c.op, c.pass_), []).append(i)
     for (op, pass_), idx in by_op.items():
         idx = np.asarray(idx)
-        op_dtype = hw.gemm_dtype if op == "gemm" and hw.gemm_dtype else dtype
-        rows = [dict(calls[i].shape_dict, dtype=op_dtype, nodes=calls[i].nodes,
-                     ranks_per_node=calls[i].ranks_per_node) for i in idx]
+        # each call's precision: the linears' and experts' GEMMs in gemm_dtype, the rest (the
+        # output layer included) in train_dtype (predictor.core.precision)
+        rows = [dict(calls[i].shape_dict, dtype=call_dtype(op, calls[i].role, dtype, hw.gemm_dtype, hw.gemm_ops),
+                     nodes=calls[i].nodes, ranks_per_node=calls[i].ranks_per_node) for i in idx]
         frame = {column: np.array([row[column] for row in rows]) for column in rows[0]}  # no pandas: start-up
         collective = OPS[op].collective
         modelled = np.full(len(idx), models is not None and models.has(op, pass_) and (not collective or own_network))
@@ -92,14 +104,23 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         if modelled.any():
             q = models.models[(op, pass_)].predict(_rows(frame, modelled), models.hw)
             out[idx[modelled]] = q[:, [models.quantiles.index(a) for a in levels]]
-        source = Source.NETWORK_PRIOR if collective else Source.ROOFLINE_PRIOR
+        if op in STAND_INS and models is not None and models.has(STAND_INS[op][0], pass_) and (~modelled).any():
+            stand_in, times = STAND_INS[op]  # e.g. a grouped GEMM: its experts' GEMMs, one after another
+            keep = ~modelled
+            q = models.models[(stand_in, pass_)].predict(_rows(frame, keep), models.hw)
+            out[idx[keep]] = q[:, [models.quantiles.index(a) for a in levels]] * frame[times][keep][:, None]
+            for i in idx[keep]:
+                evidence[i] = Evidence(Source.MODEL, f"models/{models.manifest.get('hardware', hw.name)} ({stand_in})")
+            modelled = np.ones(len(idx), bool)
+        source = (Source.HOST_PRIOR if OPS[op].host else Source.NETWORK_PRIOR if collective
+                  else Source.ROOFLINE_PRIOR)
         rest = ~modelled
         if rest.any():
             center = floor_us(op, pass_, _rows(frame, rest), hw) / _PRIOR_EFFICIENCY[source]
             out[idx[rest]] = _prior_quantiles(center, PRIOR_SIGMA[source], levels)
-        prior = Evidence(source, f"network prior ({hw.network.name})" if collective else "roofline prior")
+        prior = Evidence(source, f"network prior ({hw.network.name})" if collective else source.value)
         for i, m in zip(idx, modelled):
-            evidence[i] = model if m else prior
+            evidence[i] = evidence[i] or (model if m else prior)
     return out, evidence
 
 

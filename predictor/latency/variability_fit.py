@@ -7,9 +7,12 @@ the same work from one call to the next:
 ``temporal``  the spread of compute ops' repeats (the per-step compute factor),
 ``regime``    the spread of collectives' repeats (the step's communication regime;
               each repeat is already the slowest rank's time),
-``spatial``   0 on one host: its compute rows come from one rank of one machine, so
-              there is no GPU-to-GPU spread to see (with compute rows of several hosts
-              it is not fitted, and the profile's cited figure stays).
+``spatial``   the spread between ranks: where several ranks of one run timed the same
+              shape (a cluster job, :mod:`sampling.runner`), the spread of their
+              per-rank medians, less what the medians' own noise adds (step 5); 0 on
+              one host with one rank (no GPU-to-GPU spread to see); not fitted for
+              compute rows of several hosts without rank tags (the profile's cited
+              figure stays).
 
 Method, per component:
 
@@ -33,6 +36,12 @@ Method, per component:
    all shapes).
 4. Its 90% interval is the 5th-95th percentile over :data:`BOOTSTRAP` resamples of the
    shape groups (with replacement).
+5. Spatial: per shape group of one run timed by at least two ranks, each rank's median
+   log latency (its own repeats: a group of step 1 is one rank's); the robust sigma of
+   the pairwise differences of those medians, as in step 3, is the between-rank spread
+   s_b. A median of n repeats scatters by about sqrt(pi/2) sigma_t / sqrt(n) around the
+   rank's true level, so ``spatial = sqrt(max(0, s_b^2 - (pi/2) sigma_t^2 / n))`` with the
+   temporal sigma and the mean repeats per rank; the interval resamples the shape groups.
 """
 from __future__ import annotations
 
@@ -65,14 +74,24 @@ METHOD = (f"robust sigma of log latency within shape groups (one shape's repeats
 
 
 def _groups(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per repeat of ``rows``: its ``group`` (op, pass, shape and run) and ``x``, the log latency."""
+    """One row per repeat of ``rows``: its ``group`` (op, pass, shape, run and rank), its
+    ``shape`` group (the same without the rank) and ``x``, the log latency."""
     parts = []
     for (op, pass_), g in rows.groupby(["op", "pass"], sort=True):
         shape = shape_groups(op, g)
         run = g["run_id"].astype(str).to_numpy() if "run_id" in g else np.zeros(len(g), str)
-        parts.append(pd.DataFrame({"group": [f"{op}/{pass_}/{s}/{r}" for s, r in zip(shape, run)],
+        rank = g["rank"].astype("Int64").astype(str).to_numpy() if "rank" in g else np.zeros(len(g), str)
+        where = [f"{op}/{pass_}/{s}/{r}" for s, r in zip(shape, run)]
+        parts.append(pd.DataFrame({"group": [f"{w}/{k}" for w, k in zip(where, rank)], "shape": where,
                                    "x": np.log(g["latency_us"].to_numpy())}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["group", "x"])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["group", "shape", "x"])
+
+
+def _kept(frame: pd.DataFrame) -> pd.DataFrame:
+    """The repeats of groups long enough and repeated enough to show a spread (steps 1-2)."""
+    long = frame.groupby("group")["x"].transform("median") >= np.log(MIN_US)
+    repeated = frame.groupby("group")["x"].transform("size") >= MIN_REPEATS
+    return frame[long & repeated]
 
 
 def _pair_differences(frame: pd.DataFrame) -> list[np.ndarray]:
@@ -83,10 +102,7 @@ def _pair_differences(frame: pd.DataFrame) -> list[np.ndarray]:
 def fit_sigma(rows: pd.DataFrame, basis: str, seed: int = 0) -> Sigma | None:
     """The robust sigma of ``rows``' repeats (module docstring), or None where no shape
     group is long enough and repeated enough."""
-    frame = _groups(rows)
-    long = frame.groupby("group")["x"].transform("median") >= np.log(MIN_US)
-    repeated = frame.groupby("group")["x"].transform("size") >= MIN_REPEATS
-    frame = frame[long & repeated]
+    frame = _kept(_groups(rows))
     if frame.empty:
         return None
     diffs = _pair_differences(frame)
@@ -99,6 +115,29 @@ def fit_sigma(rows: pd.DataFrame, basis: str, seed: int = 0) -> Sigma | None:
 def _sigma(diffs: list[np.ndarray]) -> float:
     """The pooled robust sigma of groups' pairwise differences (module docstring, step 3)."""
     return float(MAD_TO_SIGMA * np.median(np.concatenate(diffs)) / np.sqrt(2))
+
+
+def fit_spatial(rows: pd.DataFrame, temporal: Sigma, seed: int = 0) -> Sigma | None:
+    """The spread between ranks of compute ``rows`` (module docstring, step 5), or None
+    where no shape of a run was timed by two ranks."""
+    frame = _kept(_groups(rows))
+    ranks = frame.groupby(["shape", "group"])["x"].agg(["median", "size"]).reset_index()
+    ranks = ranks[ranks.groupby("shape")["group"].transform("size") >= 2]
+    if ranks.empty:
+        return None
+    medians = ranks.groupby("shape")["median"].agg(list)
+    diffs = [np.abs(np.subtract(*np.array(list(combinations(v, 2))).T)) for v in medians]
+    noise = (np.pi / 2) * temporal.sigma ** 2 / float(ranks["size"].mean())
+
+    def spread(d):
+        return float(np.sqrt(max(0.0, _sigma(d) ** 2 - noise)))
+
+    rng = np.random.default_rng(seed)
+    boot = [spread([diffs[i] for i in rng.integers(0, len(diffs), len(diffs))]) for _ in range(BOOTSTRAP)]
+    lo, hi = np.quantile(boot, [0.05, 0.95])
+    n_ranks = int(ranks["group"].str.rsplit("/", n=1).str[1].nunique())
+    return Sigma(spread(diffs), (float(lo), float(hi)), len(diffs), len(ranks),
+                 f"per-rank medians of the same shapes ({n_ranks} ranks), less the medians' own noise")
 
 
 def fit_variability(samples: pd.DataFrame, hw: HardwareConfig, seed: int = 0) -> MeasuredVariability | None:
@@ -115,13 +154,19 @@ def fit_variability(samples: pd.DataFrame, hw: HardwareConfig, seed: int = 0) ->
     if temporal is None:
         return None
     sigmas = {"temporal": temporal}
-    if "host" not in rows or rows.loc[~collective, "host"].nunique() <= 1:
+    spatial = fit_spatial(rows[~collective], temporal, seed) if "rank" in rows else None
+    one_rank = "rank" not in rows or rows.loc[~collective, "rank"].nunique() <= 1
+    if spatial is not None:
+        sigmas["spatial"] = spatial
+    elif one_rank and ("host" not in rows or rows.loc[~collective, "host"].nunique() <= 1):
         sigmas["spatial"] = Sigma(0.0, (0.0, 0.0), 0, 0, "one host: no GPU-to-GPU spread to see")
     regime = fit_sigma(rows[collective], "collectives' repeats (slowest rank)", seed)
     if regime is not None:
         sigmas["regime"] = regime
     used = rows[["op", "pass", "latency_us"] + (["run_id"] if "run_id" in rows else [])]
     runs = sorted(map(str, rows["run_id"].dropna().unique())) if "run_id" in rows else []
+    ranks = rows[["host", "rank"]].drop_duplicates() if {"host", "rank"} <= set(rows) else rows[[]].head(1)
     return MeasuredVariability(hw.name, sigmas, METHOD,
-                               {"run_ids": runs, "rows": int(len(rows)), "rows_hash": data_hash(used)},
+                               {"run_ids": runs, "rows": int(len(rows)), "rows_hash": data_hash(used),
+                                "ranks": max(1, int(len(ranks)))},
                                datetime.now(timezone.utc).isoformat())

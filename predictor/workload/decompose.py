@@ -16,7 +16,15 @@ Narayanan et al. 2021, arXiv 2104.04473; Korthikanti et al. 2022, arXiv 2205.051
   plus a parameter all-gather with a sharded optimizer); ZeRO-3/FSDP also gather each
   layer's weights before its forward and backward.
 - Recompute: ``full`` runs each layer's forward again in its backward; ``selective``
-  only the attention core.
+  only the attention core, or the modules ``parallel.recompute_modules`` names
+  (Megatron-Core ``--recompute-modules``).
+- EP (Mixture-of-Experts layers, :func:`~predictor.workload.layers.moe_op_groups`): the
+  router, permutations, grouped-GEMM experts and shared experts of each MoE layer; the
+  tokens' all-to-all dispatch and combine over the ep group (forward, and again in the
+  backward); the experts' gradients reduced, and their optimizer step sharded, over the
+  expert-data-parallel group of Megatron-Core's expert mesh (tp·cp·dp/(ep·etp) ranks).
+- Host: each pass's framework calls as host ops (:mod:`predictor.workload.host`), in
+  the pass's list beside the device calls.
 
 Group sizes, rank order and each group's placement on nodes come from the layout's
 :class:`~predictor.core.mesh.Mesh`.
@@ -29,12 +37,27 @@ from dataclasses import dataclass, field, replace
 from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
 from predictor.core.ops import Call
+from predictor.core.precision import OUTPUT_ROLE
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.layers import layer_ops, parameter_tensors
-from predictor.workload.memory import GRAD_BYTES, WEIGHT_BYTES, padded_vocab, stage_parameters
+from predictor.workload.host import host_calls, host_family, step_host_calls
+from predictor.workload.layers import (
+    dispatch_bytes,
+    layer_ops,
+    mlp_ops,
+    moe_layers_per_stage,
+    moe_op_groups,
+    parameter_tensors,
+    routed_tokens,
+    routing_imbalance,
+)
+from predictor.workload.memory import GRAD_BYTES, WEIGHT_BYTES, padded_vocab, stage_expert_parameters, stage_parameters
 
 #: bf16 activations.
 ACT_BYTES = 2
+#: The role of expert-parallel collectives that run under the other micro-batch's compute
+#: (Megatron-Core --overlap-moe-expert-parallel-comm, "1F1B A2A overlap"): the composer
+#: counts them like overlapped TP collectives, only where the pass's compute leaves them exposed.
+OVERLAPPED_EP = "ep_overlapped"
 #: Megatron's DDP bucket: 40 M parameters (``bucket_size`` default, megatron/core/distributed).
 BUCKET_PARAMS = 40_000_000
 
@@ -74,30 +97,132 @@ def _collective(op: str, message: float, group: int, count: int, role: str, topo
     return Call.of(op, "step", {"message_bytes": int(message), "group_size": group}, count, role, topo)
 
 
-def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int) -> tuple[list[Call], list[Call]]:
-    """Forward and backward calls of ``layers`` transformer layers for one micro-batch."""
+def _moe_collectives(model, par, seq, mesh: Mesh, layers: int) -> list[Call]:
+    """The forward collectives of ``layers`` MoE layers for one micro-batch, following
+    Megatron-Core's token dispatchers: ``alltoall`` gathers the per-expert token counts, and
+    it and ``flex`` (DeepEP, HybridEP) exchange the permuted tokens over the ep group in an
+    all-to-all (:func:`~predictor.workload.layers.dispatch_bytes`), all-gather them over etp,
+    and reverse both after the experts; ``allgather`` gathers every token of the ep·etp
+    group and reduce-scatters the outputs. Without ep or etp the tokens never leave the GPU."""
+    mbs, ep, etp = par.micro_batch_size, par.ep, par.etp
+    fwd: list[Call] = []
+    t_r = routed_tokens(model, par, mbs, seq)
+    h = model.hidden_size
+    ep_topo, etp_topo = mesh.topology("ep"), mesh.topology("etp")
+    moved = dispatch_bytes(model, par, t_r, ep_topo)
+    if ep * etp > 1 and par.moe_dispatcher == "allgather":
+        gathered = ep * etp * t_r * h * ACT_BYTES
+        group, topo = ep * etp, ep_topo if ep > 1 else etp_topo
+        fwd += [_collective("all_gather", gathered, group, layers, "ep", topo),
+                _collective("reduce_scatter", gathered, group, layers, "ep", topo)]
+    else:
+        if ep > 1:
+            if par.moe_dispatcher == "alltoall":  # DeepEP/HybridEP fuse the layout exchange into their kernels
+                counts = ep * etp * model.num_experts * 8  # int64 tokens per expert, from every rank
+                fwd.append(_collective("all_gather", counts, ep * etp, layers, "ep_counts", ep_topo))
+            fwd.append(_collective("all_to_all", moved, ep, 2 * layers, "ep", ep_topo))
+        if etp > 1:
+            received = t_r * model.top_k * h * ACT_BYTES * routing_imbalance(model, par, t_r) * etp
+            fwd += [_collective("all_gather", received, etp, layers, "ep", etp_topo),
+                    _collective("reduce_scatter", received, etp, layers, "ep", etp_topo)]
+    return fwd
+
+
+def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
+                 mesh: Mesh | None = None) -> tuple[list[Call], list[Call]]:
+    """Forward and backward calls of ``layers`` transformer layers, ``moe`` of them
+    Mixture-of-Experts layers (:func:`_moe_calls`), for one micro-batch."""
     mbs, tp, cp = par.micro_batch_size, par.tp, par.cp
-    compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention)
-    fwd = [replace(c, count=c.count * layers) for c in compute]
-    bwd = [replace(c, pass_="bwd", count=c.count * layers) for c in compute]
+    if moe:
+        dense = layers - moe
+        dense_calls = [replace(c, count=c.count * dense) for c in layer_ops(model, mbs, seq, tp, cp,
+                                                                            par.sequence_parallel, par.attention)
+                       ] if dense else []
+        attn = [replace(c, count=c.count * moe) for c in layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel,
+                                                                   par.attention, ffn=False)]
+        groups = {name: [replace(c, count=c.count * moe) for c in calls]
+                  for name, calls in moe_op_groups(model, par, mbs, seq).items()}
+        compute = dense_calls + attn + [c for calls in groups.values() for c in calls]
+        fwd = list(compute)
+        bwd = [replace(c, pass_="bwd") for c in compute]
+        # TP collectives: a dense layer's two (attention, FFN), a MoE layer's attention's and,
+        # with shared experts, theirs (the routed experts' tokens are already sequence-split).
+        tp_pairs = 2 * dense + moe * (1 + (model.shared_expert_ffn_hidden_size > 0))
+        ep_calls = _moe_collectives(model, par, seq, mesh, moe)
+        modules = _modules(model, dense_calls, attn, groups, ep_calls, dense, mbs * seq // cp, tp) \
+            if par.recompute_modules else {}
+    else:
+        compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention)
+        fwd = [replace(c, count=c.count * layers) for c in compute]
+        bwd = [replace(c, pass_="bwd", count=c.count * layers) for c in compute]
+        tp_pairs, ep_calls = 2 * layers, []
+        modules = _modules(model, fwd, [], {}, [], layers, mbs * seq // cp, tp) if par.recompute_modules else {}
     activation = mbs * seq // cp * model.hidden_size * ACT_BYTES
     if tp > 1:
         if par.sequence_parallel:
-            tp_fwd = [_collective("all_gather", activation, tp, 2 * layers, "tp", tp_topo),
-                      _collective("reduce_scatter", activation, tp, 2 * layers, "tp", tp_topo)]
+            tp_fwd = [_collective("all_gather", activation, tp, tp_pairs, "tp", tp_topo),
+                      _collective("reduce_scatter", activation, tp, tp_pairs, "tp", tp_topo)]
         else:
-            tp_fwd = [_collective("all_reduce", activation, tp, 2 * layers, "tp", tp_topo)]
+            tp_fwd = [_collective("all_reduce", activation, tp, tp_pairs, "tp", tp_topo)]
         fwd += tp_fwd
         bwd += tp_fwd  # the backward mirrors each collective with its conjugate of equal size
     if cp > 1:
         kv = 2 * mbs * seq * max(model.num_kv_heads // tp, 1) * model.head_dim * ACT_BYTES
         fwd.append(_collective("all_gather", kv, cp, layers, "cp", cp_topo))
         bwd.append(_collective("reduce_scatter", kv, cp, layers, "cp", cp_topo))
+    if ep_calls:  # the backward exchanges the gradients alike (the token counts are reused)
+        if par.overlap_ep_comm:
+            ep_calls = [replace(c, role=OVERLAPPED_EP) if c.role == "ep" else c for c in ep_calls]
+        fwd += ep_calls
+        bwd += [c for c in ep_calls if c.role != "ep_counts"]
     if par.recompute == "full":
         bwd += fwd  # every forward call, the layer's collectives included, runs again
+    elif par.recompute == "selective" and par.recompute_modules:
+        bwd += [c for name in par.recompute_modules.split(",") for c in modules.get(name.strip(), [])]
     elif par.recompute == "selective":
         bwd += [c for c in fwd if c.op in ("attention", "bmm", "softmax")]
     return fwd, bwd
+
+
+#: What a layer's calls do not depend on: the layout's data- and pipeline-parallel sizes,
+#: schedule, batch and sharding (a search decomposes thousands of layouts alike in the rest).
+_NOT_IN_LAYERS = ("dp", "pp", "vpp", "schedule", "global_batch_size", "sharding", "overlap_grad_reduce",
+                  "overlap_param_gather", "overlap_tp_comm")
+_LAYER_CACHE: dict[tuple, tuple[list[Call], list[Call]]] = {}
+
+
+def _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh):
+    """:func:`_layer_calls`, remembered across workloads by every value it reads (the same
+    Call objects come back for equal inputs, as the composer's stage identity expects)."""
+    key = (tuple(vars(model).values()), tuple(v for k, v in vars(par).items() if k not in _NOT_IN_LAYERS),
+           seq, tp_topo, cp_topo, layers, moe,
+           (mesh.topology("ep"), mesh.topology("etp")) if moe else None)
+    if key not in _LAYER_CACHE:
+        if len(_LAYER_CACHE) > 4096:
+            _LAYER_CACHE.clear()
+        _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh)
+    return _LAYER_CACHE[key]
+
+
+def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int, tp: int) -> dict[str, list[Call]]:
+    """The forward calls each of Megatron-Core's ``--recompute-modules`` re-runs in the
+    backward (megatron/core/transformer/transformer_config.py ``recompute_modules``):
+    core_attn (the attention core), layernorm (the two pre-norms), mlp (the dense layers'
+    FFN), moe (a MoE layer's FFN half, its token exchange included), moe_act (the experts'
+    activation), shared_experts, mla_up_proj (MLA's query and key-value up projections)."""
+    layer = dense_calls + attn
+    ffn = {(c.op, c.shape) for c in mlp_ops(model, tokens, model.ffn_hidden_size // tp)}
+    mlp = [c for c in dense_calls if (c.op, c.shape) in ffn] if dense else []
+    lora = {model.q_lora_rank, model.kv_lora_rank} - {0}
+    return {
+        "core_attn": [c for c in layer if c.op in ("attention", "bmm", "softmax")],
+        "layernorm": [c for c in layer if c.op == model.norm and c.shape_dict.get("hidden") == model.hidden_size],
+        "mlp": mlp,
+        "moe": [c for calls in groups.values() for c in calls] + [c for c in ep_calls if c.role != "ep_counts"],
+        "moe_act": groups.get("moe_act", []),
+        "shared_experts": groups.get("shared_experts", []),
+        "mla_up_proj": [c for c in layer if c.op == "gemm" and c.shape_dict.get("k") in lora],
+    }
 
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
@@ -110,7 +235,7 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
     if last:
         sp_tokens = tokens // par.tp if par.sequence_parallel else tokens
         ends += [Call.of(model.norm, "fwd", {"tokens": sp_tokens, "hidden": model.hidden_size}),
-                 Call.of("gemm", "fwd", {"m": tokens, "n": vocab, "k": model.hidden_size}),
+                 Call.of("gemm", "fwd", {"m": tokens, "n": vocab, "k": model.hidden_size}, role=OUTPUT_ROLE),
                  Call.of("cross_entropy", "fwd", {"tokens": tokens, "vocab": vocab})]
     stage.forward += ends
     stage.backward += [replace(c, pass_="bwd") for c in ends]
@@ -138,32 +263,70 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
     return stage
 
 
+def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh) -> StageWork:
+    """``stage`` with its routed experts' once-per-step calls (Megatron-Core): their
+    gradients reduced over the expert-data-parallel group (tp·cp·dp/(ep·etp) ranks, not
+    the dense layers' dp·cp), the sharded optimizer's gather over it, ZeRO-3/FSDP's
+    per-layer weight gathers, and their optimizer step, sharded over that group."""
+    group, topo = mesh.expert_dp, mesh.topology("expert_dp")
+    sharded = par.sharding != "none"
+    if group > 1:
+        buckets = max(1, math.ceil(experts / BUCKET_PARAMS))
+        grad_op = "reduce_scatter" if sharded else "all_reduce"
+        stage.step.append(_collective(grad_op, experts / buckets * GRAD_BYTES, group, buckets, "dp", topo))
+        if sharded:
+            stage.step.append(_collective("all_gather", experts / buckets * WEIGHT_BYTES, group, buckets, "dp", topo))
+        if par.sharding in ("zero3", "fsdp"):
+            gather = _collective("all_gather", experts / moe * WEIGHT_BYTES, group, moe, "dp", topo)
+            stage.forward.append(gather)
+            stage.backward.append(gather)
+    opt_params = experts // group if sharded else experts
+    tensors = 2 * model.num_experts // par.ep * moe  # fc1 and fc2 of each local expert
+    stage.step.append(Call.of("optimizer_step", "step", {"params": max(opt_params, 1), "tensors": tensors,
+                                                         "optimizer": "adamw"}, role="optimizer"))
+    return stage
+
+
 def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus: int | None = None,
-              seq: int | None = None) -> Workload:
-    """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``."""
+              seq: int | None = None, framework: str | None = None) -> Workload:
+    """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``;
+    ``framework`` (a family of ``predict``'s ``framework``) picks the host calls' table."""
     seq = seq or model.seq_length
     par = with_default_batch(par)
     gpus = gpus or par.world_size
     validate_layout(model, par, gpus)
-    mesh = Mesh.of(par, hw.node.gpus_per_node)
+    mesh = Mesh.of(par, hw.node.gpus_per_node, hw.node.nvlink_domain)
     tp_topo, cp_topo, dp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "dp", "pp"))
     dp_group = mesh.grad_group
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
     vocab = padded_vocab(model.vocab_size, par.tp) // par.tp  # vocabulary-parallel shard
     params_per_stage = stage_parameters(model, par)  # one GPU's TP shard of each stage
-    layer_calls: dict[int, tuple[list[Call], list[Call]]] = {}  # stages hold at most two layer counts
+    family = host_family(framework, hw.host.asynchronous)
+    moe_per_stage = moe_layers_per_stage(model, par.pp)  # all 0 for a dense model
+    experts_per_stage = stage_expert_parameters(model, par)
+    layer_calls: dict[tuple, tuple[list[Call], list[Call]]] = {}  # stages hold few (layers, MoE layers) counts
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp)):
         first, last = i == 0, i == par.pp - 1
-        key = (layers, first, last, params_per_stage[i])
+        moe = moe_per_stage[i]
+        key = (layers, first, last, params_per_stage[i], moe)
         if key not in built:
-            if layers not in layer_calls:
-                layer_calls[layers] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers)
-            fwd, bwd = (list(calls) for calls in layer_calls[layers])  # copies: the ends are appended below
-            built[key] = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
-                                tokens, vocab, dp_group, dp_topo, pp_topo)
+            if (layers, moe) not in layer_calls:
+                layer_calls[layers, moe] = _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh)
+            fwd, bwd = (list(calls) for calls in layer_calls[layers, moe])  # copies: the ends are appended below
+            st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
+                        tokens, vocab, dp_group, dp_topo, pp_topo)
+            if moe:
+                st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
+            st.forward += host_calls(st.forward, "fwd", family, hw.host.asynchronous)
+            st.backward += host_calls(st.backward, "bwd", family, hw.host.asynchronous)
+            tensors = sum(c.shape_dict["tensors"] for c in st.step if c.op == "optimizer_step")
+            optimizer, hooks = step_host_calls(tensors, family, dp_group)
+            st.step += optimizer
+            st.backward += hooks
+            built[key] = st
         twin = built[key]
         stages.append(StageWork(i, layers, list(twin.forward), list(twin.backward), twin.p2p, list(twin.step)))
     return Workload(model, par, hw, mesh, seq, micro_batches, stages)

@@ -1,4 +1,5 @@
-"""Floating-point operations of one training step of a dense decoder-only transformer.
+"""Floating-point operations of one training step of a decoder-only transformer, dense or
+Mixture-of-Experts.
 
 One count, three uses: PRISM's MFU (``prism predict``, ``prism search``), and turning the
 TFLOP/s that Megatron-LM publishes back into step times (``predictor.data.published``).
@@ -19,11 +20,17 @@ and attention is counted unmasked. Megatron-LM's ``num_floating_point_operations
 (megatron/training/training.py), the count behind the TFLOP/s its README publishes, is
 the same without recompute, 72·B·s·L·h²·(1 + s/6h + V/12Lh) for GPT, and in Megatron-Core
 counts GQA (``num_query_groups``) and SwiGLU (3/2 of the FFN) as this function does.
+
+Mixture-of-Experts layers count what a token runs through, as Megatron-Core's count does
+(``moe_ffn_hidden_size · moe_router_topk`` plus the shared experts, the router GEMM left
+out): the attention, the shared experts and top_k routed experts. Multi-head latent
+attention counts its projections through its parameters and its scores over query/key
+heads of head_dim + qk_rope_head_dim and value heads of v_head_dim.
 """
 from __future__ import annotations
 
 from predictor.core.specs import ModelConfig
-from predictor.workload.layers import layer_parameters
+from predictor.workload.layers import expert_parameters, layer_parameters, moe_layers
 
 #: Forward, backward for the inputs' gradients, backward for the weights' gradients.
 FWD_BWD_PASSES = 3
@@ -39,7 +46,15 @@ def model_flops_per_step(model: ModelConfig, tokens: int, seq: int, causal: bool
     h = model.num_heads * model.head_dim
     layer_matmuls = 2.0 * layer_parameters(model)[0]
     layer_attention = 2.0 * 2.0 * seq * h * (0.5 if causal else 1.0)
+    if model.kv_lora_rank:  # MLA: QK^T over head_dim + qk_rope_head_dim, PV over v_head_dim
+        width = model.num_heads * (2 * model.head_dim + model.qk_rope_head_dim + model.v_head_dim) / 2
+        layer_attention = 2.0 * 2.0 * seq * width * (0.5 if causal else 1.0)
     layer_passes = FWD_BWD_PASSES + (1 if full_recompute else 0)
     head = 2.0 * model.vocab_size * model.hidden_size
-    per_token = layer_passes * model.num_layers * (layer_matmuls + layer_attention) + FWD_BWD_PASSES * head
+    layers = model.num_layers * (layer_matmuls + layer_attention)
+    moe = sum(moe_layers(model))
+    if moe:  # a MoE layer's matmuls: attention, shared experts and top_k routed experts (no router)
+        routed = 2.0 * model.top_k * expert_parameters(model) / model.num_experts
+        layers += moe * (2.0 * layer_parameters(model, moe=True)[0] + routed - layer_matmuls)
+    per_token = layer_passes * layers + FWD_BWD_PASSES * head
     return per_token * tokens

@@ -106,7 +106,14 @@ from dataclasses import dataclass
 from predictor.core.errors import PrismError
 from predictor.core.layout import RECOMPUTES, SHARDINGS, layers_per_stage, validate_layout
 from predictor.core.specs import ModelConfig, ParallelConfig
-from predictor.workload.layers import layer_parameters
+from predictor.workload.layers import (
+    expert_parameters,
+    layer_parameters,
+    moe_ffn,
+    moe_layers_per_stage,
+    routed_tokens,
+    routing_imbalance,
+)
 
 GiB = 1024 ** 3
 WEIGHT_BYTES = 2      # bf16 weights
@@ -162,13 +169,15 @@ def stage_parameters(model: ModelConfig, par: ParallelConfig,
     tp, pp = par.tp, par.pp
     sharded, replicated = layer_parameters(model, tp)
     per_layer = sharded + replicated
+    moe_layer = sum(layer_parameters(model, tp, moe=True)) if model.num_experts else 0
+    moe = moe_layers_per_stage(model, pp)
     vocab = padded_vocab(model.vocab_size, tp, vocab_multiple) // tp
     embed = vocab * model.hidden_size
     positions = model.seq_length * model.hidden_size if model.position == "learned" else 0
     final_norm = model.hidden_size * (2 if model.norm == "layernorm" else 1)
     out = []
     for i, n in enumerate(layers_per_stage(model.num_layers, pp)):
-        p = n * per_layer
+        p = n * per_layer if not moe[i] else (n - moe[i]) * per_layer + moe[i] * moe_layer
         if i == 0:
             p += embed + positions
         if i == pp - 1:
@@ -177,6 +186,31 @@ def stage_parameters(model: ModelConfig, par: ParallelConfig,
                 p += embed  # output head (a copy of the tied embedding when pp > 1)
         out.append(p)
     return out
+
+
+def stage_expert_parameters(model: ModelConfig, par: ParallelConfig) -> list[int]:
+    """Routed-expert parameters one GPU of each pipeline stage holds: num_experts/ep experts
+    of each MoE layer, each split etp ways (before the expert-data-parallel sharding)."""
+    per_layer = expert_parameters(model, par.ep, par.etp) if model.num_experts else 0
+    return [n * per_layer for n in moe_layers_per_stage(model, par.pp)]
+
+
+def moe_activation_bytes(model: ModelConfig, par: ParallelConfig, seq: int, micro_batch: int) -> float:
+    """Activation bytes the FFN half of one MoE layer stores for one micro-batch on one GPU,
+    beyond the attention half of :func:`layer_activation_bytes` (Megatron-Core MoELayer):
+    the router's fp32 scores (4 B per token and expert), the permuted expert input (2·h per
+    routed token-expert pair, sized at the busiest rank's load), the experts' fc1 output and
+    activation output as a dense FFN of moe_ffn/etp stores (6 B per width element with
+    SwiGLU, 4 with GeLU), and the shared experts as a dense TP-split FFN. Full recompute
+    keeps none of it."""
+    if par.recompute == "full":
+        return 0.0
+    t_r = routed_tokens(model, par, micro_batch, seq)
+    pairs = t_r * model.top_k * par.etp * routing_imbalance(model, par, t_r)
+    width = moe_ffn(model) / par.etp
+    per_width = 6 if model.activation == "swiglu" else 4
+    shared = micro_batch * seq / par.cp * per_width * model.shared_expert_ffn_hidden_size / par.tp
+    return 4 * t_r * model.num_experts + pairs * (2 * model.hidden_size + per_width * width) + shared
 
 
 def model_state_bytes(params: float, shard_group: int = 1, sharding: str = "none",
@@ -271,11 +305,23 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
     layer_weights = sum(layer_parameters(model, tp))
     out = []
     params = stage_parameters(model, par, vocab_multiple)
+    moe, experts = moe_layers_per_stage(model, par.pp), stage_expert_parameters(model, par)
+    if model.num_experts:  # a MoE layer stores its router's, experts' and shared experts' instead of the FFN's
+        dense_ffn = 0.0 if par.recompute == "full" else \
+            s * b * (6 if model.activation == "swiglu" else 4) * model.ffn_hidden_size / tp
+        act_moe = act_layer - dense_ffn + moe_activation_bytes(model, par, seq, b)
+        expert_dp = par.tp * par.cp * par.dp // (par.ep * par.etp)  # predictor.core.mesh.Mesh.expert_dp
     for i, n in enumerate(layers_per_stage(model.num_layers, par.pp)):
         weights, grads, optim = model_state_bytes(params[i], group, par.sharding, grad_bytes)
         if _SHARDED[par.sharding][0] and group > 1:  # gathered current + prefetched layer
             weights += min(n, 2) * layer_weights * WEIGHT_BYTES
         per_mb = n * act_layer
+        if moe[i]:  # routed experts' states sharded over the expert-data-parallel group
+            ew, eg, eo = model_state_bytes(experts[i], expert_dp, par.sharding, grad_bytes)
+            if _SHARDED[par.sharding][0] and expert_dp > 1:
+                ew += min(moe[i], 2) * experts[i] / moe[i] * WEIGHT_BYTES
+            weights, grads, optim = weights + ew, grads + eg, optim + eo
+            per_mb = (n - moe[i]) * act_layer + moe[i] * act_moe
         if i == 0:
             per_mb += _embedding_bytes(model, s, b, tp, sp, drop)
         if i == par.pp - 1:
@@ -284,7 +330,7 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
         acts = flight * per_mb + (working if par.recompute == "full" else 0.0)
         out.append(MemoryBreakdown(stage=i, weights=weights, gradients=grads, optimizer=optim,
                                    activations=acts, workspace=workspace_gib * GiB,
-                                   layers=n, in_flight=flight, parameters=params[i]))
+                                   layers=n, in_flight=flight, parameters=params[i] + experts[i]))
     return out
 
 

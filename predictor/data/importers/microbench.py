@@ -22,8 +22,10 @@ What each source gives, and how it maps onto PRISM's vocabulary:
   causal mask. Latency = FLOPs / rate with the benchmark's own FLOP count, which is the
   vocabulary's (4·b·h·s²·d forward, half under a causal mask, backward 2.5x); the
   backward is the forward+backward time less the forward time of the same shape.
-- ``comm_xla_collective_perf_table.csv`` (OpenXLA, one 8-GPU node: groups of 2, 4, 8)
-  and ``comm_nccl_tests_allreduce.csv`` (the DGX H100 node only): intra-node collectives,
+- ``comm_xla_collective_perf_table.csv`` (OpenXLA, one 8-GPU node: groups of 2, 4, 8; on
+  GB200 and GB300 (sm_103) one NVL72 rack: groups of 4 to 72 GPUs across its 4-GPU trays,
+  all inside one NVLink domain, which is what a "node" of the collectives' topology means,
+  :mod:`predictor.core.mesh`) and ``comm_nccl_tests_allreduce.csv`` (the DGX H100 node only): intra-node collectives,
   ``message_bytes`` = the benchmark's tensor bytes (the full vector for all-reduce, the
   gathered output for all-gather, the input for reduce-scatter and all-to-all). The
   2-node nccl-tests rows ran on Google Cloud A3 Mega VMs, another network than any
@@ -46,10 +48,16 @@ from predictor.core.profiles import load_hardware
 from predictor.core.specs import HardwareConfig
 from predictor.data import store
 
-#: Hardware profile -> the keys its rows carry in each source.
+#: Hardware profile -> the keys its rows carry in each source (``xla``: the GEMM table;
+#: ``xla_collectives``: the collective table where its key differs).
 SOURCES = {
     "h100-sxm": {"xla": "sm_90", "flash": "H100-SXM5-80GB", "nccl": "DGX H100"},
     "b200": {"xla": "sm_100_B200"},
+    # NVL72 racks: the collectives of their own 72-GPU NVLink domain (groups of 4 to 72);
+    # no GEMM table of their own, so B200's (GB200: the same die; GB300's Blackwell Ultra
+    # keeps B200's bf16/fp8 tensor-core rates per SM): an assumption the manifest names.
+    "gb200-nvl72": {"xla": "sm_100_B200", "xla_collectives": "sm_100_GB200"},
+    "gb300-nvl72": {"xla": "sm_100_B200", "xla_collectives": "sm_103"},
 }
 _XLA_DTYPE = {"bf16xbf16->bf16": "bfloat16", "f8e4m3fnxf8e4m3fn->bf16": "float8", "f32xf32->f32": "tfloat32"}
 _XLA_COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather",
@@ -123,7 +131,8 @@ def attention_rows(table: pd.DataFrame, gpu: str) -> pd.DataFrame:
 
 def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict) -> pd.DataFrame:
     """Intra-node collectives of one system: the XLA table, and nccl-tests where it has the node."""
-    t = xla[(xla.device_key == keys["xla"]) & xla.opcode.isin(list(_XLA_COLLECTIVE))].copy()
+    key = keys.get("xla_collectives", keys["xla"])
+    t = xla[(xla.device_key == key) & xla.opcode.isin(list(_XLA_COLLECTIVE))].copy()
     size = t.replica_groups.str.extract(r"x\s*(\d+)\s*devices", expand=False).astype(int)
     frames = [pd.DataFrame({"op": t.opcode.map(_XLA_COLLECTIVE), "message_bytes": t.tensor_bytes,
                             "group_size": size, "latency_us": t.time_us_derived,
@@ -156,6 +165,8 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv",
                               ("device_key", "b", "m", "n", "k", "dtype", "achieved_flops_per_s", "time_us_derived")),
                         keys["xla"], hw, left_out)]
+    if "xla_collectives" in keys:  # another device's GEMMs (SOURCES): the origin names it
+        frames[0]["origin"] = f"microbench:xla-gemm:{keys['xla']}"
     if "flash" in keys:
         frames.append(attention_rows(_read(source_dir / "op_flashattention_tflops.csv",
                                            ("gpu", "implementation", "pass_type", "causal", "head_dim", "n_heads",

@@ -12,7 +12,8 @@ How a call becomes a row
   ``aten::linear``/``mm``/``addmm``/``matmul`` -> gemm, ``aten::bmm``/``baddbmm`` -> bmm,
   ``aten::scaled_dot_product_attention`` (and its flash/efficient/cudnn kernels) ->
   attention, ``aten::rms_norm``/``layer_norm``, ``aten::embedding``,
-  ``aten::cross_entropy_loss``, ``aten::gelu``, an out-of-place ``aten::add`` of two
+  ``aten::cross_entropy_loss``, ``aten::gelu``, ``aten::_grouped_mm`` -> grouped_gemm
+  (Mixture-of-Experts experts: m the mean tokens per group), an out-of-place ``aten::add`` of two
   same-shape activations at model level -> residual_add, and ``Optimizer.step#Adam*``
   -> optimizer_step (parameters and tensors counted from its per-tensor or foreach
   ``lerp_``). Python-level composites (RoPE written as mul/cat, SwiGLU as silu x mul)
@@ -132,6 +133,22 @@ def _gemm(name: str, args: dict):
     return None
 
 
+def _grouped_mm(name: str, args: dict):
+    """(grouped_gemm, shape) of torch's grouped matrix product (the experts of a
+    Mixture-of-Experts layer, torchtitan's MoE): tokens [total, k] against expert weights
+    [experts, k, n] split by offsets (each expert's mean share: ``m = total / experts``),
+    or [experts, m, k] @ [experts, k, n]."""
+    d = _dims(args)
+    if len(d) < 2 or len(d[1]) != 3:
+        return None
+    a, (groups, k, n) = d[0], d[1]
+    if len(a) == 2 and a[1] == k:
+        return "grouped_gemm", {"batch": groups, "m": max(1, a[0] // groups), "n": n, "k": k}
+    if len(a) == 3 and a[0] == groups and a[2] == k:
+        return "grouped_gemm", {"batch": groups, "m": a[1], "n": n, "k": k}
+    return None
+
+
 def _attention(name: str, args: dict):
     d = _dims(args)
     if len(d) < 3 or len(d[0]) != 4 or len(d[1]) != 4:
@@ -187,6 +204,7 @@ FORWARD = {
     "aten::rms_norm": _tokens_hidden("rmsnorm"), "aten::layer_norm": _tokens_hidden("layernorm"),
     "aten::gelu": _tokens_hidden("gelu"), "aten::embedding": _embedding,
     "aten::cross_entropy_loss": _cross_entropy, "aten::add": _residual_add,
+    "aten::_grouped_mm": _grouped_mm,
 }
 def _region_shape(op: str, first_op: str, d: list) -> dict | None:
     """The shape of a ``prism::<op>`` region from the first input of the first op inside it:

@@ -1,0 +1,123 @@
+"""The host side of a training step: the framework calls each operator call makes.
+
+DESIGN.md, "Vocabulary" and "Composer" step 2. A vocabulary call (one ``gemm``, one
+``rmsnorm`` ...) is more than its kernel: the framework around it makes eager calls of
+its own (Python ``nn.Module`` and ``autograd.Function`` calls, views, transposes and
+splits, RNG state for dropout, the dispatcher, autograd's recording) in the forward, and
+the autograd engine runs one node per differentiable call in the backward; the device
+API launches every kernel. This module counts those calls per vocabulary call and turns a
+pass's calls into host ops (:data:`~predictor.core.ops.HOST_OPS`), whose latencies are
+sampled (``dispatch`` on this machine: :mod:`sampling.kernels`) or taken from the hardware
+profile's cited ``host`` block (a prior).
+
+:data:`CALLS` holds, per framework family and vocabulary call, the host's calls in the
+forward and in the backward, counted from the frameworks' code (one transformer layer,
+default settings, bf16; each Python-level entry into PyTorch is a call: an aten op, views
+included, an ``autograd.Function.apply``, an ``nn.Module`` call, a TorchScript function,
+an RNG get or set; the backward counts autograd nodes, a linear layer's two matmuls and a
+fused kernel's node as launched):
+
+- ``megatron``: Megatron-LM's GPT layer (``megatron/model/transformer.py`` @b35d061:
+  ``ParallelTransformerLayer``, ``ParallelAttention``, ``CoreAttention``, ``ParallelMLP``;
+  ``fused_layer_norm.py``, ``fused_softmax.py``, ``fused_bias_gelu.py``;
+  ``core/tensor_parallel/layers.py``): 76 forward calls and 37 autograd nodes per layer
+  with unfused attention. A fused layer norm is six calls (module, Function, three no-op
+  ``contiguous``, the kernel); a linear layer five to ten (modules, the copy or reduce
+  region and ``LinearWithGradAccumulationAndAsyncCommunication`` Functions, the matmul,
+  ``qkv``'s view and split); each batched matmul of the core attention eight to ten
+  (buffer, views, transposes, permute, ``contiguous``); the fused scale-mask-softmax with
+  dropout inside the RNG tracker's ``fork`` thirteen; bias-dropout-add two to five.
+  Megatron-Core's layers (Transformer Engine modules, fused RoPE and SwiGLU) are counted
+  by analogy. Tensor parallelism adds no calls besides its collectives (the copy region is
+  skipped under asynchronous all-reduce).
+- ``eager``: torchtitan's Llama layer (``torchtitan/models/llama3/model/model.py``
+  @6404b93), and eager ``nn.Module`` frameworks like it: 52 forward calls (35 kernels) and
+  72 autograd nodes per layer; ``F.rms_norm`` runs as about eight kernels, complex RoPE is
+  sixteen calls for q and k, SDPA is wrapped in transposes and a ``contiguous``.
+- ``cpu-eager``: PRISM's own reference model (:mod:`sampling.model`) on a CPU, counting
+  only the calls *around* each op: on a synchronous device the operator samples were
+  timed in eager PyTorch, so they already hold the op's own calls; what they lack is the
+  module calls, ``qkv``'s split, views and transposes, the attention output's transpose
+  and reshape, SwiGLU's chunk.
+
+On an asynchronous device (CUDA) the collectives' issue is a host op too
+(``collective_launch``); a CPU's collective samples hold it. Eager frameworks' tensor
+parallelism is DTensor's, a ``dtensor`` host op per pair of column- and row-parallel
+linear layers.
+"""
+from __future__ import annotations
+
+from predictor.core.ops import OPS, Call
+
+#: (forward calls, backward calls) the host makes per vocabulary call, by framework family
+#: (module docstring); ops missing from a table make none.
+CALLS: dict[str, dict[str, tuple[int, int]]] = {
+    "megatron": {
+        "layernorm": (6, 2), "rmsnorm": (6, 2), "gemm": (6, 3), "bmm": (9, 8), "softmax": (13, 4),
+        "masked_fill": (1, 1), "attention": (8, 6), "rope": (4, 2), "swiglu": (3, 2), "gelu": (2, 1),
+        "residual_add": (4, 2), "embedding": (6, 3), "cross_entropy": (15, 10),
+    },
+    "eager": {
+        "layernorm": (2, 2), "rmsnorm": (8, 8), "gemm": (5, 8), "bmm": (3, 3), "softmax": (2, 2),
+        "masked_fill": (1, 1), "attention": (8, 7), "rope": (8, 7), "swiglu": (2, 2), "gelu": (1, 1),
+        "residual_add": (2, 1), "embedding": (2, 2), "cross_entropy": (4, 4),
+    },
+    "cpu-eager": {
+        "layernorm": (1, 0), "rmsnorm": (1, 0), "gemm": (3, 2), "attention": (2, 2), "swiglu": (1, 1),
+        "residual_add": (1, 0), "embedding": (1, 0), "cross_entropy": (1, 1),
+    },
+}
+#: Framework calls per parameter tensor per step around the optimizer: Megatron's
+#: mixed-precision optimizer copies each gradient to its fp32 main gradient and zeroes it
+#: in Python loops over the tensors (``megatron/core/optimizer/optimizer.py``,
+#: ``_copy_model_grads_to_main_grads``, ``zero_grad``); torch's fused and foreach AdamW
+#: launch per group of tensors, and a CPU's ``optimizer_step`` samples hold them.
+OPTIMIZER_CALLS_PER_TENSOR = {"megatron": 2, "eager": 0, "cpu-eager": 0}
+#: Data parallelism's autograd hook per parameter tensor in the backward (torch DDP's
+#: Reducer; Megatron's DDP ``register_grad_ready``), each a framework call.
+HOOK_CALLS_PER_TENSOR = 1
+#: Framework families (``predict``'s ``framework``) whose layers are written as eager modules.
+EAGER_FRAMEWORKS = ("torchtitan", "llm-foundry", "accelerate", "eager")
+#: The TP collectives that end a pair of linear layers: the row-parallel layer's reduction.
+TP_REDUCTIONS = ("all_reduce", "reduce_scatter")
+
+
+def host_family(framework: str | None, asynchronous: bool) -> str:
+    """The call table of ``framework``: PRISM's reference model on a CPU, eager modules for
+    the families that write them, Megatron's otherwise."""
+    if not asynchronous:
+        return "cpu-eager"
+    return "eager" if (framework or "").lower() in EAGER_FRAMEWORKS else "megatron"
+
+
+def host_calls(calls: list[Call], pass_: str, family: str, asynchronous: bool) -> list[Call]:
+    """The host ops of one pass's ``calls``: a ``dispatch`` call per compute call with its
+    framework's calls; on an asynchronous device a ``collective_launch`` per collective;
+    in eager frameworks a ``dtensor`` call per TP reduction (one per pair of linear layers)."""
+    table, out = CALLS[family], {}
+    for c in calls:
+        spec = OPS[c.op]
+        if spec.host:
+            continue
+        if spec.collective:
+            if family != "megatron" and c.role == "tp" and c.op in TP_REDUCTIONS:
+                key = Call.of("dtensor", pass_, {"group_size": c.shape_dict["group_size"]})
+                out[key] = out.get(key, 0) + c.count
+            if asynchronous:
+                key = Call.of("collective_launch", "step", {"group_size": c.shape_dict["group_size"]})
+                out[key] = out.get(key, 0) + c.count
+            continue
+        launches = table.get(c.op, (0, 0))[c.pass_ == "bwd"]
+        if launches:
+            key = Call.of("dispatch", c.pass_, {"launches": launches})
+            out[key] = out.get(key, 0) + c.count
+    return [Call(k.op, k.pass_, k.shape, n, "host") for k, n in out.items()]
+
+
+def step_host_calls(tensors: int, family: str, dp_group: int) -> tuple[list[Call], list[Call]]:
+    """The host ops of a stage's once-per-step framework work on ``tensors`` parameter
+    tensors: around the optimizer step, and DP's gradient hooks in the backward."""
+    optimizer = OPTIMIZER_CALLS_PER_TENSOR[family] * tensors
+    hooks = HOOK_CALLS_PER_TENSOR * tensors if dp_group > 1 else 0
+    return ([Call.of("dispatch", "fwd", {"launches": optimizer}, role="host")] if optimizer else [],
+            [Call.of("dispatch", "bwd", {"launches": hooks}, role="host")] if hooks else [])

@@ -1,0 +1,47 @@
+"""The host op ``dtensor``: the framework time of tensor parallelism as torch's DTensor does
+it, timed on the ranks of a collective job (:mod:`sampling.collectives`).
+
+One call is one column-parallel linear layer followed by one row-parallel one
+(``ColwiseParallel`` then ``RowwiseParallel`` of ``torch.distributed.tensor.parallel``, the
+pairs of a transformer layer: ``qkv``/``out`` and ``up``/``down``) on 4x4 tensors, so that
+the kernels and the transfers take no time and what is left is the framework's: the
+modules' input and output redistributions, DTensor's dispatch and sharding propagation,
+and the functional collective the pair ends with (its all-reduce in the forward, the
+column-parallel input gradient's all-reduce in the backward, issued from autograd's
+thread and waited for there).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+#: Width of the pair's tensors: small enough that only the framework's time is left.
+WIDTH = 4
+
+
+class _Pair(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.column = nn.Linear(width, width, bias=False)
+        self.row = nn.Linear(width, width, bias=False)
+
+    def forward(self, x):
+        return self.row(self.column(x))
+
+
+def build_pair(pass_: str, group, device: torch.device) -> Callable[[], object]:
+    """A zero-argument function running one tensor-parallel pair over the process group
+    ``group`` (every member calls it): its forward, or its backward replayed on one graph."""
+    mesh = DeviceMesh.from_group(group, device.type)
+    width = WIDTH * mesh.size()  # each rank holds a WIDTH-wide shard
+    pair = parallelize_module(_Pair(width).to(device), mesh, {"column": ColwiseParallel(), "row": RowwiseParallel()})
+    x = torch.randn(WIDTH, width, device=device, requires_grad=True)
+    if pass_ == "fwd":
+        return lambda: pair(x)
+    out = pair(x)
+    grad = torch.ones_like(out)
+    return lambda: torch.autograd.grad(out, [x, *pair.parameters()], grad, retain_graph=True)

@@ -1,0 +1,162 @@
+"""Host time: the framework calls of a pass (workload.host), their priors and models, and
+the composer's host timeline (max-plus on CUDA, additive on a CPU)."""
+import copy
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from predictor.core.errors import PrismError
+from predictor.core.ops import Call
+from predictor.core.profiles import load_hardware, load_model
+from predictor.core.specs import ParallelConfig
+from predictor.engine.compose import compose
+from predictor.engine.stages import Part, StagePlan, draw_stage_sums
+from predictor.latency import artifacts
+from predictor.latency.artifacts import ModelSet, foreign_device, models_dir
+from predictor.latency.lookup import QuantileCache, Source, call_quantiles
+from predictor.workload.decompose import decompose
+from predictor.workload.host import CALLS, host_calls, host_family
+
+
+def _launches(calls, pass_="fwd"):
+    return {c.shape_dict["launches"]: c.count for c in calls if c.op == "dispatch" and c.pass_ == pass_}
+
+
+def test_each_framework_s_calls_per_op_and_pass():
+    gemm = Call.of("gemm", "fwd", {"m": 8, "n": 8, "k": 8}, count=3)
+    assert _launches(host_calls([gemm], "fwd", "megatron", True)) == {CALLS["megatron"]["gemm"][0]: 3}
+    bwd = host_calls([Call.of("gemm", "bwd", {"m": 8, "n": 8, "k": 8})], "bwd", "megatron", True)
+    assert _launches(bwd, "bwd") == {CALLS["megatron"]["gemm"][1]: 1}
+    # a CPU's operator samples hold the op's own calls: only those around it are added
+    assert _launches(host_calls([gemm], "fwd", "cpu-eager", False)) == {CALLS["cpu-eager"]["gemm"][0]: 3}
+    assert host_calls([Call.of("rope", "fwd", {"tokens": 8, "heads": 2, "head_dim": 4})], "fwd", "cpu-eager",
+                      False) == []
+    # a recomputed forward inside the backward pass costs a forward's calls
+    assert _launches(host_calls([gemm], "bwd", "megatron", True)) == {CALLS["megatron"]["gemm"][0]: 3}
+
+
+def test_megatron_s_layer_makes_the_counted_calls():
+    """Megatron-LM's GPT layer, counted from its code: 76 forward calls, about 40 backward."""
+    work = decompose(load_model("gpt3-1.3b"), ParallelConfig(global_batch_size=1, attention="unfused"),
+                     load_hardware("a100-sxm4-80gb"), framework="megatron-lm")
+    st = work.stages[0]
+    layers = st.layers
+    per_layer = {p: sum(c.count * c.shape_dict["launches"] for c in (st.forward if p == "fwd" else st.backward)
+                        if c.op == "dispatch") / layers for p in ("fwd", "bwd")}
+    assert 70 <= per_layer["fwd"] <= 85 and 35 <= per_layer["bwd"] <= 50, per_layer
+
+
+def test_collectives_cost_host_time_only_where_the_device_runs_ahead():
+    ar = Call.of("all_reduce", "step", {"message_bytes": 1 << 20, "group_size": 4}, count=5, role="tp")
+    (launch,) = host_calls([ar], "fwd", "megatron", True)
+    assert (launch.op, launch.count, launch.shape_dict, launch.role) == ("collective_launch", 5, {"group_size": 4},
+                                                                        "host")
+    # eager frameworks' TP is DTensor's: a pair of linear layers per TP reduction
+    (pair,) = host_calls([ar], "bwd", "cpu-eager", False)
+    assert (pair.op, pair.pass_, pair.count, pair.shape_dict) == ("dtensor", "bwd", 5, {"group_size": 4})
+    dp = Call.of("all_reduce", "step", {"message_bytes": 1 << 20, "group_size": 4}, role="dp")
+    assert host_calls([dp], "bwd", "cpu-eager", False) == []
+
+
+def test_framework_family_picks_the_table():
+    assert host_family("megatron-core", True) == "megatron"
+    assert host_family("torchtitan", True) == "eager"
+    assert host_family("megatron-core", False) == "cpu-eager"  # a CPU runs PRISM's reference model
+
+
+def test_decompose_puts_host_calls_in_each_pass():
+    hw = load_hardware("a100-sxm4-80gb")
+    work = decompose(load_model("gpt3-1.3b"), ParallelConfig(tp=2, global_batch_size=4), hw)
+    st = work.stages[0]
+    assert {c.op for c in st.forward if c.role == "host"} == {"dispatch", "collective_launch"}
+    assert {c.op for c in st.backward if c.role == "host"} == {"dispatch", "collective_launch"}
+    cpu = decompose(load_model("tiny"), ParallelConfig(), load_hardware("local-cpu"))
+    assert {c.op for c in cpu.stages[0].forward if c.role == "host"} == {"dispatch"}
+
+
+def test_host_prior_is_the_profile_s_cited_cost():
+    hw = load_hardware("h100-sxm")
+    call = Call.of("dispatch", "fwd", {"launches": 10})
+    q, (evidence,) = call_quantiles([call], None, hw, "bfloat16")
+    assert evidence.source is Source.HOST_PRIOR and evidence.prior and evidence.text == "host prior"
+    median = q[0][len(q[0]) // 2]
+    assert median == pytest.approx(10 * (hw.host.dispatch_us + hw.host.launch_us))
+
+
+def _host_heavy(asynchronous: bool):
+    """A tiny model on one A100: every kernel is short, the framework's calls are not."""
+    hw = copy.deepcopy(load_hardware("a100-sxm4-80gb"))
+    hw.host.asynchronous = asynchronous
+    return decompose(load_model("tiny"), ParallelConfig(global_batch_size=4), hw)
+
+
+def test_cuda_passes_take_the_longer_timeline_a_cpu_s_add_up():
+    models = ModelSet.load(models_dir() / "a100-sxm4-80gb", load_hardware("a100-sxm4-80gb"))
+    sums = {}
+    for flag in (True, False):
+        work = _host_heavy(flag)
+        plan = StagePlan.of([work])
+        s = draw_stage_sums(plan, models, QuantileCache(models, work.hardware), 1, np.random.default_rng(0))
+        sums[flag] = s.nominal[:, 0]
+        dist = compose(work, models, draws=200, hold=("temporal", "spatial", "regime", "residual"))
+        host = (sums[flag][Part.FORWARD_HOST] + sums[flag][Part.BACKWARD_HOST]) * work.micro_batches
+        device = (sums[flag][Part.FORWARD_COMPUTE] + sums[flag][Part.BACKWARD_COMPUTE]) * work.micro_batches
+        assert host > device  # host-bound: the point of the test
+        step_us = np.median(dist.draws) * 1e6 - sums[flag][Part.OPTIMIZER]  # the step's serial end
+        if flag:
+            assert host * (1 - 1e-9) <= step_us < host + device
+            assert dist.host_s * 1e6 == pytest.approx(host - device, rel=0.05)
+        else:
+            assert step_us >= (host + device) * (1 - 1e-9)
+            assert dist.host_s * 1e6 == pytest.approx(host, rel=1e-6)
+
+
+def test_cpu_models_of_another_machine_say_so(monkeypatch):
+    hw = load_hardware("local-cpu")
+    models = ModelSet.load(models_dir() / "local-cpu", hw)
+    device = models.manifest["device"]
+    monkeypatch.setattr(artifacts, "this_cpu", lambda: device["name"])
+    monkeypatch.setattr(artifacts.socket, "gethostname", lambda: device["hosts"][0])
+    assert foreign_device(models) is None
+    monkeypatch.setattr(artifacts, "this_cpu", lambda: "AMD EPYC 9654 96-Core Processor")
+    note = foreign_device(models)
+    assert "AMD EPYC" in note and "prism sample hardware=local-cpu" in note and "prism train" in note
+    assert foreign_device(ModelSet.load(models_dir() / "a100-sxm4-80gb", load_hardware("a100-sxm4-80gb"))) is None
+
+
+def test_models_trained_on_another_host_block_are_stale(tmp_path):
+    hw = load_hardware("local-cpu")
+    shutil.copytree(models_dir() / "local-cpu", tmp_path / "local-cpu")
+    changed = copy.deepcopy(hw)
+    changed.host.dispatch_us += 1
+    with pytest.raises(PrismError, match="host block"):
+        ModelSet.load(tmp_path / "local-cpu", changed)
+    manifest = json.loads((tmp_path / "local-cpu" / "manifest.json").read_text())
+    assert manifest["host_floor"] and manifest["device"]["name"]
+
+
+def test_sample_if_missing_samples_only_a_cpu_that_lacks_its_own_models(monkeypatch):
+    from predictor.app import cli
+    with pytest.raises(PrismError, match="GPU profile") as info:
+        cli._sample_this_machine(load_hardware("h100-sxm"), None)
+    assert info.value.field == "sample_if_missing"
+    ran = []
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: ran.append(a) or type("Done", (), {"returncode": 0}))
+    hw = load_hardware("local-cpu")
+    device = ModelSet.load(models_dir() / "local-cpu", hw).manifest["device"]
+    monkeypatch.setattr(artifacts, "this_cpu", lambda: device["name"])
+    monkeypatch.setattr(artifacts.socket, "gethostname", lambda: device["hosts"][0])
+    assert cli._sample_this_machine(hw, None) is None and not ran  # the shipped models are this machine's
+    monkeypatch.setattr(artifacts, "this_cpu", lambda: "another CPU")
+    assert cli._sample_this_machine(hw, None) == str(artifacts.TRAINED_MODELS)
+    assert [a[0][3] for a in ran] == ["sample", "train"]
+
+
+def test_the_step_s_framework_work_grows_with_parameter_tensors():
+    from predictor.workload.host import step_host_calls
+    (opt,), () = step_host_calls(100, "megatron", 1)
+    assert (opt.op, opt.pass_, opt.shape_dict["launches"], opt.role) == ("dispatch", "fwd", 200, "host")
+    (), (hooks,) = step_host_calls(100, "eager", 8)  # torch's fused AdamW: no per-tensor calls; DDP's hooks
+    assert (hooks.pass_, hooks.shape_dict["launches"]) == ("bwd", 100)
