@@ -117,7 +117,9 @@ def main() -> None:
                  f"{name}: median abs. error of the median step {table.median_ape.median():.1%} (worst "
                  f"{table.median_ape.max():.1%}), of p95 {table.p95_ape.median():.1%}; median KS "
                  f"{table.ks.median():.3f}; median 80% coverage {table.coverage_80.median():.1%}; p95/p50 "
-                 f"within 5% for {(abs(table.p95_p50_pred / table.p95_p50_meas - 1) <= 0.05).sum()}/{len(table)}\n")
+                 f"within 5% for {(abs(table.p95_p50_pred / table.p95_p50_meas - 1) <= 0.05).sum()}/{len(table)}"
+                 + (f"; the 80% predictive interval holds the measured median in "
+                    f"{int(table.median_in_80.sum())}/{len(table)}" if "median_in_80" in table else "") + "\n")
     text += (f"\ncalibration fitted here: {calibrated['calibration']}\n"
              f"wall {wall / 60:.1f} min (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in stages.items()) + ")\n")
     (out / "summary.md").write_text(text)

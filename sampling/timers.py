@@ -8,11 +8,19 @@ import torch
 
 
 class CpuTimer:
-    """Times a call with ``perf_counter_ns`` on ``threads`` intra-op threads."""
+    """Times a call with ``perf_counter_ns`` on ``threads`` intra-op threads, flushing the
+    L2 cache before each repeat as :class:`CudaTimer` does (``l2_bytes`` 0: no flush).
 
-    def __init__(self, threads: int):
+    On a CPU the flush matters most for small ops: a 128x128x128 matmul took 26 us with
+    its operands in L2 and 49 us without, a 256x512 RMSNorm 77 and 140 us, a 256x1536x512
+    matmul 2.29 and 2.37 ms (torch 2.13, one thread, this machine's Xeon); inside a
+    training step the previous ops have always evicted them.
+    """
+
+    def __init__(self, threads: int, l2_bytes: int = 0):
         self.threads = threads
         torch.set_num_threads(threads)
+        self._flush = torch.empty(2 * l2_bytes, dtype=torch.uint8) if l2_bytes else None
 
     def time(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
         """Microseconds of each of ``repeats`` calls after ``warmup`` untimed ones."""
@@ -20,6 +28,8 @@ class CpuTimer:
             fn()
         out = []
         for _ in range(repeats):
+            if self._flush is not None:
+                self._flush.zero_()
             t0 = time.perf_counter_ns()
             fn()
             out.append((time.perf_counter_ns() - t0) / 1e3)
@@ -56,4 +66,4 @@ class CudaTimer:
 def make_timer(device: torch.device, threads: int, l2_bytes: int):
     if device.type == "cuda":
         return CudaTimer(l2_bytes, device)
-    return CpuTimer(threads)
+    return CpuTimer(threads, l2_bytes)

@@ -11,7 +11,14 @@ from predictor.core.profiles import load_hardware, load_model
 from predictor.core.specs import ParallelConfig
 from predictor.engine.compose import compose
 from predictor.engine.draws import cdf_at, inverse_cdf
-from predictor.latency.doubt import FEATURES, FRAMEWORKS, DoubtModel, conformal_offsets_by_source, widen
+from predictor.latency.doubt import (
+    FEATURES,
+    FRAMEWORKS,
+    DoubtModel,
+    conformal_offsets_by_source,
+    source_reach,
+    widen,
+)
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import decompose
 
@@ -61,7 +68,8 @@ def test_fit_save_load_predicts_alike_and_flags_extrapolation(tmp_path):
     far[1, FEATURES.index("framework")] = FRAMEWORKS.index("torchtitan")  # never seen
     assert [bool(n) for n in loaded.extrapolating(far)] == [True, True]
     wide = loaded.predict(far)
-    assert (wide[:, -1] - wide[:, 3] >= loaded.reach_[1] - 1e-9).all()
+    assert (wide[:, -1] - wide[:, 3] >= loaded.reach_[-1] - 1e-9).all()
+    assert (wide[:, 0] - wide[:, 3] <= loaded.reach_[0] + 1e-9).all()
 
 
 def test_a_corrupt_artifact_is_refused_with_its_path(tmp_path):
@@ -80,11 +88,16 @@ def test_too_few_sources_name_the_field():
     assert err.value.field == "sources"
 
 
-def test_widen_reaches_the_worst_error_each_way():
+def test_an_extrapolating_query_reaches_as_far_as_an_unseen_source():
+    residual = np.concatenate([np.full(10, -0.2), np.full(1000, 0.05), np.full(10, 0.6)])
+    sources = np.array(["a"] * 10 + ["b"] * 1000 + ["c"] * 10)
+    reach = source_reach(residual, sources, LEVELS)
+    # each source weighs the same: the 1,000 runs of b do not make a's and c's errors rare
+    assert reach[0] == pytest.approx(-0.2) and reach[-1] == pytest.approx(0.6)
     q = np.tile(np.linspace(-0.1, 0.1, len(LEVELS)), (2, 1))
-    out = widen(q, LEVELS, [True, False], (-0.4, 0.9))
-    assert out[0, 0] == pytest.approx(-0.4) and out[0, -1] == pytest.approx(0.9)
-    assert 0.1 < out[0, 4] < 0.9 * 0.5  # the 75th percentile goes out in proportion, not all the way
+    out = widen(q, LEVELS, [True, False], reach)
+    assert out[0, 0] == pytest.approx(-0.2) and out[0, -1] == pytest.approx(0.6)
+    assert (np.diff(out[0]) >= 0).all()
     assert np.allclose(out[1], q[1])
 
 

@@ -75,3 +75,11 @@ def test_reference_model_matches_the_workload_and_learns(name):
     # The composer's calls name what the model runs.
     [stage] = decompose(model, ParallelConfig(), load_hardware("local-cpu")).stages
     assert {c.op for c in stage.forward} >= {"gemm", "attention", model.norm}
+
+
+def test_cpu_timer_flushes_l2_before_each_repeat():
+    fn = kernels.build("gemm", "fwd", SMALL["gemm"], "float32", torch.device("cpu"))
+    timer = CpuTimer(threads=1, l2_bytes=1 << 16)
+    assert timer._flush.numel() == 2 << 16
+    assert len(timer.time(fn, repeats=2, warmup=0)) == 2
+    assert CpuTimer(threads=1)._flush is None  # without an L2 size, no flush

@@ -31,6 +31,7 @@ from predictor.latency.doubt import (
     DoubtModel,
     conformal_offsets_by_source,
     outside,
+    source_reach,
     widen,
 )
 from predictor.latency.regressor import DEFAULT_QUANTILES
@@ -176,8 +177,8 @@ def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
         # as DoubtModel.predict, with what a model fitted without this source knows
         seen = {FRAMEWORKS[int(f)] for f in X[train, framework]}
         far = [bool(n) for n in outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen)]
-        residual = y[train] - held_out[train, mid]
-        q[test] = widen(np.sort(held_out[test] + offsets, axis=1), levels, far, (residual.min(), residual.max()))
+        reach = source_reach(y[train] - held_out[train, mid], sources[train], levels)
+        q[test] = widen(np.sort(held_out[test] + offsets, axis=1), levels, far, reach)
     with_model = _covered(q, y, levels)
     # without it: the band of step-time variability alone, centred on the prediction
     var_lo = np.log(errors.table.p5_s / errors.table.predicted_s).to_numpy()

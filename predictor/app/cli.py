@@ -256,7 +256,7 @@ def _train(args) -> int:
 
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
-    from predictor.data.importers.trace import trace_calibration
+    from predictor.data.importers.trace import traced_framework_us
     from predictor.latency.artifacts import TRAINED_MODELS, train
     from predictor.latency.variability_fit import fit_variability
     cfg = _load(args)
@@ -271,18 +271,16 @@ def _train(args) -> int:
     elapsed = time.perf_counter() - t0
     root = Path(cfg.models_dir or TRAINED_MODELS)  # the shipped models/ only when named
     directory = models.save(root / hw.name)
-    calibration = trace_calibration(cfg.samples, hw.name)
-    if calibration is not None:  # framework time around the ops, measured in the traced steps
-        models.save_calibration(directory, calibration)
+    framework_us = traced_framework_us(cfg.samples, hw.name)  # the traced steps' time around the ops
     rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
              "calibration_shapes": m.info["calibration_shapes"],
              "kib": round(sum((directory / f["file"]).stat().st_size
                               for f in models.manifest["models"][f"{op}/{p}"]["files"].values()) / 1024)}
             for (op, p), m in sorted(models.models.items())]
     table = pd_table(rows) + f"\n{len(rows)} models for {hw.name} in {directory} ({elapsed:.1f} s)"
-    if calibration is not None:
-        table += (f"\nframework time {calibration.op_overhead_us:.1f} us per compute call, from the traced steps "
-                  f"(stored as the models' calibration)")
+    if framework_us is not None:
+        table += (f"\nframework time {framework_us:.1f} us per compute call in the traced steps (reported, not "
+                  f"added: predictions compose the framework's calls as host ops)")
     if models.variability is not None:
         table += ("\nvariability measured from the samples' repeats (variability.json, used instead of the profile's): "
                   + ", ".join(f"{k} {s.sigma:.3g} ({f'{s.shapes} shapes' if s.shapes else s.basis})"
@@ -290,7 +288,7 @@ def _train(args) -> int:
     use = f"prism predict hardware={hw.name} models_dir={root}"
     table += f"\npredict with them: {use} (every verb that reads models takes models_dir={root})"
     _print(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
-                 "models": rows, "calibration": calibration.to_dict() if calibration else None,
+                 "models": rows, "traced_framework_us_per_call": framework_us,
                  "variability": models.variability.to_dict() if models.variability else None,
                  "predict": use}, table)
     return 0

@@ -53,13 +53,9 @@ def format_prediction(p: Prediction) -> str:
     lines.append("variability     " + format_variability_source(p.hardware, p.variability_source))
     if p.calibration:
         c = p.calibration
-        if c.get("source") == "trace":
-            lines.append(f"calibrated      +{c['op_overhead_us']:.0f} us per op: framework time measured in the "
-                         f"profiled steps of the imported traces (prism import-trace)")
-        else:
-            lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute "
-                         f"x{c['compute_scale']:.2f}, +{c['op_overhead_us']:.0f} us per op, "
-                         f"+{c['tp_overhead_us']:.0f} us per op under tp (prism calibrate)")
+        lines.append(f"calibrated      on {c['layouts']} measured training layouts: compute "
+                     f"x{c['compute_scale']:.2f}, +{c['op_overhead_us']:.0f} us per op, "
+                     f"+{c['tp_overhead_us']:.0f} us per op under tp (prism calibrate)")
     lines += [f"note            {n}" for n in p.notes]
     return "\n".join(lines)
 

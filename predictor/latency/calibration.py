@@ -15,6 +15,10 @@ numbers per hardware absorb this, fitted to measured reference steps
 
 Collectives are left as sampled: they were timed end to end between processes already.
 
+The framework's own time is composed as host ops (:mod:`predictor.workload.host`), sampled
+or from cited priors, so a prediction needs no calibration; this is the option for what a
+machine's measured steps still show beyond them (``prism calibrate``).
+
 They are fitted by least squares on ``log(predicted median / measured median)`` over
 the measured layouts and stored in the hardware's model manifest (``calibration``), so
 every prediction on that hardware uses them. Fitting them is an analysis
@@ -35,7 +39,7 @@ class Calibration:
     tp_overhead_us: float = 0.0
     layouts: int = 0  # how many measured layouts it was fitted on
     rms_log_error: float = 0.0  # of the fit on those layouts
-    source: str = "measured steps"  # or "trace": op_overhead_us read from profiled steps
+    source: str = "measured steps"
 
     def to_dict(self) -> dict:
         return asdict(self)

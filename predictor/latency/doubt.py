@@ -16,8 +16,9 @@ predicted by a model fitted on the others, so a new cluster, framework or lab is
 as new, as a user's own job is. Every source weighs the same in the calibration (a table
 of 1,440 single-node runs must not decide alone what a 90% interval is). A query with a
 feature outside the training range, or a framework no training source used, is
-*extrapolating*: its interval reaches at least as far, each way, as the worst held-out
-error of any source did.
+*extrapolating*: its interval reaches at least as far, each way, as the held-out errors of
+the sources it saw, each weighing the same (:func:`source_reach`): a query unlike them is
+as uncertain as a source the model never saw.
 
 Artifacts: ``<dir>/doubt.ubj.gz`` and ``doubt.quantiles.ubj.gz`` (XGBoost's own UBJ,
 gzip-compressed, as the operator models) and
@@ -31,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.special import ndtri
 
 from predictor.core.errors import PrismError
 from predictor.latency.artifacts import booster, read_booster, whole_folder, write_booster
@@ -97,17 +97,25 @@ def centred(q: np.ndarray) -> np.ndarray:
     return q - q[:, q.shape[1] // 2:q.shape[1] // 2 + 1]
 
 
-def widen(q: np.ndarray, levels, extrapolating, reach: tuple[float, float]) -> np.ndarray:
-    """Quantiles ``q`` (n, k) at ``levels`` of rows that extrapolate, their outermost ones
-    reaching at least ``reach`` (the most negative and most positive held-out error, in
-    log) from the median, the inner ones as far in proportion to their normal score."""
+def source_reach(residual: np.ndarray, sources: np.ndarray, levels) -> np.ndarray:
+    """The quantiles at ``levels`` of held-out errors ``residual`` (log measured over the
+    held-out median), each source weighing the same: how far a run of a source the model
+    has not seen lands, the sources it saw being the evidence."""
+    _, index = np.unique(sources, return_inverse=True)
+    weights = 1.0 / np.bincount(index)[index]
+    return np.array([_weighted_quantile(residual, weights, a) for a in levels])
+
+
+def widen(q: np.ndarray, levels, extrapolating, reach: np.ndarray) -> np.ndarray:
+    """Quantiles ``q`` (n, k) at ``levels`` of rows that extrapolate reaching at least
+    ``reach`` (k,) from their median (:func:`source_reach`): a query unlike every source
+    the model saw is as uncertain as a source it never saw."""
     q = q.copy()
-    z = ndtri(np.asarray(levels, float))
-    share = np.abs(z) / np.abs(z).max()  # 1 at the outermost levels, 0 at the median
     mid = q.shape[1] // 2
     rows = np.asarray(extrapolating, bool)
-    q[rows, :mid] = np.minimum(q[rows, :mid], q[rows, mid:mid + 1] + reach[0] * share[:mid])
-    q[rows, mid + 1:] = np.maximum(q[rows, mid + 1:], q[rows, mid:mid + 1] + reach[1] * share[mid + 1:])
+    reach = np.asarray(reach, float)
+    q[rows, :mid] = np.minimum(q[rows, :mid], q[rows, mid:mid + 1] + reach[:mid])
+    q[rows, mid + 1:] = np.maximum(q[rows, mid + 1:], q[rows, mid:mid + 1] + reach[mid + 1:])
     return q
 
 
@@ -134,8 +142,7 @@ class DoubtModel:
         levels = np.asarray(self.levels)
         held_out = self.held_out_predictions(X, y, sources) if held_out is None else held_out
         self.offsets_ = conformal_offsets_by_source(held_out, y, sources, levels)
-        residual = y - held_out[:, len(levels) // 2]
-        self.reach_ = (float(residual.min()), float(residual.max()))
+        self.reach_ = source_reach(y - held_out[:, len(levels) // 2], sources, levels)
         self.regressor_ = self._learner().fit(X, y)
         self.low_, self.high_ = X.min(axis=0), X.max(axis=0)
         self.frameworks_ = sorted({FRAMEWORKS[int(f)] for f in X[:, FEATURES.index("framework")]})
@@ -179,7 +186,7 @@ class DoubtModel:
                 "kind": "predictive uncertainty of the median step (log measured / predicted)",
                 "features": list(FEATURES), "frameworks": list(FRAMEWORKS), "tiers": list(TIER_CODES),
                 "levels": list(self.levels), "learner": self.learner or LEARNER,
-                "offsets": self.offsets_.tolist(), "reach": list(self.reach_),
+                "offsets": self.offsets_.tolist(), "reach": self.reach_.tolist(),
                 "low": self.low_.tolist(), "high": self.high_.tolist(), "frameworks_seen": self.frameworks_,
                 "sources": self.sources_, "rows": self.rows_, "report": report or {},
                 "files": {k: {"name": files[k], "sha256": hashes[k]} for k in files},
@@ -211,7 +218,7 @@ class DoubtModel:
         regressor.offsets_ = np.zeros(len(model.levels))
         model.regressor_ = regressor
         model.offsets_ = np.asarray(manifest["offsets"])
-        model.reach_ = tuple(float(v) for v in manifest["reach"])
+        model.reach_ = np.asarray(manifest["reach"], float)
         model.low_, model.high_ = np.asarray(manifest["low"]), np.asarray(manifest["high"])
         model.frameworks_ = list(manifest["frameworks_seen"])
         model.sources_ = list(manifest["sources"])

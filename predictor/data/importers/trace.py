@@ -40,11 +40,11 @@ Where the trace marks steps (``ProfilerStep#N``, from ``prof.step()``), the impo
 measures how much of each step the recognised calls leave unexplained (views, copies,
 autograd's own bookkeeping, Python). Divided by the step's compute calls (a call's
 forward and its backward are one each, as the composer counts them) and taken as the
-median over steps, that is the in-situ framework time per call
-(:class:`~predictor.latency.calibration.Calibration`'s ``op_overhead_us``); it is stored in the
-run metadata and ``prism train`` puts it in the trained models' manifest
-(:func:`trace_calibration`). GPU traces get no such figure: their kernels run
-asynchronously to the CPU that records the steps.
+median over steps, that is the in-situ framework time per call; it is stored in the run
+metadata and ``prism train`` reports it (:func:`traced_framework_us`) beside the models,
+whose predictions compose the framework's time as host ops
+(:mod:`predictor.workload.host`) rather than add this figure. GPU traces get no such
+figure: their kernels run asynchronously to the CPU that records the steps.
 
 The profiler's own cost
 -----------------------
@@ -74,7 +74,6 @@ from predictor.core.ops import DTYPE_BYTES, OPS
 from predictor.core.profiles import load_hardware, match_hardware
 from predictor.data import store
 from predictor.data.importers.chrome_json import TraceStream
-from predictor.latency.calibration import Calibration
 
 IMPORTER_VERSION = 1
 
@@ -645,7 +644,7 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, 
     return pd.DataFrame(rows, columns=["op", "pass", "dtype", "latency_us"] if not rows else None)
 
 
-def trace_calibration(path, hardware: str) -> Calibration | None:
+def traced_framework_us(path, hardware: str) -> float | None:
     """The framework time per compute call that the CPU traces in a store measured.
 
     Over every profiled step of the ``trace`` runs of ``hardware`` in the store at ``path``
@@ -661,8 +660,7 @@ def trace_calibration(path, hardware: str) -> Calibration | None:
         step_us += np.subtract(meta["step_us"], meta["profiler_us"]).tolist()
         attributed_us += meta["attributed_us"]
         calls += meta["compute_instances"]
-    overhead = framework_us_per_call(np.array(step_us), np.array(attributed_us), np.array(calls))
-    return None if overhead is None else Calibration(op_overhead_us=overhead, source="trace")
+    return framework_us_per_call(np.array(step_us), np.array(attributed_us), np.array(calls))
 
 
 def framework_us_per_call(step_us: np.ndarray, attributed_us: np.ndarray, calls: np.ndarray) -> float | None:
