@@ -50,12 +50,13 @@ def test_attribution_shares_sum_to_one_and_are_not_negative(report):
         shares = [r["share"] for r in report.attribution[part]]
         assert sum(shares) == pytest.approx(1.0)
         assert min(shares) >= 0
-    # The largest share goes to the bulk of the step (gemm) or to the ops resting on the
-    # roofline prior, whose error is systematic (one draw for all of them).
+    # The largest share goes to the bulk of the step: the GEMMs, or the tensor-parallel
+    # all-reduces (four per layer and pass, modelled inside the node from nccl-tests), or
+    # ops resting on the roofline prior, whose error is systematic (one draw for all of them).
     work = _work(512)
     basis = compose(work, trained_models(H100), draws=10).basis
     top = report.attribution["ops"][0]["name"]
-    assert top.startswith("gemm/") or basis[top] == "roofline prior", (top, basis[top])
+    assert top.split("/")[0] in ("gemm", "all_reduce") or basis[top] == "roofline prior", (top, basis[top])
 
 
 def test_slow_nodes_spread_over_stages_are_not_faster_than_all_in_one_stage(report):

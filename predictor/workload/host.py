@@ -47,6 +47,8 @@ linear layers.
 """
 from __future__ import annotations
 
+import functools
+
 from predictor.core.ops import OPS, Call
 
 #: (forward calls, backward calls) the host makes per vocabulary call, by framework family
@@ -94,24 +96,32 @@ def host_calls(calls: list[Call], pass_: str, family: str, asynchronous: bool) -
     """The host ops of one pass's ``calls``: a ``dispatch`` call per compute call with its
     framework's calls; on an asynchronous device a ``collective_launch`` per collective;
     in eager frameworks a ``dtensor`` call per TP reduction (one per pair of linear layers)."""
-    table, out = CALLS[family], {}
+    out: dict[int, list] = {}  # by the cached key's identity: the search decomposes thousands of layouts
     for c in calls:
-        spec = OPS[c.op]
-        if spec.host:
-            continue
-        if spec.collective:
-            if family != "megatron" and c.role == "tp" and c.op in TP_REDUCTIONS:
-                key = Call.of("dtensor", pass_, {"group_size": c.shape_dict["group_size"]})
-                out[key] = out.get(key, 0) + c.count
-            if asynchronous:
-                key = Call.of("collective_launch", "step", {"group_size": c.shape_dict["group_size"]})
-                out[key] = out.get(key, 0) + c.count
-            continue
-        launches = table.get(c.op, (0, 0))[c.pass_ == "bwd"]
-        if launches:
-            key = Call.of("dispatch", c.pass_, {"launches": launches})
-            out[key] = out.get(key, 0) + c.count
-    return [Call(k.op, k.pass_, k.shape, n, "host") for k, n in out.items()]
+        group = c.shape if OPS[c.op].collective else ()
+        for key in _host_ops(c.op, c.pass_, c.role, group, pass_, family, asynchronous):
+            out.setdefault(id(key), [key, 0])[1] += c.count
+    return [Call(k.op, k.pass_, k.shape, n, "host") for k, n in out.values()]
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_ops(op: str, call_pass: str, role: str, shape: tuple, pass_: str, family: str,
+              asynchronous: bool) -> tuple[Call, ...]:
+    """The host ops (count 1) one call adds to a pass (:func:`host_calls`); ``shape`` is a
+    collective's (empty for compute calls)."""
+    spec = OPS[op]
+    if spec.host:
+        return ()
+    if spec.collective:
+        group = {"group_size": dict(shape)["group_size"]}
+        keys = []
+        if family != "megatron" and role == "tp" and op in TP_REDUCTIONS:
+            keys.append(Call.of("dtensor", pass_, group))
+        if asynchronous:
+            keys.append(Call.of("collective_launch", "step", group))
+        return tuple(keys)
+    launches = CALLS[family].get(op, (0, 0))[call_pass == "bwd"]
+    return (Call.of("dispatch", call_pass, {"launches": launches}),) if launches else ()
 
 
 def step_host_calls(tensors: int, family: str, dp_group: int) -> tuple[list[Call], list[Call]]:
