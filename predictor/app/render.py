@@ -87,7 +87,7 @@ def format_predictive(predictive: dict) -> str:
     far = predictive["extrapolating"]
     return ("median step     " + "  ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in iv.items())
             + "   (predictive uncertainty"
-            + (f"; extrapolating on {', '.join(far)}: widened to the worst held-out error)" if far else ")"))
+            + (f"; extrapolating on {', '.join(far)}: widened as for a source it never saw)" if far else ")"))
 
 
 def compact_number(v: float) -> str:

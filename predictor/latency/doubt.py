@@ -164,8 +164,8 @@ class DoubtModel:
 
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """(n, k) calibrated quantiles of ``log(measured / predicted)``, widened to the
-        worst held-out errors for rows that extrapolate (:func:`widen`)."""
+        """(n, k) calibrated quantiles of ``log(measured / predicted)``, widened for rows that
+        extrapolate to the held-out errors of the sources (:func:`widen`)."""
         X = np.asarray(X, float)
         q = np.sort(centred(self.regressor_.predict(X)) + self.offsets_, axis=1)
         return widen(q, self.levels, [bool(names) for names in self.extrapolating(X)], self.reach_)
