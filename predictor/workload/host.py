@@ -101,10 +101,16 @@ def host_calls(calls: list[Call], pass_: str, family: str, asynchronous: bool) -
         group = c.shape if OPS[c.op].collective else ()
         for key in _host_ops(c.op, c.pass_, c.role, group, pass_, family, asynchronous):
             out.setdefault(id(key), [key, 0])[1] += c.count
-    return [Call(k.op, k.pass_, k.shape, n, "host") for k, n in out.values()]
+    return [_counted(key, n) for key, n in out.values()]
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.cache
+def _counted(key: Call, count: int) -> Call:
+    """``count`` calls of the host op ``key``, made once per distinct count."""
+    return Call(key.op, key.pass_, key.shape, count, "host")
+
+
+@functools.cache  # its keys are few: ops, passes and collective shapes of the layouts seen
 def _host_ops(op: str, call_pass: str, role: str, shape: tuple, pass_: str, family: str,
               asynchronous: bool) -> tuple[Call, ...]:
     """The host ops (count 1) one call adds to a pass (:func:`host_calls`); ``shape`` is a
