@@ -160,3 +160,9 @@ def test_the_step_s_framework_work_grows_with_parameter_tensors():
     assert (opt.op, opt.pass_, opt.shape_dict["launches"], opt.role) == ("dispatch", "fwd", 200, "host")
     (), (hooks,) = step_host_calls(100, "eager", 8)  # torch's fused AdamW: no per-tensor calls; DDP's hooks
     assert (hooks.pass_, hooks.shape_dict["launches"]) == ("bwd", 100)
+
+
+def test_a_flag_that_is_not_true_or_false_is_refused(capsys):
+    from predictor.app import cli
+    assert cli.main(["predict", "model=tiny", "hardware=local-cpu", "sample_if_missing=maybe"]) == 2
+    assert "sample_if_missing=maybe: give true or false" in capsys.readouterr().err
