@@ -166,3 +166,11 @@ def test_a_flag_that_is_not_true_or_false_is_refused(capsys):
     from predictor.app import cli
     assert cli.main(["predict", "model=tiny", "hardware=local-cpu", "sample_if_missing=maybe"]) == 2
     assert "sample_if_missing=maybe: give true or false" in capsys.readouterr().err
+
+
+def test_equal_host_ops_of_different_calls_are_one_call():
+    """A layernorm and a gemm with the same number of framework calls add to one dispatch call."""
+    assert CALLS["megatron"]["layernorm"][0] == CALLS["megatron"]["gemm"][0]
+    calls = [Call.of("layernorm", "fwd", {"tokens": 8, "hidden": 8}, count=2),
+             Call.of("gemm", "fwd", {"m": 8, "n": 8, "k": 8}, count=3)]
+    assert _launches(host_calls(calls, "fwd", "megatron", True)) == {CALLS["megatron"]["gemm"][0]: 5}

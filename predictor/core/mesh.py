@@ -52,7 +52,7 @@ class Mesh:
         in NVLink domains of ``nvlink_domain`` GPUs (None: one node,
         :attr:`predictor.core.specs.HardwareConfig.nvlink_domain`)."""
         return cls(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, gpus_per_node,
-                   etp=getattr(layout, "etp", 1), nvlink_domain=nvlink_domain or 0)
+                   etp=layout.etp, nvlink_domain=nvlink_domain or 0)
 
     @property
     def world_size(self) -> int:

@@ -202,12 +202,12 @@ def _instances(plan: StagePlan, tp: np.ndarray):
 
 def _parts(plan: StagePlan, calls: list[Call], kinds, where, cols) -> np.ndarray:
     """The :class:`Part` of every call instance."""
-    host = np.array([OPS[c.op].host for c in calls], bool)[cols]
-    route = np.where(host, 3, np.where(~np.array([OPS[c.op].collective for c in calls], bool)[cols], 0,
-                                       np.where((np.array([c.role == "tp" for c in calls], bool)[cols]
-                                                 & plan.overlap_tp_comm[plan.kind_layout[kinds]])
-                                                | np.array([c.role == OVERLAPPED_EP for c in calls], bool)[cols],
-                                                2, 1)))
+    def per_instance(test) -> np.ndarray:
+        return np.array([test(c) for c in calls], bool)[cols]
+    overlapped = ((per_instance(lambda c: c.role == "tp") & plan.overlap_tp_comm[plan.kind_layout[kinds]])
+                  | per_instance(lambda c: c.role == OVERLAPPED_EP))
+    route = np.select([per_instance(lambda c: OPS[c.op].host), ~per_instance(lambda c: OPS[c.op].collective),
+                       overlapped], [3, 0, 2], 1)
     step = np.zeros(len(calls), int)
     once = np.unique(cols[where == _STEP])
     step[once] = [_step_part(calls[c]) for c in once]

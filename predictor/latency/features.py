@@ -104,7 +104,7 @@ def host_floor_us(op: str, pass_: str, shape: Mapping, hw: HardwareConfig):
     host = hw.host
     if op in ("collective_launch", "dtensor"):
         each = host.collective_launch_us if op == "collective_launch" else host.dtensor_us
-        return each + 0.0 * np.asarray(shape["group_size"], float)
+        return np.full(np.shape(shape["group_size"]), each, float)
     cpu = host.autograd_us if pass_ == "bwd" else host.dispatch_us
     return np.asarray(shape["launches"], float) * (cpu + host.launch_us)
 

@@ -243,48 +243,38 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
     if not last:
         sent = tokens * model.hidden_size * ACT_BYTES // (par.tp if par.sequence_parallel else 1)
         stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
+    tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
+    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors)
+
+
+def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int) -> StageWork:
+    """``stage`` with the once-per-step calls of ``params`` parameters (in ``tensors``
+    tensors, over ``layers`` layers) whose gradients are reduced over ``group`` ranks: the
+    bucketed reduction, the sharded optimizer's gather of the updated weights, ZeRO-3/FSDP's
+    per-layer weight gathers, and the optimizer step, sharded over the group."""
     sharded = par.sharding != "none"
-    if dp_group > 1:
+    if group > 1:
         buckets = max(1, math.ceil(params / BUCKET_PARAMS))
         grad_op = "reduce_scatter" if sharded else "all_reduce"
-        stage.step.append(_collective(grad_op, params / buckets * GRAD_BYTES, dp_group, buckets, "dp", dp_topo))
+        stage.step.append(_collective(grad_op, params / buckets * GRAD_BYTES, group, buckets, "dp", topo))
         if sharded:  # updated bf16 weights gathered back after the sharded step
-            stage.step.append(_collective("all_gather", params / buckets * WEIGHT_BYTES, dp_group,
-                                          buckets, "dp", dp_topo))
+            stage.step.append(_collective("all_gather", params / buckets * WEIGHT_BYTES, group, buckets, "dp", topo))
         if par.sharding in ("zero3", "fsdp"):
-            per_layer = params / max(layers, 1) * WEIGHT_BYTES
-            gather = _collective("all_gather", per_layer, dp_group, layers, "dp", dp_topo)
+            gather = _collective("all_gather", params / max(layers, 1) * WEIGHT_BYTES, group, layers, "dp", topo)
             stage.forward.append(gather)
             stage.backward.append(gather)
-    opt_params = params // dp_group if sharded else params
-    tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
+    opt_params = params // group if sharded else params
     stage.step.append(Call.of("optimizer_step", "step", {"params": max(opt_params, 1), "tensors": tensors,
                                                          "optimizer": "adamw"}, role="optimizer"))
     return stage
 
 
 def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh) -> StageWork:
-    """``stage`` with its routed experts' once-per-step calls (Megatron-Core): their
-    gradients reduced over the expert-data-parallel group (tp·cp·dp/(ep·etp) ranks, not
-    the dense layers' dp·cp), the sharded optimizer's gather over it, ZeRO-3/FSDP's
-    per-layer weight gathers, and their optimizer step, sharded over that group."""
-    group, topo = mesh.expert_dp, mesh.topology("expert_dp")
-    sharded = par.sharding != "none"
-    if group > 1:
-        buckets = max(1, math.ceil(experts / BUCKET_PARAMS))
-        grad_op = "reduce_scatter" if sharded else "all_reduce"
-        stage.step.append(_collective(grad_op, experts / buckets * GRAD_BYTES, group, buckets, "dp", topo))
-        if sharded:
-            stage.step.append(_collective("all_gather", experts / buckets * WEIGHT_BYTES, group, buckets, "dp", topo))
-        if par.sharding in ("zero3", "fsdp"):
-            gather = _collective("all_gather", experts / moe * WEIGHT_BYTES, group, moe, "dp", topo)
-            stage.forward.append(gather)
-            stage.backward.append(gather)
-    opt_params = experts // group if sharded else experts
-    tensors = 2 * model.num_experts // par.ep * moe  # fc1 and fc2 of each local expert
-    stage.step.append(Call.of("optimizer_step", "step", {"params": max(opt_params, 1), "tensors": tensors,
-                                                         "optimizer": "adamw"}, role="optimizer"))
-    return stage
+    """``stage`` with its routed experts' once-per-step calls (Megatron-Core,
+    :func:`_data_parallel`): over the expert-data-parallel group (tp·cp·dp/(ep·etp) ranks,
+    not the dense layers' dp·cp), fc1 and fc2 of each local expert as tensors."""
+    tensors = 2 * model.num_experts // par.ep * moe
+    return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors)
 
 
 def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus: int | None = None,
@@ -305,7 +295,6 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     family = host_family(framework, hw.host.asynchronous)
     moe_per_stage = moe_layers_per_stage(model, par.pp)  # all 0 for a dense model
     experts_per_stage = stage_expert_parameters(model, par)
-    layer_calls: dict[tuple, tuple[list[Call], list[Call]]] = {}  # stages hold few (layers, MoE layers) counts
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp)):
@@ -313,9 +302,8 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
         moe = moe_per_stage[i]
         key = (layers, first, last, params_per_stage[i], moe)
         if key not in built:
-            if (layers, moe) not in layer_calls:
-                layer_calls[layers, moe] = _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh)
-            fwd, bwd = (list(calls) for calls in layer_calls[layers, moe])  # copies: the ends are appended below
+            layer = _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh)
+            fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo)
             if moe:

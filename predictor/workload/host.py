@@ -119,15 +119,22 @@ def _host_ops(op: str, call_pass: str, role: str, shape: tuple, pass_: str, fami
     if spec.host:
         return ()
     if spec.collective:
-        group = {"group_size": dict(shape)["group_size"]}
+        group = (("group_size", dict(shape)["group_size"]),)
         keys = []
         if family != "megatron" and role == "tp" and op in TP_REDUCTIONS:
-            keys.append(Call.of("dtensor", pass_, group))
+            keys.append(_host_key("dtensor", pass_, group))
         if asynchronous:
-            keys.append(Call.of("collective_launch", "step", group))
+            keys.append(_host_key("collective_launch", "step", group))
         return tuple(keys)
     launches = CALLS[family].get(op, (0, 0))[call_pass == "bwd"]
-    return (Call.of("dispatch", call_pass, {"launches": launches}),) if launches else ()
+    return (_host_key("dispatch", call_pass, (("launches", launches),)),) if launches else ()
+
+
+@functools.cache
+def _host_key(op: str, pass_: str, shape: tuple) -> Call:
+    """The one object of a host op at ``shape``: equal host ops of different calls are the
+    same object, so :func:`host_calls` merges them by identity."""
+    return Call(op, pass_, shape)
 
 
 def step_host_calls(tensors: int, family: str, dp_group: int) -> tuple[list[Call], list[Call]]:
