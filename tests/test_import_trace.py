@@ -14,6 +14,7 @@ import pytest
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError
 from predictor.core.profiles import load_model
+from predictor.data import store
 from predictor.data.importers.chrome_json import TraceStream
 from predictor.data.importers.trace import import_trace, traced_framework_us
 from predictor.workload.layers import parameter_tensors
@@ -78,12 +79,18 @@ def test_shapes_are_the_models(imported):
     assert set(ar.ranks_per_node) == {2} and set(ar.nodes) == {1}  # both ranks on this host
 
 
-def test_unknown_ops_are_counted_and_steps_mostly_explained(imported):
-    report, _, _ = imported
+def test_unknown_ops_are_counted_and_the_attributed_share_is_the_stored_one(imported):
+    report, rows, _ = imported
     names = {u["name"] for u in report.unknown_ops}
     assert "torch::autograd::AccumulateGrad" in names  # real work outside the vocabulary: reported
     assert all(u["calls"] > 0 and u["total_ms"] >= 0 for u in report.unknown_ops)
-    assert 0.5 < report.attributed_share <= 1.0
+    # How much of a step the ops explain is a timing (about 70% here when idle, under 40% on a
+    # busy 2-core CI box): benchmarks/bench_trace.py prints it. The test checks it is the
+    # stored steps' own ratio, which is what `prism calibrate` reads back.
+    meta = store.read_run_metadata(report.run_file)
+    assert len(meta["step_us"]) == report.steps == 2
+    assert report.attributed_share == pytest.approx(sum(meta["attributed_us"]) / sum(meta["step_us"]))
+    assert 0 < report.attributed_share <= 1.0
     assert report.op_overhead_us > 0
 
 
