@@ -8,8 +8,8 @@ source's runs are then given the predictive interval a model fitted without that
 states, calibrated on the other sources only (predictor.analyses.doubt.check). Printed
 per evidence tier and per source: runs, the median absolute error of the median, the
 coverage of the 50/80/90% predictive intervals and the median relative width of the 90%
-one; beside them the coverage of the 5-95% step-time variability band alone (what PRISM
-stated before the error model). ``--save`` fits the model on every run and writes it to
+one; beside them (``band_``) the same figures for the step-time variability's quantiles
+alone (what PRISM stated before the error model). ``--save`` fits the model on every run and writes it to
 models/doubt, where ``prism predict`` finds it.
 """
 from __future__ import annotations
@@ -36,8 +36,8 @@ def main() -> None:
     print(f"leave-one-source-out check in {time.perf_counter() - t1:.1f} s\n")
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(scores.to_string(index=False, formatters={
-            "median_ape": "{:.1%}".format, "cover50": "{:.1%}".format, "cover80": "{:.1%}".format,
-            "cover90": "{:.1%}".format, "cover90_variability_band": "{:.1%}".format, "width90": "{:.0%}".format}))
+            "median_ape": "{:.1%}".format, **{c: "{:.1%}".format for c in scores if "cover" in c},
+            **{c: "{:.0%}".format for c in scores if "width" in c}}))
     if args.save:
         model = fit(errors)
         report = scores.set_index("group")[["runs", "cover50", "cover80", "cover90", "width90"]].to_dict("index")

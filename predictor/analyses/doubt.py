@@ -29,6 +29,7 @@ from predictor.latency.doubt import (
     FEATURES,
     FRAMEWORKS,
     DoubtModel,
+    calibrated,
     conformal_offsets_by_source,
     outside,
     source_reach,
@@ -82,7 +83,7 @@ def features(work: Workload, dist: StepDistribution, tier: str, framework: str) 
         "log2_gpus": math.log2(work.gpus), "log2_tp": math.log2(par.tp),
         "log2_pp": math.log2(par.pp), "log2_dp": math.log2(par.dp), "log2_cp": math.log2(par.cp),
         "log2_micro_batches": math.log2(work.micro_batches), "log10_params": math.log10(parameter_count(work.model)),
-        "log2_seq": math.log2(work.seq), "fp8": float(low_precision),
+        "log2_seq": math.log2(work.seq), "fp8": float(low_precision), "gpu": float(work.hardware.host.asynchronous),
         "framework": FRAMEWORKS.index(framework if framework in FRAMEWORKS else "other")}
     return np.array([values[f] for f in FEATURES], float)
 
@@ -141,8 +142,8 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
         X.append(features(work, dist, tier, fam))
         out.append({"source": row["source"], "tier": TIERS[tier_code(tier)], "framework": fam,
                     "gpu": row["gpu"], "gpus": work.gpus, "model": model.name,
-                    "predicted_s": float(np.median(dist.draws)), "p5_s": float(np.quantile(dist.draws, 0.05)),
-                    "p95_s": float(np.quantile(dist.draws, 0.95)), "measured_s": float(row["measured_s"])})
+                    "predicted_s": float(np.median(dist.draws)), "measured_s": float(row["measured_s"]),
+                    **{f"p{round(a * 100)}_s": float(np.quantile(dist.draws, a)) for a in DEFAULT_QUANTILES}})
     return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), skipped)
 
 
@@ -155,10 +156,12 @@ def _covered(q: np.ndarray, y: np.ndarray, levels) -> dict[float, np.ndarray]:
 
 def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
     """Leave-one-source-out scores, as a user meets them: each source's rows predicted by a
-    model fitted without it, calibrated on the other sources' held-out errors only. One
-    row per group (every tier, every source, and "all"): runs, median absolute error of
-    the median, coverage of the 50/80/90% intervals with and without the error model,
-    and the median relative width of the 90% interval."""
+    model fitted without it and calibrated on the other sources' errors, each of those
+    predicted by a model that saw neither it nor the source scored. One row per group
+    (every run, every source weighing the same, every tier, every source): runs, median
+    absolute error of the median, coverage of the 50/80/90% intervals and the median
+    relative width of the 90% one, with the error model and, as ``band_*``, without it
+    (the step-time variability's own quantiles)."""
     import pandas as pd
 
     model = model or DoubtModel()
@@ -168,35 +171,37 @@ def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
                          f"the others, which needs at least 4", field="sources")
     levels = np.asarray(model.levels)
     held_out = model.held_out_predictions(X, y, sources)
-    mid = len(levels) // 2
-    framework = FEATURES.index("framework")
     q = np.empty_like(held_out)
     for source in np.unique(sources):
         test, train = sources == source, sources != source
-        offsets = conformal_offsets_by_source(held_out[train], y[train], sources[train], levels)
+        nested = model.held_out_predictions(X[train], y[train], sources[train])
+        q[test] = calibrated(held_out[test], conformal_offsets_by_source(nested, y[train], sources[train], levels))
         # as DoubtModel.predict, with what a model fitted without this source knows
-        seen = {FRAMEWORKS[int(f)] for f in X[train, framework]}
-        far = [bool(n) for n in outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen)]
-        reach = source_reach(y[train] - held_out[train, mid], sources[train], levels)
-        q[test] = widen(np.sort(held_out[test] + offsets, axis=1), levels, far, reach)
+        seen = {FRAMEWORKS[int(f)] for f in X[train, FEATURES.index("framework")]}
+        q[test] = widen(q[test], outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen),
+                        source_reach(y[train], sources[train], levels))
     with_model = _covered(q, y, levels)
-    # without it: the band of step-time variability alone, centred on the prediction
-    var_lo = np.log(errors.table.p5_s / errors.table.predicted_s).to_numpy()
-    var_hi = np.log(errors.table.p95_s / errors.table.predicted_s).to_numpy()
-    without = (var_lo <= y) & (y <= var_hi)
+    # without it: the step-time variability's own quantiles, what PRISM stated before the error model
+    band = np.log(errors.table[[f"p{round(a * 100)}_s" for a in levels]].to_numpy()
+                  / errors.table.predicted_s.to_numpy()[:, None])
+    without = _covered(band, y, levels)
     width90 = np.exp(q[:, list(levels).index(0.95)]) - np.exp(q[:, list(levels).index(0.05)])
+    width90_band = np.exp(band[:, list(levels).index(0.95)]) - np.exp(band[:, list(levels).index(0.05)])
     ape = np.abs(np.exp(y) - 1)  # of the prediction's median
     t = errors.table
-    groups = [("all", np.ones(len(y), bool))]
-    groups += [(f"tier: {tier}", (t.tier == tier).to_numpy()) for tier in TIERS if (t.tier == tier).any()]
-    groups += [(f"source: {s}", (t.source == s).to_numpy()) for s in sorted(t.source.unique())]
-    out = []
-    for name, mask in groups:
-        out.append({"group": name, "runs": int(mask.sum()), "median_ape": float(np.median(ape[mask])),
-                    **{f"cover{round(c * 100)}": float(with_model[c][mask].mean()) for c in COVERAGES},
-                    "cover90_variability_band": float(without[mask].mean()),
-                    "width90": float(np.median(width90[mask]))})
-    return pd.DataFrame(out)
+
+    def scores(name: str, mask: np.ndarray) -> dict:
+        return {"group": name, "runs": int(mask.sum()), "median_ape": float(np.median(ape[mask])),
+                **{f"cover{round(c * 100)}": float(with_model[c][mask].mean()) for c in COVERAGES},
+                "width90": float(np.median(width90[mask])),
+                **{f"band_cover{round(c * 100)}": float(without[c][mask].mean()) for c in COVERAGES},
+                "band_width90": float(np.median(width90_band[mask]))}
+
+    per_source = [scores(f"source: {s}", (t.source == s).to_numpy()) for s in sorted(t.source.unique())]
+    mean = {k: float(np.mean([r[k] for r in per_source])) for k in per_source[0] if k not in ("group", "runs")}
+    out = [scores("all", np.ones(len(y), bool)), {"group": "sources, each weighing the same", "runs": len(y), **mean}]
+    out += [scores(f"tier: {tier}", (t.tier == tier).to_numpy()) for tier in TIERS if (t.tier == tier).any()]
+    return pd.DataFrame(out + per_source)
 
 
 def fit(errors: Errors) -> DoubtModel:
@@ -224,16 +229,19 @@ def check_framework(value) -> str:
 @dataclass
 class Doubt:
     """The predictive distribution of a run's median step: quantiles (s) at
-    :data:`~predictor.latency.regressor.DEFAULT_QUANTILES`, the features the model is
-    extrapolating on, and what it was learned from (None: no model, no doubt stated)."""
+    :data:`~predictor.latency.regressor.DEFAULT_QUANTILES`, the composed median they lean
+    from (its own median may lie above it: :func:`~predictor.latency.doubt.calibrated`),
+    the features the model is extrapolating on, and what it was learned from (None: no
+    model, no doubt stated)."""
 
     quantiles_s: np.ndarray
+    prediction_s: float
     extrapolating: list[str]
     learned_from: str | None
 
     def draws(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` draws of the run's median step over its median (1 = the prediction)."""
-        q = self.quantiles_s / self.quantiles_s[len(self.quantiles_s) // 2]
+        """``n`` draws of the run's median step over the composed median (1 = the prediction)."""
+        q = self.quantiles_s / self.prediction_s
         return inverse_cdf(q[None, :], np.asarray(DEFAULT_QUANTILES), rng.uniform(size=(1, n)))[0]
 
 
@@ -242,7 +250,7 @@ def doubt_of(work: Workload, dist: StepDistribution, tier: str, framework: str,
     """The predictive distribution of ``work``'s median step predicted as ``dist``."""
     p50 = float(np.median(dist.draws))
     if model is None:
-        return Doubt(np.full(len(DEFAULT_QUANTILES), p50), [], None)
+        return Doubt(np.full(len(DEFAULT_QUANTILES), p50), p50, [], None)
     x = features(work, dist, tier, framework)[None, :]
-    return Doubt(p50 * np.exp(model.predict(x)[0]), model.extrapolating(x)[0],
+    return Doubt(p50 * np.exp(model.predict(x)[0]), p50, model.extrapolating(x)[0],
                  f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time")

@@ -85,9 +85,11 @@ def format_predictive(predictive: dict) -> str:
         return "median step     no predictive-uncertainty model (models/doubt): the doubt is not stated"
     iv = predictive["interval_s"]
     far = predictive["extrapolating"]
-    return ("median step     " + "  ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in iv.items())
+    return ("median step     " + f"p50 {predictive['median_step_s']['p50']:.3f}  "
+            + "  ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in iv.items())
             + "   (predictive uncertainty"
-            + (f"; extrapolating on {', '.join(far)}: widened as for a source it never saw)" if far else ")"))
+            + (f"; extrapolating on {', '.join(far)}, as the sources it was calibrated on did when left out)"
+               if far else ")"))
 
 
 def compact_number(v: float) -> str:

@@ -3,22 +3,33 @@ prediction, learned from measured runs (DESIGN.md, "Composer" step 5: doubt is n
 variability).
 
 The target is ``log(measured median step / predicted median step)`` of published and
-measured runs, its learned quantiles centred on 0 (:func:`centred`); the features are what a user knows before the run
-(:data:`FEATURES`: the evidence tier, how much of the step rests on priors, the
-communication and bubble shares of the prediction, the predicted time per operator call
-(small kernels leave the host's launch and framework time exposed, which operator
-samples do not see), scale, the layout, model size, precision, framework family).
-A :class:`DoubtModel` learns quantiles of the target with gradient-boosted trees
-(:class:`~predictor.latency.regressor.QuantileXGBRegressor`, the operator models'
-learner) and calibrates them with conformalized quantile regression (Romano, Patterson &
-Candès 2019, arXiv 1905.03222) whose calibration sets are whole sources: each source is
-predicted by a model fitted on the others, so a new cluster, framework or lab is treated
-as new, as a user's own job is. Every source weighs the same in the calibration (a table
-of 1,440 single-node runs must not decide alone what a 90% interval is). A query with a
-feature outside the training range, or a framework no training source used, is
-*extrapolating*: its interval reaches at least as far, each way, as the held-out errors of
-the sources it saw, each weighing the same (:func:`source_reach`): a query unlike them is
-as uncertain as a source the model never saw.
+measured runs; the features are what a user knows before the run (:data:`FEATURES`: the
+evidence tier, how much of the step rests on priors, the communication and bubble shares
+of the prediction, the predicted time per operator call (small kernels leave the host's
+launch and framework time exposed, which operator samples do not see), scale, the layout,
+model size, precision, framework family). A :class:`DoubtModel` learns quantiles of the
+target with gradient-boosted trees (:class:`~predictor.latency.regressor.QuantileXGBRegressor`,
+the operator models' learner) and calibrates them with conformalized quantile regression
+(Romano, Patterson & Candès 2019, arXiv 1905.03222) whose calibration sets are whole
+sources: each source is predicted by a model fitted on the others, so a new cluster,
+framework or lab is treated as new, as a user's own job is. Every source weighs the same
+in the calibration (a table of 1,440 single-node runs must not decide alone what a 90%
+interval is).
+
+The learned quantiles are not centred on the prediction: runs like a query's may have
+landed above PRISM's composed median (an eager framework's step is longer than its
+operators), and the interval says so. The composed median stays the reported median (a
+learned shift of it corrected the sources it saw and moved others away: left out,
+vTrain's multi-node runs went from 6.8% to 10% median error), and every interval holds it.
+Left out one at a time, six of the eight sources had a framework no other source used and
+most of vTrain's single-node rows lay outside the others' feature ranges: the calibration
+is itself on extrapolations, so a query outside the features' training ranges
+(:meth:`DoubtModel.extrapolating`, reported with the prediction) is already as uncertain
+as a source the model never saw (widening those further put vTrain's single-node runs at
+98% inside the 80% interval). A query of a kind no source was, a framework none used or a
+device that is not a GPU (:data:`KIND`), gets no lean it could trust: its interval reaches
+at least as far as runs of every source landed from the composed median, each source
+weighing the same (:func:`source_reach`).
 
 Artifacts: ``<dir>/doubt.ubj.gz`` and ``doubt.quantiles.ubj.gz`` (XGBoost's own UBJ,
 gzip-compressed, as the operator models) and
@@ -39,7 +50,11 @@ from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor,
 
 #: Features of one prediction, in the order the model reads them.
 FEATURES = ("tier", "prior_share", "comm_share", "bubble_share", "log2_us_per_call", "log2_gpus", "log2_tp",
-            "log2_pp", "log2_dp", "log2_cp", "log2_micro_batches", "log10_params", "log2_seq", "fp8", "framework")
+            "log2_pp", "log2_dp", "log2_cp", "log2_micro_batches", "log10_params", "log2_seq", "fp8", "gpu",
+            "framework")
+#: Extrapolating on these is a kind of run no source was (a framework, or a device that
+#: is not a GPU): the learned lean says nothing of it (:func:`widen`).
+KIND = ("framework", "gpu")
 #: Framework families (the ``framework`` feature's codes), as a runs table's framework
 #: column is read (:func:`predictor.analyses.doubt.family`); anything else is "other".
 FRAMEWORKS = ("megatron-core", "megatron-lm", "accelerate", "deepspeed", "torchtitan", "llm-foundry", "other")
@@ -89,33 +104,33 @@ def outside(X: np.ndarray, low: np.ndarray, high: np.ndarray, frameworks) -> lis
     return out
 
 
-def centred(q: np.ndarray) -> np.ndarray:
-    """Quantiles ``q`` (n, k) moved so that their median is 0: the composed median stays
-    the prediction, and the model states only how far from it a run may land. (A learned
-    shift of the median corrected the sources it saw and moved others away: left out,
-    vTrain's multi-node runs went from 6.5% to 11.6% median error.)"""
-    return q - q[:, q.shape[1] // 2:q.shape[1] // 2 + 1]
-
-
-def source_reach(residual: np.ndarray, sources: np.ndarray, levels) -> np.ndarray:
-    """The quantiles at ``levels`` of held-out errors ``residual`` (log measured over the
-    held-out median), each source weighing the same: how far a run of a source the model
-    has not seen lands, the sources it saw being the evidence."""
+def source_reach(y: np.ndarray, sources: np.ndarray, levels) -> np.ndarray:
+    """The quantiles at ``levels`` of ``y`` (log measured over the composed median), each
+    source weighing the same: how far from PRISM's prediction runs of the sources landed."""
     _, index = np.unique(sources, return_inverse=True)
     weights = 1.0 / np.bincount(index)[index]
-    return np.array([_weighted_quantile(residual, weights, a) for a in levels])
+    return np.array([_weighted_quantile(y, weights, a) for a in levels])
 
 
-def widen(q: np.ndarray, levels, extrapolating, reach: np.ndarray) -> np.ndarray:
-    """Quantiles ``q`` (n, k) at ``levels`` of rows that extrapolate reaching at least
-    ``reach`` (k,) from their median (:func:`source_reach`): a query unlike every source
-    the model saw is as uncertain as a source it never saw."""
+def widen(q: np.ndarray, names: list[list[str]], reach: np.ndarray) -> np.ndarray:
+    """Quantiles ``q`` (n, k) of the rows extrapolating on a :data:`KIND` feature (``names``,
+    from :func:`outside`) stretched to at least ``reach`` (k,) (:func:`source_reach`)."""
     q = q.copy()
+    rows = np.array([any(n in KIND for n in row) for row in names], bool)
     mid = q.shape[1] // 2
-    rows = np.asarray(extrapolating, bool)
-    reach = np.asarray(reach, float)
-    q[rows, :mid] = np.minimum(q[rows, :mid], q[rows, mid:mid + 1] + reach[:mid])
-    q[rows, mid + 1:] = np.maximum(q[rows, mid + 1:], q[rows, mid:mid + 1] + reach[mid + 1:])
+    q[rows, :mid] = np.minimum(q[rows, :mid], reach[:mid])
+    q[rows, mid + 1:] = np.maximum(q[rows, mid + 1:], reach[mid + 1:])
+    return q
+
+
+def calibrated(q: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Learned quantiles ``q`` (n, k) moved by the conformal ``offsets`` (k,), each central
+    interval stretched to hold 0, the composed median: PRISM's prediction stays inside
+    every interval it states, the learned shift only leans the interval."""
+    q = np.sort(q + offsets, axis=1)
+    mid = q.shape[1] // 2
+    q[:, :mid] = np.minimum(q[:, :mid], 0.0)
+    q[:, mid + 1:] = np.maximum(q[:, mid + 1:], 0.0)
     return q
 
 
@@ -142,7 +157,7 @@ class DoubtModel:
         levels = np.asarray(self.levels)
         held_out = self.held_out_predictions(X, y, sources) if held_out is None else held_out
         self.offsets_ = conformal_offsets_by_source(held_out, y, sources, levels)
-        self.reach_ = source_reach(y - held_out[:, len(levels) // 2], sources, levels)
+        self.reach_ = source_reach(y, sources, levels)
         self.regressor_ = self._learner().fit(X, y)
         self.low_, self.high_ = X.min(axis=0), X.max(axis=0)
         self.frameworks_ = sorted({FRAMEWORKS[int(f)] for f in X[:, FEATURES.index("framework")]})
@@ -151,25 +166,23 @@ class DoubtModel:
         return self
 
     def held_out_predictions(self, X: np.ndarray, y: np.ndarray, sources: np.ndarray) -> np.ndarray:
-        """(n, k) uncalibrated, centred quantiles of each row from a model fitted without its source."""
+        """(n, k) uncalibrated quantiles of each row from a model fitted without its source."""
         out = np.empty((len(y), len(self.levels)))
         for source in np.unique(sources):
             test = sources == source
-            out[test] = centred(self._learner().fit(X[~test], y[~test]).predict(X[test]))
+            out[test] = self._learner().fit(X[~test], y[~test]).predict(X[test])
         return out
 
     def extrapolating(self, X: np.ndarray) -> list[list[str]]:
         """Per row, the features outside the training range (or an unseen framework)."""
         return outside(np.asarray(X, float), self.low_, self.high_, self.frameworks_)
 
-
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """(n, k) calibrated quantiles of ``log(measured / predicted)``, widened for rows that
-        extrapolate to the held-out errors of the sources (:func:`widen`)."""
+        """(n, k) calibrated quantiles of ``log(measured / predicted)``, every central
+        interval holding 0 (:func:`calibrated`), a row of a kind no source was widened to
+        the sources' reach (:func:`widen`)."""
         X = np.asarray(X, float)
-        q = np.sort(centred(self.regressor_.predict(X)) + self.offsets_, axis=1)
-        return widen(q, self.levels, [bool(names) for names in self.extrapolating(X)], self.reach_)
-
+        return widen(calibrated(self.regressor_.predict(X), self.offsets_), self.extrapolating(X), self.reach_)
 
     # ------------------------------------------------------------ artifacts
 
