@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import asdict, astuple, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -103,7 +103,7 @@ class SearchResult:
 
     def to_dict(self) -> dict:
         """Everything, with the top ``top`` under ``top_layouts`` and the fronts as layouts."""
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}  # the layouts are plain dicts already
         out["top_layouts"] = self.layouts[:self.top]
         out["front_memory"] = [self.layouts[i] for i in self.front_memory]
         out["front_risk"] = [self.layouts[i] for i in self.front_risk]
@@ -332,7 +332,7 @@ def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: Par
     works = []
     for par in fitting:
         plain = replace(par, vpp=1, schedule="1f1b")
-        key = astuple(plain)
+        key = tuple(vars(plain).values())
         if key not in shared:
             shared[key] = decompose(model, plain, hardware, gpus)
         works.append(replace(shared[key], parallel=par))

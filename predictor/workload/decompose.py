@@ -31,6 +31,7 @@ Group sizes, rank order and each group's placement on nodes come from the layout
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -94,7 +95,13 @@ class Workload:
 
 
 def _collective(op: str, message: float, group: int, count: int, role: str, topo) -> Call:
-    return Call.of(op, "step", {"message_bytes": int(message), "group_size": group}, count, role, topo)
+    return _collective_call(op, int(message), group, count, role, topo)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _collective_call(op: str, message: int, group: int, count: int, role: str, topo) -> Call:
+    """One Call object per distinct collective: a search makes the same ones thousands of times."""
+    return Call.of(op, "step", {"message_bytes": message, "group_size": group}, count, role, topo)
 
 
 def _moe_collectives(model, par, seq, mesh: Mesh, layers: int) -> list[Call]:
@@ -135,16 +142,15 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
     mbs, tp, cp = par.micro_batch_size, par.tp, par.cp
     if moe:
         dense = layers - moe
-        dense_calls = [replace(c, count=c.count * dense) for c in layer_ops(model, mbs, seq, tp, cp,
-                                                                            par.sequence_parallel, par.attention)
-                       ] if dense else []
-        attn = [replace(c, count=c.count * moe) for c in layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel,
-                                                                   par.attention, ffn=False)]
-        groups = {name: [replace(c, count=c.count * moe) for c in calls]
+        dense_calls = [c.scaled(dense) for c in layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel,
+                                                          par.attention)] if dense else []
+        attn = [c.scaled(moe) for c in layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention,
+                                                 ffn=False)]
+        groups = {name: [c.scaled(moe) for c in calls]
                   for name, calls in moe_op_groups(model, par, mbs, seq).items()}
         compute = dense_calls + attn + [c for calls in groups.values() for c in calls]
         fwd = list(compute)
-        bwd = [replace(c, pass_="bwd") for c in compute]
+        bwd = [c.scaled(1, "bwd") for c in compute]
         # TP collectives: a dense layer's two (attention, FFN), a MoE layer's attention's and,
         # with shared experts, theirs (the routed experts' tokens are already sequence-split).
         tp_pairs = 2 * dense + moe * (1 + (model.shared_expert_ffn_hidden_size > 0))
@@ -153,8 +159,8 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
             if par.recompute_modules else {}
     else:
         compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention)
-        fwd = [replace(c, count=c.count * layers) for c in compute]
-        bwd = [replace(c, pass_="bwd", count=c.count * layers) for c in compute]
+        fwd = [c.scaled(layers) for c in compute]
+        bwd = [c.scaled(layers, "bwd") for c in compute]
         tp_pairs, ep_calls = 2 * layers, []
         modules = _modules(model, fwd, [], {}, [], layers, mbs * seq // cp, tp) if par.recompute_modules else {}
     activation = mbs * seq // cp * model.hidden_size * ACT_BYTES
@@ -238,7 +244,7 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
                  Call.of("gemm", "fwd", {"m": tokens, "n": vocab, "k": model.hidden_size}, role=OUTPUT_ROLE),
                  Call.of("cross_entropy", "fwd", {"tokens": tokens, "vocab": vocab})]
     stage.forward += ends
-    stage.backward += [replace(c, pass_="bwd") for c in ends]
+    stage.backward += [c.scaled(1, "bwd") for c in ends]
     layers = stage.layers
     if not last:
         sent = tokens * model.hidden_size * ACT_BYTES // (par.tp if par.sequence_parallel else 1)
