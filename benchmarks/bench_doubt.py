@@ -19,7 +19,7 @@ import time
 
 import pandas as pd
 
-from predictor.analyses.doubt import check, fit, predict_runs, published_with_steps
+from predictor.analyses.doubt import check, fit, joined, machine_errors, predict_runs, published_with_steps
 from predictor.latency.artifacts import models_dir
 
 
@@ -32,6 +32,11 @@ def main() -> None:
     errors = predict_runs(published_with_steps(), draws=args.draws)
     t1 = time.perf_counter()
     print(f"{len(errors.table)} published runs predicted in {t1 - t0:.1f} s; not predicted: {errors.skipped or 'none'}")
+    suites = machine_errors()
+    if suites is not None:  # this CPU's suite runs, each predicted from its own fresh sample
+        errors = joined(errors, suites)
+        print(f"with {len(suites.table)} measured layouts of this machine's suite runs "
+              f"({', '.join(sorted(suites.table.source.unique()))}, measurements/*-doubt.csv)")
     scores = check(errors)
     print(f"leave-one-source-out check in {time.perf_counter() - t1:.1f} s\n")
     with pd.option_context("display.width", 160, "display.max_columns", 20):

@@ -7,7 +7,9 @@
 Every stage is the user-facing command (`prism sample`, `prism train`, `prism measure`,
 `prism validate`, `prism calibrate`), run into one fresh folder (``--out``, default
 ``runs/suite-<hardware>-<UTC time>``): samples/, models/, measured.parquet, CDF plots and
-summary.md. Three validations are reported:
+summary.md, and doubt_rows.csv (each layout's features and error before any calibration:
+copied into measurements/, ``benchmarks/bench_doubt.py --save`` lets the predictive
+uncertainty learn this machine's error from it). Three validations are reported:
 
 1. ``samples``: predictions from the operator samples alone;
 2. ``leave-one-out``: each layout predicted with the in-situ calibration fitted on the
@@ -27,7 +29,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from predictor.analyses.doubt import measured_errors, write_errors
 from predictor.core.profiles import load_hardware
+from predictor.data.measurements import read_measurements
 from predictor.latency.artifacts import ModelSet
 
 #: CPU layouts: world size <= 2 (one core per rank). Two model sizes (tiny 0.6 M, small
@@ -98,6 +102,12 @@ def main() -> None:
     measured, models = f"measured={out / 'measured.parquet'}", f"models_dir={out / 'models'}"
     tables = {"samples": pd.DataFrame(json.loads(prism("validate", hw, measured, models, f"out={out / 'cdf.png'}",
                                                        "--json", capture=True)))}
+    # the composer's error here, before `prism calibrate` stores a calibration with the models:
+    # copied to measurements/<hardware>-suite-<name>-doubt.csv, the error model learns from it
+    profile = load_hardware(args.hardware)
+    write_errors(measured_errors(read_measurements(out / "measured.parquet"),
+                                 ModelSet.load(out / "models" / args.hardware, profile), profile,
+                                 f"{args.hardware}-{out.name}"), out / "doubt_rows.csv")
     calibrated = json.loads(prism("calibrate", hw, measured, models, "--json", capture=True))
     tables["leave-one-out"] = pd.DataFrame(calibrated["layouts"])
     if args.calibration_from:

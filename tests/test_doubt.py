@@ -148,3 +148,27 @@ def test_predict_reports_variability_and_doubt_apart():
         predict(load_model("gpt3-13b"), load_hardware("a100-sxm4-80gb"), ParallelConfig(tp=8), gpus=64,
                 framework="jax")
     assert err.value.field == "framework"
+
+
+def test_this_machines_suite_runs_are_sources_of_their_own(tmp_path):
+    """A suite's measured layouts, predicted from the models shipped here, round-trip through
+    their CSV; the suites kept in measurements/ are sources with the CPU's device feature."""
+    from predictor.analyses.doubt import machine_errors, measured_errors, read_errors, write_errors
+    from predictor.core.profiles import REPO_ROOT
+    from predictor.data.measurements import read_measurements
+    from predictor.latency.artifacts import ModelSet
+
+    hw = load_hardware("local-cpu")
+    errors = measured_errors(read_measurements(REPO_ROOT / "measurements" / "local-cpu-suite.parquet"),
+                             ModelSet.load(REPO_ROOT / "models" / "local-cpu", hw), hw, "here", draws=64)
+    assert len(errors.table) >= 4 and np.isfinite(errors.X).all() and np.isfinite(errors.y).all()
+    assert (errors.X[:, FEATURES.index("gpu")] == 0).all()
+    back = read_errors(write_errors(errors, tmp_path / "rows.csv"))
+    assert np.allclose(back.X, errors.X) and np.allclose(back.y, errors.y)
+    kept = machine_errors()
+    assert kept is not None and kept.table.source.str.startswith("local-cpu-suite-").all()
+    assert kept.table.groupby("source").size().min() == 16
+    (tmp_path / "bad-doubt.csv").write_text("source,tier\nx,measured samples\n")
+    with pytest.raises(PrismError) as err:
+        machine_errors(tmp_path)
+    assert "x_tier" in str(err.value)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from predictor.core.errors import PrismError
-from predictor.core.profiles import DATA_DIR
+from predictor.core.files import write_atomically
+from predictor.core.profiles import DATA_DIR, REPO_ROOT
 from predictor.data.runs_table import framework_family
 from predictor.engine.compose import StepDistribution, compose
 from predictor.engine.draws import inverse_cdf
@@ -145,6 +147,66 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
                     "predicted_s": float(np.median(dist.draws)), "measured_s": float(row["measured_s"]),
                     **{f"p{round(a * 100)}_s": float(np.quantile(dist.draws, a)) for a in DEFAULT_QUANTILES}})
     return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), skipped)
+
+
+def measured_errors(measured: pd.DataFrame, models, hardware, source: str, draws: int = 300,
+                    seed: int = 0) -> Errors:
+    """The layouts of a ``prism measure`` file (``measured``, :func:`~predictor.data.measurements.read_measurements`)
+    predicted from ``models`` on ``hardware`` as ``prism validate`` does (the reference
+    workload runs PyTorch's own parallelism: framework "other"), their median step against
+    the measured one: the composer's error on this machine, ``source`` naming the run."""
+    import pandas as pd
+
+    from predictor.data.measurements import measured_workloads
+    from predictor.latency.lookup import QuantileCache
+
+    cache, tier = QuantileCache(models, hardware), evidence_tier(models)
+    out, X = [], []
+    for layout_id, work, t in measured_workloads(measured, hardware):
+        dist = compose(work, models, draws=draws, seed=seed, cache=cache)
+        X.append(features(work, dist, tier, "other"))
+        out.append({"source": source, "tier": TIERS[tier_code(tier)], "framework": "other", "gpu": hardware.name,
+                    "gpus": work.gpus, "model": layout_id, "predicted_s": float(np.median(dist.draws)),
+                    "measured_s": float(np.median(t)),
+                    **{f"p{round(a * 100)}_s": float(np.quantile(dist.draws, a)) for a in DEFAULT_QUANTILES}})
+    return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), {})
+
+
+def write_errors(errors: Errors, path) -> Path:
+    """``errors`` as one CSV (its table, then a column ``x_<feature>`` per feature), written atomically."""
+    import pandas as pd
+
+    frame = pd.concat([errors.table.reset_index(drop=True),
+                       pd.DataFrame(errors.X, columns=[f"x_{f}" for f in FEATURES])], axis=1)
+    return write_atomically(Path(path), lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def read_errors(path) -> Errors:
+    """An :class:`Errors` written by :func:`write_errors`."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    columns = [f"x_{f}" for f in FEATURES]
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise PrismError(f"{path}: no column {missing[0]}; it was written for other features: regenerate it "
+                         f"(python benchmarks/validation_suite.py writes doubt_rows.csv)", field=str(path))
+    return Errors(frame.drop(columns=columns), frame[columns].to_numpy(float), {})
+
+
+def machine_errors(directory=REPO_ROOT / "measurements") -> Errors | None:
+    """Every run of this machine's validation suite kept in ``directory``
+    (``*-doubt.csv``, :func:`write_errors`), each its own source; None where there is none."""
+    files = sorted(Path(directory).glob("*-doubt.csv"))
+    return joined(*map(read_errors, files)) if files else None
+
+
+def joined(*parts: Errors) -> Errors:
+    """Several :class:`Errors` as one."""
+    import pandas as pd
+
+    return Errors(pd.concat([p.table for p in parts], ignore_index=True), np.vstack([p.X for p in parts]),
+                  {k: v for p in parts for k, v in p.skipped.items()})
 
 
 def _covered(q: np.ndarray, y: np.ndarray, levels) -> dict[float, np.ndarray]:
