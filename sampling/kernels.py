@@ -101,6 +101,9 @@ def _forward(op: str, s: dict, dtype, device):
         ids = torch.randint(0, s["vocab"], (s["tokens"],), device=device)
         w = _leaf(s["vocab"], s["hidden"], **t)
         return (w,), lambda: F.embedding(ids, w)
+    if op == "quantize":  # current scaling to FP8 E4M3 (max 448): the cast of either pass
+        x = _leaf(s["tokens"], s["hidden"], grad=False, **t)
+        return (), lambda: (x * (448.0 / x.abs().amax())).to(torch.float8_e4m3fn)
     if op == "cross_entropy":
         logits = _leaf(s["tokens"], s["vocab"], **t)
         target = torch.randint(0, s["vocab"], (s["tokens"],), device=device)
@@ -176,7 +179,7 @@ def build(op: str, pass_: str, shape: dict, dtype: str, device: torch.device) ->
     if op == "optimizer_step":
         return _optimizer_step(shape, device)
     inputs, forward = _forward(op, shape, TORCH_DTYPES[dtype], device)
-    if pass_ == "fwd":
+    if pass_ == "fwd" or op == "quantize":  # a cast is the same work in either pass
         return forward  # with autograd on, as in training (activations are saved)
     out = forward()
     grad_out = torch.randn_like(out)

@@ -9,7 +9,7 @@ from predictor.analyses.compare import compare
 from predictor.app.cli import main
 from predictor.core.errors import PrismError
 from predictor.core.mesh import Mesh
-from predictor.core.ops import DTYPE_BYTES, Call
+from predictor.core.ops import DTYPE_BYTES, Call, bytes_moved, flops
 from predictor.core.precision import GEMM_DTYPES, OUTPUT_ROLE, call_dtype
 from predictor.core.profiles import load_hardware, load_model
 from predictor.core.specs import ParallelConfig
@@ -95,6 +95,25 @@ def test_lower_precision_gemms_are_faster_on_gb200():
         p50[dtype] = q[0, 3]
         assert evidence[0].text == "models/gb200-nvl72"
     assert p50["nvfp4"] < p50["float8"] <= p50["mxfp8"] < p50["bfloat16"]
+
+
+def test_low_precision_gemms_cast_their_operands_and_bf16_ones_do_not():
+    """Every fp8/fp4 GEMM but the LM head quantizes its activation (forward) and its output
+    gradient (backward); a bf16 job has no casts. The casts cost what they move."""
+    model, par = load_model("llama3-8b"), ParallelConfig(tp=8, dp=8, micro_batch_size=2, global_batch_size=64)
+    hw = load_hardware("gb200-nvl72")
+    assert not [c for st in decompose(model, par, hw, 64).stages for c in st.forward + st.backward
+                if c.op == "quantize"]
+    hw.gemm_dtype = "nvfp4"
+    st = decompose(model, par, hw, 64).stages[0]
+    for calls, pass_, side in ((st.forward, "fwd", "k"), (st.backward, "bwd", "n")):
+        gemms = [c for c in calls if c.op == "gemm" and c.role != OUTPUT_ROLE]
+        casts = [c for c in calls if c.op == "quantize"]
+        assert [(c.pass_, c.count, c.shape_dict["tokens"], c.shape_dict["hidden"]) for c in casts] == \
+            [(pass_, g.count, g.shape_dict["m"], g.shape_dict[side]) for g in gemms]
+    shape = {"tokens": 4096, "hidden": 8192}
+    assert flops("quantize", "bwd", shape) == flops("quantize", "fwd", shape) == 3 * 4096 * 8192
+    assert bytes_moved("quantize", "fwd", shape, "bfloat16") == 2.5 * 4096 * 8192 * 2
 
 
 def test_unknown_precision_names_the_field_and_lists_the_choices(capsys):

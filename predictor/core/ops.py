@@ -99,6 +99,10 @@ OPS: dict[str, OpSpec] = {
         # grouped_gemm (batch, m, n, k): `batch` experts' GEMMs [m, k] x [k, n] in one call,
         # m tokens each (the busiest rank's per-expert count); costs as a bmm of that shape.
         OpSpec("grouped_gemm", ("batch", "m", "n", "k"), _FWD_BWD),
+        # quantize (tokens, hidden): a low-precision GEMM's bf16 operand scaled and cast to
+        # hardware.gemm_dtype (predictor.core.precision): the activation in the forward pass,
+        # the output gradient in the backward pass. Not a gradient: "bwd" is when it runs.
+        OpSpec("quantize", ("tokens", "hidden"), _FWD_BWD, flops_per_element=3),
         OpSpec("all_reduce", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("all_gather", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("reduce_scatter", ("message_bytes", "group_size"), _ONCE, collective=True),
@@ -211,6 +215,8 @@ def flops(op: str, pass_: str, shape):
         return f * (2.5 if pass_ == "bwd" else 1.0)
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_FLOPS_PER_PARAM, s["optimizer"]) * s["params"]
+    if op == "quantize":  # |x| and the running max, then x * scale: the same in either pass
+        return OPS[op].flops_per_element * _elements(op, s)
     if OPS[op].host:  # host time: no device work
         return 0.0 * s[OPS[op].shape[0]]
     if OPS[op].collective or op == "embedding":  # a gather moves data and computes nothing
@@ -243,6 +249,11 @@ def bytes_moved(op: str, pass_: str, shape, dtype):
         return bwd * (q_o + k_v) * e
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_BYTES_PER_PARAM, s["optimizer"]) * s["params"]
+    if op == "quantize":
+        # current (per-step) scaling: one pass for the amax and one for the cast over the bf16
+        # operand, the output written at half its size or less (torchao Float8 "tensorwise",
+        # Transformer Engine Float8CurrentScaling; delayed scaling fuses the amax: an upper bound)
+        return 2.5 * _elements(op, s) * e
     if OPS[op].host:
         return 0.0 * s[OPS[op].shape[0]]
     if OPS[op].collective:

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, replace
 
 from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
-from predictor.core.ops import Call
-from predictor.core.precision import OUTPUT_ROLE
+from predictor.core.ops import DTYPE_BYTES, Call
+from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.workload.host import host_calls, host_family, step_host_calls
 from predictor.workload.layers import (
@@ -283,6 +283,26 @@ def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mes
     return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors)
 
 
+def _quantize_calls(calls: list[Call], hw: HardwareConfig) -> list[Call]:
+    """The casts of the low-precision GEMMs among ``calls`` (``hardware.gemm_dtype`` under one
+    byte an element): each forward GEMM's activation [m, k] and each backward GEMM's output
+    gradient [m, n], scaled and cast per call (Transformer Engine and torchao quantize the
+    inputs of every fp8/fp4 GEMM). The weights are cast once per step and kept across
+    micro-batches (Transformer Engine's ``is_first_microbatch``): not counted."""
+    out = []
+    for c in calls:
+        if c.op not in LOW_PRECISION_OPS or c.role == "host":
+            continue
+        dtype = call_dtype(c.op, c.role, hw.train_dtype, hw.gemm_dtype, hw.gemm_ops)
+        if DTYPE_BYTES[dtype] >= DTYPE_BYTES[hw.train_dtype]:
+            continue
+        s = c.shape_dict
+        rows = s["m"] * s.get("batch", 1)
+        out.append(Call.of("quantize", c.pass_, {"tokens": rows, "hidden": s["k"] if c.pass_ == "fwd" else s["n"]},
+                           c.count))
+    return out
+
+
 def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus: int | None = None,
               seq: int | None = None, framework: str | None = None) -> Workload:
     """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``;
@@ -314,6 +334,8 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
                         tokens, vocab, dp_group, dp_topo, pp_topo)
             if moe:
                 st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
+            st.forward += _quantize_calls(st.forward, hw)
+            st.backward += _quantize_calls(st.backward, hw)
             st.forward += host_calls(st.forward, "fwd", family, hw.host.asynchronous)
             st.backward += host_calls(st.backward, "bwd", family, hw.host.asynchronous)
             tensors = sum(c.shape_dict["tensors"] for c in st.step if c.op == "optimizer_step")
