@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.analyses.batch import predict_table
+from predictor.analyses.doubt import family
 from predictor.analyses.search import rank_layouts
 from predictor.core.errors import PrismError
 from predictor.core.profiles import DATA_DIR
@@ -67,7 +68,7 @@ def search_ranking(rows: pd.DataFrame) -> pd.DataFrame:
     for i, row in rows.iterrows():
         try:
             job = row_workload(row, profiles)
-            works.append(decompose(job.model, job.parallel, job.hardware, job.gpus))
+            works.append(decompose(job.model, job.parallel, job.hardware, job.gpus, framework=family(job.framework)))
             index.append(i)
         except PrismError:
             continue
