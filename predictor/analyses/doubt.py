@@ -120,6 +120,15 @@ class Errors:
         return np.log(self.table.measured_s.to_numpy() / self.table.predicted_s.to_numpy())
 
 
+def _error_row(source: str, tier: str, framework: str, gpu: str, work: Workload, model: str,
+               dist: StepDistribution, measured_s: float) -> dict:
+    """One row of an :class:`Errors` table: what was predicted, its step-time quantiles, and
+    the measured median step."""
+    return {"source": source, "tier": TIERS[tier_code(tier)], "framework": framework, "gpu": gpu,
+            "gpus": work.gpus, "model": model, "predicted_s": float(np.median(dist.draws)), "measured_s": measured_s,
+            **{f"p{round(a * 100)}_s": float(np.quantile(dist.draws, a)) for a in DEFAULT_QUANTILES}}
+
+
 def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
     """Predict every row of ``rows`` (the runs-table layout with ``measured_s`` and
     ``source``) as ``prism predict`` would, with ``draws`` draws."""
@@ -142,10 +151,7 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
         X.append(features(work, dist, tier, fam))
-        out.append({"source": row["source"], "tier": TIERS[tier_code(tier)], "framework": fam,
-                    "gpu": row["gpu"], "gpus": work.gpus, "model": model.name,
-                    "predicted_s": float(np.median(dist.draws)), "measured_s": float(row["measured_s"]),
-                    **{f"p{round(a * 100)}_s": float(np.quantile(dist.draws, a)) for a in DEFAULT_QUANTILES}})
+        out.append(_error_row(row["source"], tier, fam, row["gpu"], work, model.name, dist, float(row["measured_s"])))
     return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), skipped)
 
 
@@ -165,10 +171,7 @@ def measured_errors(measured: pd.DataFrame, models, hardware, source: str, draws
     for layout_id, work, t in measured_workloads(measured, hardware):
         dist = compose(work, models, draws=draws, seed=seed, cache=cache)
         X.append(features(work, dist, tier, "other"))
-        out.append({"source": source, "tier": TIERS[tier_code(tier)], "framework": "other", "gpu": hardware.name,
-                    "gpus": work.gpus, "model": layout_id, "predicted_s": float(np.median(dist.draws)),
-                    "measured_s": float(np.median(t)),
-                    **{f"p{round(a * 100)}_s": float(np.quantile(dist.draws, a)) for a in DEFAULT_QUANTILES}})
+        out.append(_error_row(source, tier, "other", hardware.name, work, layout_id, dist, float(np.median(t))))
     return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), {})
 
 

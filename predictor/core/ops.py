@@ -52,8 +52,9 @@ class OpSpec:
     collective: bool = False
     host: bool = False  # host-side framework time (dispatch, autograd, launches), not device work
     flops_per_element: float | None = None
-    tensors: int | None = None
+    tensors: float | None = None
     elements: tuple[str, ...] = ("tokens", "hidden")
+    backward_factor: float = 2.0  # the backward pass's work over the forward's (element-wise ops)
 
 
 _FWD_BWD = ("fwd", "bwd")
@@ -102,7 +103,10 @@ OPS: dict[str, OpSpec] = {
         # quantize (tokens, hidden): a low-precision GEMM's bf16 operand scaled and cast to
         # hardware.gemm_dtype (predictor.core.precision): the activation in the forward pass,
         # the output gradient in the backward pass. Not a gradient: "bwd" is when it runs.
-        OpSpec("quantize", ("tokens", "hidden"), _FWD_BWD, flops_per_element=3),
+        # Current (per-step) scaling: an amax pass and a cast pass over the bf16 operand, the
+        # output written at half its size or less (torchao Float8 "tensorwise", Transformer
+        # Engine Float8CurrentScaling; delayed scaling fuses the amax: an upper bound).
+        OpSpec("quantize", ("tokens", "hidden"), _FWD_BWD, flops_per_element=3, tensors=2.5, backward_factor=1.0),
         OpSpec("all_reduce", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("all_gather", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("reduce_scatter", ("message_bytes", "group_size"), _ONCE, collective=True),
@@ -143,6 +147,10 @@ class Call:
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __reduce__(self):
+        # rebuilt through __init__ on unpickling: a str hash differs between processes
+        return Call, (self.op, self.pass_, self.shape, self.count, self.role, self.ranks_per_node, self.nodes)
 
     @classmethod
     def of(cls, op: str, pass_: str, shape: dict, count: int = 1, role: str = "compute",
@@ -215,13 +223,11 @@ def flops(op: str, pass_: str, shape):
         return f * (2.5 if pass_ == "bwd" else 1.0)
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_FLOPS_PER_PARAM, s["optimizer"]) * s["params"]
-    if op == "quantize":  # |x| and the running max, then x * scale: the same in either pass
-        return OPS[op].flops_per_element * _elements(op, s)
     if OPS[op].host:  # host time: no device work
         return 0.0 * s[OPS[op].shape[0]]
     if OPS[op].collective or op == "embedding":  # a gather moves data and computes nothing
         return 0.0 * s["tokens" if op == "embedding" else "message_bytes"]
-    return bwd * OPS[op].flops_per_element * _elements(op, s)
+    return _pass_factor(op, pass_) * OPS[op].flops_per_element * _elements(op, s)
 
 
 def bytes_moved(op: str, pass_: str, shape, dtype):
@@ -249,11 +255,6 @@ def bytes_moved(op: str, pass_: str, shape, dtype):
         return bwd * (q_o + k_v) * e
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_BYTES_PER_PARAM, s["optimizer"]) * s["params"]
-    if op == "quantize":
-        # current (per-step) scaling: one pass for the amax and one for the cast over the bf16
-        # operand, the output written at half its size or less (torchao Float8 "tensorwise",
-        # Transformer Engine Float8CurrentScaling; delayed scaling fuses the amax: an upper bound)
-        return 2.5 * _elements(op, s) * e
     if OPS[op].host:
         return 0.0 * s[OPS[op].shape[0]]
     if OPS[op].collective:
@@ -262,7 +263,7 @@ def bytes_moved(op: str, pass_: str, shape, dtype):
         gathered = s["tokens"] * s["hidden"] * e
         # bwd scatters into a dense table gradient that is zeroed and written whole.
         return 2.0 * gathered + (s["vocab"] * s["hidden"] * e if pass_ == "bwd" else 0)
-    return bwd * OPS[op].tensors * _elements(op, s) * e
+    return _pass_factor(op, pass_) * OPS[op].tensors * _elements(op, s) * e
 
 
 def dtype_bytes(dtype):
@@ -276,6 +277,11 @@ def _per_optimizer(table: dict, optimizer):
     if isinstance(optimizer, str):
         return table[optimizer]
     return np.array([table[o] for o in np.asarray(optimizer)], dtype=float)
+
+
+def _pass_factor(op: str, pass_: str) -> float:
+    """An element-wise op's work in ``pass_`` over its forward's (:attr:`OpSpec.backward_factor`)."""
+    return OPS[op].backward_factor if pass_ == "bwd" else 1.0
 
 
 def _elements(op: str, s):

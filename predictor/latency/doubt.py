@@ -73,6 +73,12 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(values[order][min(np.searchsorted(cum, q * cum[-1]), len(values) - 1)])
 
 
+def _source_weights(sources: np.ndarray) -> np.ndarray:
+    """Per row, one over its source's row count: every source weighs the same."""
+    _, index = np.unique(sources, return_inverse=True)
+    return 1.0 / np.bincount(index)[index]
+
+
 def conformal_offsets_by_source(pred: np.ndarray, y: np.ndarray, sources: np.ndarray,
                                 levels: np.ndarray) -> np.ndarray:
     """CQR shifts per quantile from out-of-source predictions ``pred`` (n, k), each source
@@ -81,8 +87,7 @@ def conformal_offsets_by_source(pred: np.ndarray, y: np.ndarray, sources: np.nda
     sources, the source-level finite-sample correction ``c(K+1)/K`` would exceed 1 for a
     90% interval and take the single largest score: an interval as wide as the worst
     source ever was, for every query.)"""
-    _, index = np.unique(sources, return_inverse=True)
-    weights = 1.0 / np.bincount(index)[index]
+    weights = _source_weights(sources)
     offsets = np.zeros(len(levels))
     for lo in range(len(levels) // 2):
         hi = len(levels) - 1 - lo
@@ -107,8 +112,7 @@ def outside(X: np.ndarray, low: np.ndarray, high: np.ndarray, frameworks) -> lis
 def source_reach(y: np.ndarray, sources: np.ndarray, levels) -> np.ndarray:
     """The quantiles at ``levels`` of ``y`` (log measured over the composed median), each
     source weighing the same: how far from PRISM's prediction runs of the sources landed."""
-    _, index = np.unique(sources, return_inverse=True)
-    weights = 1.0 / np.bincount(index)[index]
+    weights = _source_weights(sources)
     return np.array([_weighted_quantile(y, weights, a) for a in levels])
 
 

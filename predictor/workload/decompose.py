@@ -94,14 +94,10 @@ class Workload:
         return self.parallel.global_batch_size * self.seq
 
 
-def _collective(op: str, message: float, group: int, count: int, role: str, topo) -> Call:
-    return _collective_call(op, int(message), group, count, role, topo)
-
-
 @functools.lru_cache(maxsize=1 << 16)
-def _collective_call(op: str, message: int, group: int, count: int, role: str, topo) -> Call:
+def _collective(op: str, message: float, group: int, count: int, role: str, topo) -> Call:
     """One Call object per distinct collective: a search makes the same ones thousands of times."""
-    return Call.of(op, "step", {"message_bytes": message, "group_size": group}, count, role, topo)
+    return Call.of(op, "step", {"message_bytes": int(message), "group_size": group}, count, role, topo)
 
 
 def _moe_collectives(model, par, seq, mesh: Mesh, layers: int) -> list[Call]:
@@ -291,7 +287,7 @@ def _quantize_calls(calls: list[Call], hw: HardwareConfig) -> list[Call]:
     micro-batches (Transformer Engine's ``is_first_microbatch``): not counted."""
     out = []
     for c in calls:
-        if c.op not in LOW_PRECISION_OPS or c.role == "host":
+        if c.op not in LOW_PRECISION_OPS:
             continue
         dtype = call_dtype(c.op, c.role, hw.train_dtype, hw.gemm_dtype, hw.gemm_ops)
         if DTYPE_BYTES[dtype] >= DTYPE_BYTES[hw.train_dtype]:
