@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from predictor.core.errors import PrismError
-from predictor.core.ops import OPS, unknown_op_message
+from predictor.core.ops import FORWARD_WORK_IN_BWD, OPS, unknown_op_message
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -179,7 +179,7 @@ def build(op: str, pass_: str, shape: dict, dtype: str, device: torch.device) ->
     if op == "optimizer_step":
         return _optimizer_step(shape, device)
     inputs, forward = _forward(op, shape, TORCH_DTYPES[dtype], device)
-    if pass_ == "fwd" or op == "quantize":  # a cast is the same work in either pass
+    if pass_ == "fwd" or op in FORWARD_WORK_IN_BWD:  # a cast is the same work in either pass
         return forward  # with autograd on, as in training (activations are saved)
     out = forward()
     grad_out = torch.randn_like(out)

@@ -3,7 +3,8 @@
 "Lightweight means targeted" (DESIGN.md): a plan first takes the shapes of the compute
 calls the composer makes for its target models (:func:`target_calls`: the calls of
 :func:`predictor.workload.decompose.decompose` for each micro-batch size and TP degree),
-then fills up to ``shapes_per_op`` with a scrambled Sobol design, log-uniform in a box
+(up to :data:`TARGETED_SHARE` of ``shapes_per_op``, every target in turn), then fills up to
+``shapes_per_op`` with a scrambled Sobol design, log-uniform in a box
 around those targets. Every shape whose roofline-estimated call exceeds
 ``max_call_ms`` is left out; the cap is halved until the whole plan's estimate fits
 the budget. Compute tasks are interleaved across ops so that a run cut short by its
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from itertools import zip_longest
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +44,9 @@ _DRAWN = {
 }
 _CATEGORICAL = ("causal", "optimizer")
 _ALIGNED = {"m", "n", "k", "tokens", "hidden", "vocab", "seq_q"}  # multiples of 8
+#: Part of an op's shapes the targets' own may take; the rest is space-filling, so that
+#: the regressor also sees shapes between and beyond them.
+TARGETED_SHARE = 0.75
 #: Ops that are not collectives but need a group of ranks: timed by the collective job.
 GROUP_OPS = ("dtensor",)
 
@@ -164,10 +169,12 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
 def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
     """The compute calls of ``sc.ops`` the composer makes for each of ``sc.targets`` at each micro-batch
     size and TP degree of ``sc`` (every other parallel degree 1) on ``hw``: each (op, pass,
-    shape) once, in the composer's order. TP degrees a model cannot take are skipped."""
-    calls, seen = [], set()
+    shape) once, in the composer's order per target, the targets taken in turn. TP degrees a
+    model cannot take are skipped."""
+    per_model, seen = [], set()
     for name in sc.targets:
-        model = load_model(name)
+        model, calls = load_model(name), []
+        per_model.append(calls)
         for tp in sc.tp_degrees:
             for mbs in sc.micro_batch_sizes:
                 try:
@@ -183,7 +190,9 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
                                 and (call.op, call.pass_, call.shape) not in seen):
                             seen.add((call.op, call.pass_, call.shape))
                             calls.append(call)
-    return calls
+    # round robin over the targets: a plan that keeps only the first shapes of an op keeps
+    # every target's first ones (in target order, the third model's GEMMs were all cut)
+    return [c for group in zip_longest(*per_model) for c in group if c is not None]
 
 
 def _shapes_per_op(calls: list[Call]) -> dict[str, list[dict]]:
@@ -264,7 +273,7 @@ def _compute_tasks(sc: SamplingConfig, hw: HardwareConfig, targeted: dict[str, l
     for j, op in enumerate(o for o in sc.ops if not OPS[o].collective and o not in GROUP_OPS):
         fits = [s for s in targeted.get(op, [])
                 if all(call_seconds(op, p, s, sc.dtypes[0], hw) <= cap_s for p in OPS[op].passes)]
-        chosen = fits[: sc.shapes_per_op // 2]
+        chosen = fits[: round(sc.shapes_per_op * TARGETED_SHARE)]
         fill = _space_filling(op, sc.shapes_per_op, sc, hw, targeted.get(op, []), cap_s, sc.seed + j)
         for s in fill:
             if len(chosen) == sc.shapes_per_op:

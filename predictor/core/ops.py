@@ -169,6 +169,9 @@ class Call:
 
 
 COMPUTE_OPS = tuple(name for name, spec in OPS.items() if not spec.collective and not spec.host)
+#: Compute ops whose "bwd" pass is forward work (a cast of the output gradient), not a
+#: gradient: sampled without an autograd graph (:mod:`sampling.kernels`).
+FORWARD_WORK_IN_BWD = ("quantize",)
 HOST_OPS = tuple(name for name, spec in OPS.items() if spec.host)
 COLLECTIVE_OPS = tuple(name for name, spec in OPS.items() if spec.collective)
 

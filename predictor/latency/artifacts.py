@@ -35,6 +35,7 @@ from predictor.core.files import write_atomically
 from predictor.core.ops import COLLECTIVE_OPS, HOST_OPS, OPS
 from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
+from predictor.latency.backward_entry import without_entry
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, feature_names, features
 from predictor.latency.regressor import QuantileXGBRegressor, xgb
@@ -242,7 +243,8 @@ class ModelSet:
                 "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
                              "numpy": np.__version__, "python": platform.python_version()},
                 **{k: v for k, v in self.manifest.items()
-                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor")},
+                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor",
+                            "backward_entry_us")},
                 "models": entries,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -391,6 +393,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
+    rows, entries = without_entry(rows, hw.host.asynchronous)  # once per backward, not per op
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)
@@ -405,6 +408,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
                 "device": sampled_device(rows[origins == "sampled"])}
     if rows["op"].isin(HOST_OPS).any():
         manifest["host_floor"] = host_fingerprint(hw)
+    if entries:
+        manifest["backward_entry_us"] = entries
     return ModelSet(hw, rc.quantiles, models, manifest)
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from predictor.core.ops import OPS
 from predictor.latency.artifacts import ModelSet, shape_groups
+from predictor.latency.backward_entry import without_entry
 
 COLUMNS = ["op", "pass", "group", "network", "n", "rows", "mape_median", "pinball", "coverage_80", "coverage_90"]
 
@@ -45,7 +46,8 @@ def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> 
     unless ``by`` names another column (e.g. ``origin``). ``network`` names, for
     collectives, the network their models were trained on (the manifest's
     ``collective_network``: a cluster's own samples describe its own network)."""
-    rows = samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)]
+    rows, _ = without_entry(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)],
+                            models.hw.host.asynchronous)  # as the models were trained
     network = models.manifest.get("collective_network") or ""
     out = []
     for (op, pass_), g in rows.groupby(["op", "pass"], sort=True):

@@ -24,7 +24,8 @@ Narayanan et al. 2021, arXiv 2104.04473; Korthikanti et al. 2022, arXiv 2205.051
   backward); the experts' gradients reduced, and their optimizer step sharded, over the
   expert-data-parallel group of Megatron-Core's expert mesh (tp·cp·dp/(ep·etp) ranks).
 - Host: each pass's framework calls as host ops (:mod:`predictor.workload.host`), in
-  the pass's list beside the device calls.
+  the pass's list beside the device calls; on a synchronous host (a CPU) the backward's
+  as one call, the one ``backward()`` that enters the autograd engine once.
 
 Group sizes, rank order and each group's placement on nodes come from the layout's
 :class:`~predictor.core.mesh.Mesh`.
@@ -40,7 +41,7 @@ from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.host import host_calls, host_family, step_host_calls
+from predictor.workload.host import host_calls, host_family, one_backward, step_host_calls
 from predictor.workload.layers import (
     dispatch_bytes,
     layer_ops,
@@ -338,6 +339,8 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             optimizer, hooks = step_host_calls(tensors, family, dp_group)
             st.step += optimizer
             st.backward += hooks
+            if not hw.host.asynchronous:
+                st.backward = one_backward(st.backward)
             built[key] = st
         twin = built[key]
         stages.append(StageWork(i, layers, list(twin.forward), list(twin.backward), twin.p2p, list(twin.step)))

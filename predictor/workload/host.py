@@ -137,6 +137,16 @@ def _host_key(op: str, pass_: str, shape: tuple) -> Call:
     return Call(op, pass_, shape)
 
 
+def one_backward(calls: list[Call]) -> list[Call]:
+    """A synchronous host's backward pass (a CPU): its ``dispatch`` calls as one, whose
+    ``launches`` are all of theirs. The pass is one ``backward()``: the autograd engine is
+    entered once and runs every node, as one ``dispatch`` backward sample does (its
+    entry is taken off the ops' own backward samples: :mod:`predictor.latency.backward_entry`)."""
+    nodes = sum(c.count * c.shape_dict["launches"] for c in calls if c.op == "dispatch" and c.pass_ == "bwd")
+    rest = [c for c in calls if not (c.op == "dispatch" and c.pass_ == "bwd")]
+    return rest + [_counted(_host_key("dispatch", "bwd", (("launches", max(1, nodes)),)), 1)]
+
+
 def step_host_calls(tensors: int, family: str, dp_group: int) -> tuple[list[Call], list[Call]]:
     """The host ops of a stage's once-per-step framework work on ``tensors`` parameter
     tensors: around the optimizer step, and DP's gradient hooks in the backward."""

@@ -1,0 +1,74 @@
+"""The autograd engine's entry, paid once per backward, not once per op.
+
+A backward sample (:mod:`sampling.kernels`) is one ``torch.autograd.grad`` call over one
+op's graph. Timed by the host's clock (a CPU: the host is the device), it holds the
+engine's entry (argument parsing, the graph task, its dependencies and ready queue) once
+per op; a training step pays it once per micro-batch's ``backward()``. Left in, it made
+every small op's backward look slow: in a traced step of ``small`` on a 2-core AMD EPYC
+slice, a residual add's backward took 5.6 us a call, its samples 265 us; on the Xeon slice
+the entry was about 50 us (tiny's step was over-predicted by 37% there, by 40-70% here).
+
+Its size is the intercept of the ``dispatch`` backward samples against their length
+(``launches`` chained autograd nodes in one call: the entry plus ``launches`` nodes), a
+Theil-Sen line through each length's median, per sampling run (another machine, another
+entry). :func:`without_entry` takes it off the compute ops' backward samples of that run
+before their regressors are fitted (and before they are scored: ``prism evaluate``); the
+composer then puts it back once per backward, as the pass's host work is one ``dispatch``
+call whose ``launches`` are every node it runs (:func:`predictor.workload.host.one_backward`),
+whose samples hold the entry once. CUDA-event samples (a GPU) hold no host time: untouched.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from predictor.core.ops import COMPUTE_OPS, FORWARD_WORK_IN_BWD
+
+if TYPE_CHECKING:  # pandas only where samples are trained on: prism predict needs none
+    import pandas as pd
+
+#: A corrected sample keeps at least this part of what was timed (an entry fitted too large
+#: must not leave a kernel at no time).
+FLOOR = 0.1
+#: Fewest distinct lengths of the dispatch backward samples that fit a line.
+MIN_LENGTHS = 3
+#: Backward samples that are one ``autograd.grad`` call: the compute ops whose backward
+#: kernel replays the op's graph.
+REPLAYED = tuple(op for op in COMPUTE_OPS if op not in FORWARD_WORK_IN_BWD)
+
+
+def entry_us(rows: pd.DataFrame) -> dict[str, float]:
+    """Per sampling run (``run_id``) of our own samples, the autograd entry (us): the
+    intercept of its ``dispatch`` backward samples' medians against ``launches``, at least 0.
+    Runs without enough of them are left out."""
+    from scipy.stats import theilslopes
+
+    own = rows[(rows["op"] == "dispatch") & (rows["pass"] == "bwd") & (_origin(rows) == "sampled")]
+    out = {}
+    for run, g in own.groupby("run_id", sort=True):
+        medians = g.groupby("launches")["latency_us"].median()
+        if len(medians) >= MIN_LENGTHS:
+            _, intercept, _, _ = theilslopes(medians.to_numpy(), medians.index.to_numpy(float))
+            out[str(run)] = max(0.0, float(intercept))
+    return out
+
+
+def without_entry(rows: pd.DataFrame, asynchronous: bool) -> tuple[pd.DataFrame, dict[str, float]]:
+    """``rows`` with each run's autograd entry (:func:`entry_us`) taken off its replayed
+    backward samples (never below :data:`FLOOR` of the timed value), and the entries. A
+    device that runs apart from its host (CUDA) timed no host time: unchanged."""
+    if asynchronous or "run_id" not in rows or "launches" not in rows:
+        return rows, {}
+    entries = entry_us(rows)
+    if not entries:
+        return rows, {}
+    entry = rows["run_id"].astype(str).map(entries)
+    replayed = (rows["pass"] == "bwd") & rows["op"].isin(REPLAYED) & (_origin(rows) == "sampled") & entry.notna()
+    latency = rows["latency_us"].to_numpy(float)
+    corrected = np.maximum(latency - entry.fillna(0.0).to_numpy(), FLOOR * latency)
+    return rows.assign(latency_us=np.where(replayed.to_numpy(), corrected, latency)), entries
+
+
+def _origin(rows: pd.DataFrame) -> pd.Series:
+    return rows["origin"].fillna("sampled") if "origin" in rows else rows["op"].map(lambda _: "sampled")
