@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from itertools import zip_longest
 from dataclasses import dataclass
+from itertools import zip_longest
 
 import numpy as np
 from scipy.stats import qmc

@@ -72,3 +72,15 @@ def test_a_smaller_budget_shrinks_shapes_not_their_number():
 def test_invalid_plans_name_the_field(override, message):
     with pytest.raises(PrismError, match=message):
         make_plan(*_configs(override))
+
+
+def test_every_target_s_shapes_are_planned():
+    """Targets are taken in turn: the quick plan's third target (small) keeps its own GEMMs."""
+    sc, hw = _configs("sampling=quick")
+    planned = {(t.call.op, t.call.shape) for t in make_plan(sc, hw).compute}
+    for name in sc.targets:
+        work = decompose(load_model(name), ParallelConfig(), hw)
+        gemms = {("gemm", c.shape) for c in work.stages[0].forward if c.op == "gemm"}
+        assert gemms & planned, name
+    # small's QKV projection: tokens 256, (6 + 2*2) heads * 64, hidden 384
+    assert ("gemm", (("k", 384), ("m", 256), ("n", 640))) in planned
