@@ -6,7 +6,7 @@ engine's entry (argument parsing, the graph task, its dependencies and ready que
 per op; a training step pays it once per micro-batch's ``backward()``. Left in, it made
 every small op's backward look slow: in a traced step of ``small`` on a 2-core AMD EPYC
 slice, a residual add's backward took 5.6 us a call, its samples 265 us; on the Xeon slice
-the entry was about 50 us (tiny's step was over-predicted by 37% there, by 40-70% here).
+the entry was 65 us (tiny's step was over-predicted by 37-52% there, by 39-72% here).
 
 Its size is the intercept of the ``dispatch`` backward samples against their length
 (``launches`` chained autograd nodes in one call: the entry plus ``launches`` nodes), a
