@@ -181,11 +181,11 @@ def test_a_cpu_s_backward_is_one_dispatch_call_of_all_its_nodes():
     dispatch calls (the ops' and DP's hooks) are one call with all their launches; on CUDA
     they stay apart (their samples hold no entry)."""
     model, par = load_model("tiny"), ParallelConfig(dp=2, global_batch_size=8)
-    cpu = decompose(model, par, load_hardware("local-cpu")).stages[0].backward
+    stage = decompose(model, par, load_hardware("local-cpu")).stages[0]
+    cpu = stage.backward
     (one,) = [c for c in cpu if c.op == "dispatch"]
     per_call = host_calls([c for c in cpu if c.role != "host"], "bwd", "cpu-eager", False)
-    tensors = sum(c.shape_dict["tensors"] for c in decompose(model, par, load_hardware("local-cpu")).stages[0].step
-                  if c.op == "optimizer_step")
+    tensors = sum(c.shape_dict["tensors"] for c in stage.step if c.op == "optimizer_step")
     assert one.count == 1 and one.shape_dict["launches"] == sum(
         c.count * c.shape_dict["launches"] for c in per_call) + tensors
     gpu = decompose(model, par, load_hardware("h100-sxm")).stages[0].backward

@@ -35,7 +35,7 @@ from predictor.core.files import write_atomically
 from predictor.core.ops import COLLECTIVE_OPS, HOST_OPS, OPS
 from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
-from predictor.latency.backward_entry import without_entry
+from predictor.latency.backward_entry import origins, without_entry
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, feature_names, features
 from predictor.latency.regressor import QuantileXGBRegressor, xgb
@@ -387,7 +387,6 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
           progress: bool = False) -> ModelSet:
     """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
     import joblib
-    import pandas as pd
 
     rows = samples[samples["hardware"] == hw.name]
     if rows.empty:
@@ -398,14 +397,14 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)
     models = {(m.op, m.pass_): m for m in fitted}
-    origins = rows["origin"].fillna("sampled") if "origin" in rows else pd.Series("sampled", index=rows.index)
+    origin = origins(rows)
     coll = rows[rows["op"].isin(COLLECTIVE_OPS)]
     manifest = {"samples": {"rows": int(len(rows)), "hash": data_hash(rows[["op", "pass", "latency_us"]])},
                 "collective_network": collective_network(rows, hw),
-                "tier": TIERS[1] if origins.str.startswith(MICROBENCH).all() else TIERS[0],
+                "tier": TIERS[1] if origin.str.startswith(MICROBENCH).all() else TIERS[0],
                 # Collectives measured inside one node say nothing of the network between nodes.
                 "collective_scope": "intra-node" if not coll.empty and (coll["nodes"] <= 1).all() else "all",
-                "device": sampled_device(rows[origins == "sampled"])}
+                "device": sampled_device(rows[origin == "sampled"])}
     if rows["op"].isin(HOST_OPS).any():
         manifest["host_floor"] = host_fingerprint(hw)
     if entries:
@@ -449,9 +448,9 @@ def collective_network(rows: pd.DataFrame, hw: HardwareConfig) -> str | None:
     coll = rows[rows["op"].isin(COLLECTIVE_OPS)]
     if coll.empty:
         return None
-    origins = set(coll["origin"].fillna("sampled")) if "origin" in coll else {"sampled"}
+    seen = set(origins(coll))
     # Published microbenchmarks of the GPU system's own node (NVLink/NVSwitch come with
     # it) describe every cluster of that system inside a node.
-    if origins == {"sampled"} or all(o.startswith(MICROBENCH) for o in origins):
+    if seen == {"sampled"} or all(o.startswith(MICROBENCH) for o in seen):
         return hw.network.name
-    return ",".join(sorted({o.split("/")[0] for o in origins}))
+    return ",".join(sorted({o.split("/")[0] for o in seen}))

@@ -45,7 +45,7 @@ def entry_us(rows: pd.DataFrame) -> dict[str, float]:
     Runs without enough of them are left out."""
     from scipy.stats import theilslopes
 
-    own = rows[(rows["op"] == "dispatch") & (rows["pass"] == "bwd") & (_origin(rows) == "sampled")]
+    own = rows[(rows["op"] == "dispatch") & (rows["pass"] == "bwd") & (origins(rows) == "sampled")]
     out = {}
     for run, g in own.groupby("run_id", sort=True):
         medians = g.groupby("launches")["latency_us"].median()
@@ -66,11 +66,13 @@ def without_entry(rows: pd.DataFrame, asynchronous: bool) -> tuple[pd.DataFrame,
     if not entries:
         return rows, {}
     entry = rows["run_id"].astype(str).map(entries)
-    replayed = (rows["pass"] == "bwd") & rows["op"].isin(REPLAYED) & (_origin(rows) == "sampled") & entry.notna()
+    replayed = (rows["pass"] == "bwd") & rows["op"].isin(REPLAYED) & (origins(rows) == "sampled") & entry.notna()
     latency = rows["latency_us"].to_numpy(float)
     corrected = np.maximum(latency - entry.fillna(0.0).to_numpy(), FLOOR * latency)
     return rows.assign(latency_us=np.where(replayed.to_numpy(), corrected, latency)), entries
 
 
-def _origin(rows: pd.DataFrame) -> pd.Series:
+def origins(rows: pd.DataFrame) -> pd.Series:
+    """Each row's ``origin``: "sampled" (``prism sample``'s own, and rows of stores older than
+    the column) or where it was imported from."""
     return rows["origin"].fillna("sampled") if "origin" in rows else rows["op"].map(lambda _: "sampled")
