@@ -90,3 +90,16 @@ def test_invalid_layouts_name_the_field():
         _workload("parallel.tp=3")
     with pytest.raises(PrismError, match="pp"):
         _workload("parallel.pp=200")
+
+
+def test_fsdp_gathers_weights_per_layer_and_not_again_after_the_step():
+    """ZeRO-3/FSDP keeps its weights sharded after the optimizer step; each forward and
+    backward gathers them layer by layer, so the step has no gather of its own."""
+    base = ("parallel.dp=8", "parallel.global_batch_size=8")
+    fsdp = _workload(*base, "parallel.sharding=fsdp")
+    zero1 = _workload(*base, "parallel.sharding=zero1")
+    assert [c.op for c in fsdp.stages[0].step if c.role == "dp"] == ["reduce_scatter"]
+    assert [c.op for c in zero1.stages[0].step if c.role == "dp"] == ["reduce_scatter", "all_gather"]
+    gathers = [c for c in fsdp.stages[0].forward if c.role == "dp"]
+    assert [(c.op, c.count) for c in gathers] == [("all_gather", fsdp.model.num_layers)]
+    assert gathers == [c for c in fsdp.stages[0].backward if c.role == "dp"]

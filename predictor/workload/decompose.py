@@ -253,16 +253,19 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
 def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int) -> StageWork:
     """``stage`` with the once-per-step calls of ``params`` parameters (in ``tensors``
     tensors, over ``layers`` layers) whose gradients are reduced over ``group`` ranks: the
-    bucketed reduction, the sharded optimizer's gather of the updated weights, ZeRO-3/FSDP's
-    per-layer weight gathers, and the optimizer step, sharded over the group."""
+    bucketed reduction, the sharded optimizer's gather of the updated weights (ZeRO-1/2 and
+    Megatron's distributed optimizer), ZeRO-3/FSDP's per-layer weight gathers in each pass
+    instead (their weights stay sharded after the step: the next forward gathers them), and
+    the optimizer step, sharded over the group."""
     sharded = par.sharding != "none"
+    per_layer = par.sharding in ("zero3", "fsdp")
     if group > 1:
         buckets = max(1, math.ceil(params / BUCKET_PARAMS))
         grad_op = "reduce_scatter" if sharded else "all_reduce"
         stage.step.append(_collective(grad_op, params / buckets * GRAD_BYTES, group, buckets, "dp", topo))
-        if sharded:  # updated bf16 weights gathered back after the sharded step
+        if sharded and not per_layer:  # updated bf16 weights gathered back after the sharded step
             stage.step.append(_collective("all_gather", params / buckets * WEIGHT_BYTES, group, buckets, "dp", topo))
-        if par.sharding in ("zero3", "fsdp"):
+        if per_layer:
             gather = _collective("all_gather", params / max(layers, 1) * WEIGHT_BYTES, group, layers, "dp", topo)
             stage.forward.append(gather)
             stage.backward.append(gather)
