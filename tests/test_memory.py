@@ -176,11 +176,25 @@ def test_full_recompute_keeps_layer_inputs_plus_one_working_layer():
 
 def test_layers_per_stage_megatron_rule():
     assert layers_per_stage(80, 4) == [20, 20, 20, 20]
-    assert layers_per_stage(10, 4) == [3, 3, 2, 2]
-    assert layers_per_stage(126, 16) == [8] * 14 + [7, 7]
+    # two short of an even split: the embedding and the loss take a layer's slot on the
+    # first and last stages (Megatron's account-for-embedding/loss-in-pipeline-split; the
+    # Llama 3 paper's 126 layers on 16 stages, one fewer on the first and the last)
+    assert layers_per_stage(10, 4) == [2, 3, 3, 2]
+    assert layers_per_stage(126, 16) == [7] + [8] * 14 + [7]
+    assert layers_per_stage(94, 32, vpp=3) == [2] + [3] * 30 + [2]  # 96 chunks of one slot
+    assert layers_per_stage(94, 8, vpp=4) == [11] + [12] * 6 + [11]
+    assert layers_per_stage(61, 8) == [8] * 5 + [7] * 3  # otherwise the remainder up front
     assert sum(layers_per_stage(105, 35)) == 105
     with pytest.raises(PrismError, match="parallel.pp"):
         layers_per_stage(4, 5)
+
+
+def test_more_chunks_than_layers_only_with_the_embedding_and_loss_slots():
+    qwen3 = load_model("qwen3-235b-a22b")
+    validate_layout(qwen3, ParallelConfig(pp=32, vpp=3, schedule="interleaved", dp=4, global_batch_size=512), 128)
+    with pytest.raises(PrismError, match="parallel.vpp"):
+        validate_layout(qwen3, ParallelConfig(pp=32, vpp=4, schedule="interleaved", dp=4, global_batch_size=512),
+                        128)
 
 
 @pytest.mark.parametrize("name", ["llama3-70b", "gpt3-175b", "llama2-7b", "tiny"])

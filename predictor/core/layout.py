@@ -86,9 +86,11 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
             raise PrismError(f"parallel.schedule=interleaved: needs parallel.pp >= 2 and parallel.vpp >= 2 "
                              f"(got pp={par.pp}, vpp={par.vpp}); set vpp or use schedule=1f1b",
                              field='parallel.schedule')
-        if par.pp * par.vpp > model.num_layers:
-            raise PrismError(f"parallel.vpp={par.vpp}: pp·vpp = {par.pp * par.vpp} model chunks exceed "
-                             f"model.num_layers={model.num_layers}; lower vpp", field='parallel.vpp')
+        chunks = par.pp * par.vpp
+        if chunks > model.num_layers and (model.num_layers + 2) % chunks:
+            raise PrismError(f"parallel.vpp={par.vpp}: pp·vpp = {chunks} model chunks exceed "
+                             f"model.num_layers={model.num_layers} (Megatron's embedding and loss slots allow "
+                             f"{model.num_layers + 2} when that divides evenly); lower vpp", field='parallel.vpp')
     per_step = par.micro_batch_size * par.dp
     if par.global_batch_size % per_step:
         raise PrismError(f"parallel.global_batch_size={par.global_batch_size}: not a multiple of "
@@ -151,15 +153,26 @@ def _validate_experts(model: ModelConfig, par: ParallelConfig) -> None:
                          f"under perfect balance; use >= 1, or 0 for dropless", field="parallel.moe_capacity_factor")
 
 
-def layers_per_stage(num_layers: int, pp: int) -> list[int]:
-    """Transformer layers of each pipeline stage: ``num_layers // pp`` each, the remainder
-    one apiece to the first stages (so no two stages differ by more than one layer).
+def layers_per_stage(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
+    """Transformer layers of each pipeline stage.
 
-    Megatron-LM requires an even split by default and otherwise takes explicit first/last
-    stage layer counts; this is the balanced rule with the extra layers up front.
+    Megatron-Core splits the layers evenly over its pp·vpp model chunks. Where they do not
+    divide but two more would, it runs with ``--account-for-embedding-in-pipeline-split
+    --account-for-loss-in-pipeline-split`` (the embedding and the loss each take a layer's
+    slot: Qwen3-235B's 94 layers as 32 chunks of 3; Megatron's
+    ``get_num_layers_to_build``), so the first and the last stage hold one layer fewer.
+    Otherwise ``num_layers // pp`` each, the remainder one apiece to the first stages (so no
+    two stages differ by more than one layer; Megatron takes such splits as explicit
+    first/last stage layer counts).
     """
     if pp < 1 or num_layers < pp:
         raise PrismError(f"parallel.pp={pp}: needs 1 <= pp <= model.num_layers={num_layers}", field='parallel.pp')
+    chunks = pp * vpp
+    if num_layers % chunks and (num_layers + 2) % chunks == 0:
+        out = [(num_layers + 2) // pp] * pp
+        out[0] -= 1
+        out[-1] -= 1
+        return out
     base, extra = divmod(num_layers, pp)
     return [base + (i < extra) for i in range(pp)]
 

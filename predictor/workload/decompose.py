@@ -319,11 +319,11 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     vocab = padded_vocab(model.vocab_size, par.tp) // par.tp  # vocabulary-parallel shard
     params_per_stage = stage_parameters(model, par)  # one GPU's TP shard of each stage
     family = host_family(framework, hw.host.asynchronous)
-    moe_per_stage = moe_layers_per_stage(model, par.pp)  # all 0 for a dense model
+    moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
     experts_per_stage = stage_expert_parameters(model, par)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
-    for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp)):
+    for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
         first, last = i == 0, i == par.pp - 1
         moe = moe_per_stage[i]
         key = (layers, first, last, params_per_stage[i], moe)

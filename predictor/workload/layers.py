@@ -77,17 +77,17 @@ def _pattern(layers: int, first_dense: int, freq: int) -> tuple[bool, ...]:
     return tuple(i >= first_dense and i % freq == 0 for i in range(layers))
 
 
-def moe_layers_per_stage(model: ModelConfig, pp: int) -> list[int]:
+def moe_layers_per_stage(model: ModelConfig, pp: int, vpp: int = 1) -> list[int]:
     """MoE layers of each pipeline stage (:func:`~predictor.core.layout.layers_per_stage` split)."""
     if not model.num_experts:
         return [0] * pp
-    return list(_per_stage(model.num_layers, model.first_dense_layers, model.moe_layer_freq, pp))
+    return list(_per_stage(model.num_layers, model.first_dense_layers, model.moe_layer_freq, pp, vpp))
 
 
 @functools.lru_cache(maxsize=1024)
-def _per_stage(layers: int, first_dense: int, freq: int, pp: int) -> tuple[int, ...]:
+def _per_stage(layers: int, first_dense: int, freq: int, pp: int, vpp: int) -> tuple[int, ...]:
     pattern, out, start = _pattern(layers, first_dense, freq), [], 0
-    for n in layers_per_stage(layers, pp):
+    for n in layers_per_stage(layers, pp, vpp):
         out.append(sum(pattern[start:start + n]))
         start += n
     return tuple(out)

@@ -28,7 +28,7 @@ zero3, fsdp                 / (dp.cp)  / (dp.cp)  / (dp.cp)
 ZeRO-3/FSDP also hold the gathered (unsharded) weights of the layer being computed and of
 the one prefetched next: two layers' TP-sharded bf16 weights are added to ``weights``.
 
-Parameters per GPU: stage ``i`` holds ``layers_per_stage(L, pp)[i]`` layers; the (vocabulary
+Parameters per GPU: stage ``i`` holds ``layers_per_stage(L, pp, vpp)[i]`` layers; the (vocabulary
 parallel) input embedding sits on stage 0, the output head and the final norm on the last
 stage; with tied embeddings and pp > 1 Megatron keeps a copy of the embedding on the last
 stage (its gradient is all-reduced between the two), with pp == 1 the tied head is the same
@@ -170,13 +170,13 @@ def stage_parameters(model: ModelConfig, par: ParallelConfig,
     sharded, replicated = layer_parameters(model, tp)
     per_layer = sharded + replicated
     moe_layer = sum(layer_parameters(model, tp, moe=True)) if model.num_experts else 0
-    moe = moe_layers_per_stage(model, pp)
+    moe = moe_layers_per_stage(model, pp, par.vpp)
     vocab = padded_vocab(model.vocab_size, tp, vocab_multiple) // tp
     embed = vocab * model.hidden_size
     positions = model.seq_length * model.hidden_size if model.position == "learned" else 0
     final_norm = model.hidden_size * (2 if model.norm == "layernorm" else 1)
     out = []
-    for i, n in enumerate(layers_per_stage(model.num_layers, pp)):
+    for i, n in enumerate(layers_per_stage(model.num_layers, pp, par.vpp)):
         p = n * per_layer if not moe[i] else (n - moe[i]) * per_layer + moe[i] * moe_layer
         if i == 0:
             p += embed + positions
@@ -192,7 +192,7 @@ def stage_expert_parameters(model: ModelConfig, par: ParallelConfig) -> list[int
     """Routed-expert parameters one GPU of each pipeline stage holds: num_experts/ep experts
     of each MoE layer, each split etp ways (before the expert-data-parallel sharding)."""
     per_layer = expert_parameters(model, par.ep, par.etp) if model.num_experts else 0
-    return [n * per_layer for n in moe_layers_per_stage(model, par.pp)]
+    return [n * per_layer for n in moe_layers_per_stage(model, par.pp, par.vpp)]
 
 
 def moe_activation_bytes(model: ModelConfig, par: ParallelConfig, seq: int, micro_batch: int) -> float:
@@ -305,13 +305,13 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
     layer_weights = sum(layer_parameters(model, tp))
     out = []
     params = stage_parameters(model, par, vocab_multiple)
-    moe, experts = moe_layers_per_stage(model, par.pp), stage_expert_parameters(model, par)
+    moe, experts = moe_layers_per_stage(model, par.pp, par.vpp), stage_expert_parameters(model, par)
     if model.num_experts:  # a MoE layer stores its router's, experts' and shared experts' instead of the FFN's
         dense_ffn = 0.0 if par.recompute == "full" else \
             s * b * (6 if model.activation == "swiglu" else 4) * model.ffn_hidden_size / tp
         act_moe = act_layer - dense_ffn + moe_activation_bytes(model, par, seq, b)
         expert_dp = par.tp * par.cp * par.dp // (par.ep * par.etp)  # predictor.core.mesh.Mesh.expert_dp
-    for i, n in enumerate(layers_per_stage(model.num_layers, par.pp)):
+    for i, n in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
         weights, grads, optim = model_state_bytes(params[i], group, par.sharding, grad_bytes)
         if _SHARDED[par.sharding][0] and group > 1:  # gathered current + prefetched layer
             weights += min(n, 2) * layer_weights * WEIGHT_BYTES
