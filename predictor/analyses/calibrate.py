@@ -18,10 +18,14 @@ from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import QuantileCache
 from predictor.workload.decompose import Workload
 
+#: Where a fit starts: no compute scale, 5 us of framework time per op and per tp collective.
+START = Calibration(1.0, 5.0, 5.0)
 
-def _fit(works: list[Workload], medians: np.ndarray, models, draws: int) -> Calibration:
+
+def _fit(works: list[Workload], medians: np.ndarray, models, draws: int, start: Calibration = START,
+         cache: QuantileCache | None = None) -> Calibration:
     # the operator quantiles do not depend on the calibration: look them up once for the fit
-    cache = QuantileCache(models, works[0].hardware)
+    cache = cache or QuantileCache(models, works[0].hardware)
 
     def residuals(theta):
         cal = Calibration(*(float(v) for v in np.exp(theta)))
@@ -30,8 +34,9 @@ def _fit(works: list[Workload], medians: np.ndarray, models, draws: int) -> Cali
         return np.log(np.asarray(pred) / medians)
 
     # log-parameters keep every factor positive; bounds keep a poor fit physical
-    fit = least_squares(residuals, x0=np.log([1.0, 5.0, 5.0]), diff_step=1e-3,
-                        bounds=(np.log([0.25, 0.01, 0.01]), np.log([4.0, 1e4, 1e4])))
+    low, high = np.log([0.25, 0.01, 0.01]), np.log([4.0, 1e4, 1e4])
+    x0 = np.clip(np.log([start.compute_scale, start.op_overhead_us, start.tp_overhead_us]), low, high)
+    fit = least_squares(residuals, x0=x0, diff_step=1e-3, bounds=(low, high))
     return Calibration(*(float(v) for v in np.exp(fit.x)), layouts=len(works),
                        rms_log_error=float(np.sqrt(np.mean(fit.fun ** 2))))
 
@@ -51,16 +56,20 @@ def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: i
     return _fit(works, medians, models, draws)
 
 
-def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100) -> dict:
-    """Leave-one-layout-out: layout_id -> the calibration fitted without it."""
+def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100,
+                   start: Calibration = START) -> dict:
+    """Leave-one-layout-out: layout_id -> the calibration fitted without it. Each fit starts
+    from ``start``: the fit on every layout, where known, is a few steps from each
+    leave-one-out optimum (the same optimum, reached in a third of the compositions)."""
     ids, works, medians = _workloads(measured, hw)
     if len(works) < 4:
         raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4",
                          field='measured')
+    cache = QuantileCache(models, hw)
     keep = np.ones(len(works), bool)
     out = {}
     for i, layout_id in enumerate(ids):
         keep[:] = True
         keep[i] = False
-        out[layout_id] = _fit([w for w, k in zip(works, keep) if k], medians[keep], models, draws)
+        out[layout_id] = _fit([w for w, k in zip(works, keep) if k], medians[keep], models, draws, start, cache)
     return out

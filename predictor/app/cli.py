@@ -516,8 +516,9 @@ def _calibrate(args) -> int:
     directory = models_dir(cfg.models_dir) / hw.name
     models = ModelSet.load(directory, hw)
     models.manifest.pop("calibration", None)  # fit against the operator samples alone
-    held_out = validate(frame, hw, models, seed=int(cfg.seed), calibrations=cross_validate(frame, hw, models))
     cal = fit_calibration(frame, hw, models)
+    held_out = validate(frame, hw, models, seed=int(cfg.seed),
+                        calibrations=cross_validate(frame, hw, models, start=cal))
     models.save_calibration(directory, cal)
     payload = {"calibration": cal.to_dict(), "stored_in": str(directory), "leave_one_out": held_out.summary(),
                "layouts": [s.to_dict() for s in held_out.scores]}
