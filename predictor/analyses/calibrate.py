@@ -18,7 +18,7 @@ from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import QuantileCache
 from predictor.workload.decompose import Workload
 
-#: Where a fit starts: no compute scale, 5 us of framework time per op and per tp collective.
+#: Where a fit starts: compute at its sampled speed, 5 us of framework time per op and per tp collective.
 START = Calibration(1.0, 5.0, 5.0)
 
 

@@ -93,7 +93,7 @@ def check_hardware(hardware: Sequence[HardwareConfig | str]) -> list[HardwareCon
     options = group_options("hardware")
     unknown = [h for h in hardware if isinstance(h, str) and h not in options]
     if not names or unknown:
-        what = f"no conf/hardware/{{{','.join(unknown)}}}.yaml" if unknown else "no profile given"
+        what = ", ".join(f"no conf/hardware/{name}.yaml" for name in unknown) if unknown else "no profile given"
         raise PrismError(f"hardware=[{','.join(names)}]: {what}; choose from: {', '.join(options)} "
                          f"(e.g. hardware=[a100-sxm4-80gb,h100-sxm])", field='hardware')
     return list(hardware)

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
 from predictor.latency.artifacts import TIERS, evidence_tier, foreign_device, trained_models
 from predictor.latency.lookup import QuantileCache
@@ -88,6 +89,8 @@ def check_gpus(value) -> int | None:
     """``gpus`` as a positive integer, or None where it is not set (dp·tp·pp·cp then)."""
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():  # gpus=1e4 as Hydra reads it
+        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise PrismError(f"gpus={value}: the job's GPU count, a positive integer, e.g. gpus=512 (unset: "
                          f"dp·tp·pp·cp of the layout)", field="gpus")
@@ -114,8 +117,8 @@ def check_train_tokens(value) -> float:
         tokens = float(value)
     except (TypeError, ValueError):
         tokens = float("nan")  # fails the check below
-    if not tokens > 0:
-        raise PrismError(f"train_tokens={value}: the token budget to train on, a positive number, "
+    if not 0 < tokens < math.inf:
+        raise PrismError(f"train_tokens={value}: the token budget to train on, a positive finite number, "
                          f"e.g. train_tokens=15e12", field="train_tokens")
     return tokens
 
@@ -162,6 +165,8 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     """
     level = check_confidence(confidence)
     train_tokens = check_train_tokens(train_tokens)
+    if target_step_s is not None:
+        check_number("target_step_s", target_step_s)
     framework = check_framework(framework)
     par = resolve_layout(layout, check_gpus(gpus))
     gpus = par.world_size
@@ -195,8 +200,9 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         basis.setdefault(source, []).append(key)
     return Prediction(
         model=model.name, hardware=hardware.name, gpus=gpus,
-        layout={k: getattr(par, k) for k in (*AXES, "vpp", "micro_batch_size", "global_batch_size",
-                                              "sequence_parallel", "recompute", "sharding", "schedule")},
+        layout={k: getattr(par, k) for k in (*AXES, *(("etp", "moe_dispatcher") if model.num_experts else ()), "vpp",
+                                              "micro_batch_size", "global_batch_size", "sequence_parallel",
+                                              "recompute", "sharding", "schedule")},
         step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
         predictive=predictive_report(doubt),
         tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),

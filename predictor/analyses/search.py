@@ -269,6 +269,11 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
                    [int(position[i]) for i in fronts[1]])
 
 
+#: The layout fields a search enumerates (a base layout leaves them at ParallelConfig's defaults).
+SEARCHED = ("dp", "tp", "pp", "cp", "ep", "vpp", "schedule", "sequence_parallel", "micro_batch_size", "recompute",
+            "sharding")
+
+
 def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: ParallelConfig | None = None,
            rank_by: str = "p50", top: int = 10, models_dir: str | Path | None = None, seed: int = 0,
            framework: str = "megatron-core") -> SearchResult:
@@ -304,6 +309,12 @@ def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: Par
         raise PrismError(f"gpus={gpus}: search needs the job's GPU count, a positive integer, e.g. gpus=1024",
                          field='gpus')
     base = base or ParallelConfig()
+    plain = ParallelConfig()
+    fixed = [f"parallel.{key}={getattr(base, key)}" for key in SEARCHED if getattr(base, key) != getattr(plain, key)]
+    if fixed:
+        raise PrismError(f"{', '.join(fixed)}: search enumerates {', '.join(SEARCHED)} itself; leave them out "
+                         f"(prism predict scores one layout; parallel.global_batch_size fixes the batch)",
+                         field=fixed[0].split("=")[0])
     batch = base.global_batch_size or resolve_layout(base, gpus).global_batch_size
     # tp is searched inside one NVLink domain: a node, or a whole NVL72 rack of 4-GPU nodes
     candidates = enumerate_layouts(model, gpus, hardware.nvlink_domain, batch, base)

@@ -70,9 +70,13 @@ class AnalysisConfig:
     thresholds: list[float] = field(default_factory=lambda: [0.05, 0.10, 0.20])
     scales: list[int] = field(default_factory=lambda: [8, 64, 512, 4096, 16384, 65536])
     top_ops: int = 8
-    slow_nodes: int = 4
+    slow_nodes: int | None = None  # None: SLOW_NODES, or every node of a smaller job
     slow_factor: float = 1.10
     runs: int = 4000
+
+
+#: Known-slow nodes placed by default (a job with fewer nodes has every one of them placed).
+SLOW_NODES = 4
 
 
 @dataclass
@@ -107,7 +111,7 @@ def check_analysis(a: AnalysisConfig) -> AnalysisConfig:
         ("scales", bool(a.scales) and all(s >= 1 for s in a.scales),
          "must be positive GPU counts, e.g. analysis.scales=[64,512,4096]"),
         ("top_ops", a.top_ops >= 1, "must be at least 1"),
-        ("slow_nodes", a.slow_nodes >= 0, "must be 0 or more nodes"),
+        ("slow_nodes", a.slow_nodes is None or a.slow_nodes >= 0, "must be 0 or more nodes"),
         ("slow_factor", a.slow_factor >= 1, "must be 1 or more, e.g. analysis.slow_factor=1.10 (10 % slower)"),
     ]
     for key, ok, fix in checks:
@@ -216,10 +220,11 @@ def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisCo
     none (every placement draws the same random numbers)."""
     gpn = work.mesh.gpus_per_node
     nodes = math.ceil(work.gpus / gpn)
-    if a.slow_nodes > nodes:
-        raise PrismError(f"analysis.slow_nodes={a.slow_nodes}: the job has only {nodes} nodes "
+    count = min(SLOW_NODES, nodes) if a.slow_nodes is None else a.slow_nodes
+    if count > nodes:
+        raise PrismError(f"analysis.slow_nodes={count}: the job has only {nodes} node{'s' * (nodes > 1)} "
                          f"({work.gpus} GPUs / {gpn} per node); choose at most {nodes}", field='analysis.slow_nodes')
-    options = {"no slow nodes": []} | placements(work.mesh, a.slow_nodes)
+    options = {"no slow nodes": []} | placements(work.mesh, count)
     rows = []
     for name, chosen in options.items():
         slow = work.mesh.gpus_per_stage_on(chosen)
@@ -285,6 +290,8 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     models = trained_models(hardware, models_dir)
     cache = QuantileCache(models, hardware)
     work = decompose(model, par, hardware, gpus)
+    if a.slow_nodes is None:  # the default: SLOW_NODES, or every node of a smaller job
+        a = replace(a, slow_nodes=min(SLOW_NODES, math.ceil(gpus / work.mesh.gpus_per_node)))
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
     dist = compose(work, models, draws=a.draws, seed=seed, cache=cache)
     full = dist.draws

@@ -23,6 +23,8 @@ from pathlib import Path
 from predictor.core.errors import PrismError
 from predictor.data.runs_table import schema_help
 
+#: What ``output=`` can print.
+OUTPUTS = ("table", "json")
 _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=h100-sxm, "
                    "model=llama3-8b, sampling=quick) or set any key (sampling.budget_s=60, "
                    "parallel.tp=8, sampling.ops=[gemm,attention]). --show-config lists every key.")
@@ -38,6 +40,9 @@ def _load(args):
         from predictor.app.config_text import show_config
         print(show_config(composition), end="")
         raise SystemExit(0)
+    if composition.cfg.get("output", "table") not in OUTPUTS:
+        raise PrismError(f"output={composition.cfg.output}: choose {' or '.join(OUTPUTS)} (--json is output=json)",
+                         field="output")
     return composition.cfg
 
 
@@ -224,8 +229,13 @@ def _import_trace(args) -> int:
     try:
         cost = None if cost is None else float(cost)
     except ValueError:
-        raise PrismError(f"profiler_cost_us={cost}: give microseconds per recorded event, e.g. 0.5",
-                         field='profiler_cost_us') from None
+        cost = math.nan  # refused below
+    if cost is not None and not 0 <= cost < math.inf:
+        raise PrismError(f"profiler_cost_us={settings['profiler_cost_us']}: give the microseconds (>= 0) one "
+                         f"recorded event costs, e.g. 0.5", field='profiler_cost_us')
+    if settings["hardware"] is not None:
+        from predictor.core.profiles import load_hardware
+        load_hardware(settings["hardware"])  # an unknown name: one line listing the profiles
     report = import_trace(files, settings["out"], settings["hardware"], cost, progress=sys.stderr.isatty())
     _print_reports(report, settings["json"])
     return 0
@@ -486,16 +496,16 @@ def _validate_published(cfg) -> int:
 
 def _validate(args) -> int:
     from predictor.analyses.validate import validate
-    from predictor.app.plots import cdf_figure, save_figure
+    from predictor.app.plots import cdf_figure, plot_path, save_figure
     from predictor.app.render import format_validation
     from predictor.latency.artifacts import trained_models
     cfg = _load(args)
     if cfg.published:
         return _validate_published(cfg)
     hw, frame = _measured(cfg)
+    png = plot_path(cfg.out, "out") if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
     models = trained_models(hw, cfg.models_dir)
     result = validate(frame, hw, models, seed=int(cfg.seed))
-    png = Path(cfg.out) if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
     save_figure(cdf_figure(result), png)
     if cfg.output == "json":
         print(_json([s.to_dict() for s in result.scores]))
@@ -794,6 +804,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"prism {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (prism ... | head): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush stays quiet
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

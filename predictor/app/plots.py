@@ -14,7 +14,7 @@ import numpy as np
 
 from predictor.app.render import compact_number
 from predictor.core.errors import PrismError
-from predictor.core.files import write_atomically
+from predictor.core.files import writable, write_atomically
 from predictor.core.layout import AXES
 
 if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it runs, not all five
@@ -50,19 +50,20 @@ def save_figure(fig, path) -> Path:
         plt.close(fig)
 
 
-def plot_path(value) -> Path | None:
-    """``plot=`` as the PNG to write (``.png`` added where no suffix is given), or None."""
+def plot_path(value, key: str = "plot") -> Path | None:
+    """``plot=`` (or ``key=``) as the PNG to write (``.png`` added where no suffix is given),
+    checked writable, or None."""
     if value is None:
         return None
     if isinstance(value, bool) or not str(value).strip():
-        raise PrismError(f"plot={value}: a file to write the figure to, e.g. plot=step.png", field='plot')
+        raise PrismError(f"{key}={value}: a file to write the figure to, e.g. {key}=step.png", field=key)
     path = Path(str(value))
     if not path.suffix:
-        return path.with_suffix(".png")
-    if path.suffix.lower() != ".png":
-        raise PrismError(f"plot={value}: the figure is a PNG; give a path ending in .png, e.g. plot=step.png",
-                         field='plot')
-    return path
+        path = path.with_suffix(".png")
+    elif path.suffix.lower() != ".png":
+        raise PrismError(f"{key}={value}: the figure is a PNG; give a path ending in .png, e.g. {key}=step.png",
+                         field=key)
+    return writable(key, path)
 
 
 def prediction_figure(p: Prediction):

@@ -4,9 +4,12 @@ never half of one."""
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+from predictor.core.errors import PrismError
 
 
 def write_atomically(path, write: Callable[[Path], object]) -> Path:
@@ -20,4 +23,25 @@ def write_atomically(path, write: Callable[[Path], object]) -> Path:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
+
+
+def writable(key: str, path, folder: bool = False) -> Path:
+    """``path`` once a file can be written there (``folder``: into it), its missing folders
+    created; else one :class:`PrismError` naming ``key``, before any work is done (a figure
+    or a run that cannot be saved is found out at the start, not after the computation)."""
+    path = Path(path)
+    target = path if folder else path.parent
+    for parent in (target, *target.parents):
+        if parent.exists() and not parent.is_dir():
+            raise PrismError(f"{key}={path}: {parent} is a file, not a folder; choose another path", field=key)
+    if not folder and path.is_dir():
+        raise PrismError(f"{key}={path}: is a folder; give a file name in it", field=key)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as exc:
+        raise PrismError(f"{key}={path}: cannot write in {target} ({exc.strerror or exc}); choose a writable folder",
+                         field=key) from None
     return path

@@ -188,8 +188,13 @@ def with_default_batch(par: ParallelConfig) -> ParallelConfig:
 def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
     """A copy of ``par`` with dp filled from ``gpus`` and the default global batch
     (:func:`with_default_batch`)."""
+    for axis in ("tp", "pp", "cp", "dp"):
+        check_number(f"parallel.{axis}", getattr(par, axis), integer=True)
     per_replica = par.replica_gpus
     if gpus:
+        if par.dp != 1 and par.dp * per_replica != gpus:
+            raise PrismError(f"gpus={gpus} and parallel.dp={par.dp} disagree: dp·tp·pp·cp = {par.dp * per_replica}; "
+                             f"set one of them (dp follows from gpus where dp is left at 1)", field="parallel.dp")
         if gpus % per_replica:
             raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "
                              f"that gpus = dp·tp·pp·cp", field="gpus")

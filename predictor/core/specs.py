@@ -18,6 +18,8 @@ from predictor.core.precision import LOW_PRECISION_OPS, canonical_gemm_dtype, ch
 
 #: The choices of :class:`ModelConfig`'s enumerated settings.
 ACTIVATIONS = ("gelu", "swiglu")
+#: Model families: GPT layers keep dropout (its masks count in the activations), Llama's do not.
+FAMILIES = ("gpt", "llama")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 ROUTER_SCORES = ("softmax", "sigmoid")
@@ -82,7 +84,8 @@ class ModelConfig:
         if self.num_experts:
             if not 1 <= self.top_k <= self.num_experts:
                 raise PrismError(f"model.top_k={self.top_k}: must be 1..model.num_experts={self.num_experts} "
-                                 f"(each token picks top_k of the routed experts); lower top_k",
+                                 f"(each token picks top_k of the routed experts); "
+                                 f"{'raise' if self.top_k < 1 else 'lower'} top_k",
                                  field="model.top_k")
             if self.first_dense_layers >= self.num_layers:
                 raise PrismError(f"model.first_dense_layers={self.first_dense_layers}: leaves no MoE layer of "
@@ -99,7 +102,8 @@ class ModelConfig:
             raise PrismError(f"model.num_kv_heads={self.num_kv_heads}: must divide model.num_heads={self.num_heads} "
                              f"(each key-value head serves a group of query heads); pick a divisor of "
                              f"{self.num_heads}", field="model.num_kv_heads")
-        for key, choices in (("activation", ACTIVATIONS), ("norm", NORMS), ("position", POSITIONS)):
+        for key, choices in (("family", FAMILIES), ("activation", ACTIVATIONS), ("norm", NORMS),
+                             ("position", POSITIONS)):
             if getattr(self, key) not in choices:
                 raise PrismError(f"model.{key}={getattr(self, key)!r}: unknown; choose one of: {', '.join(choices)}",
                                  field=f"model.{key}")

@@ -67,9 +67,15 @@ def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
 def read_measurements(path) -> pd.DataFrame:
     """Every row of a measurement file, checked (one clear error naming file and column)."""
     path = Path(path)
+    if path.is_dir():
+        raise PrismError(f"measured={path}: a folder; give the .parquet file prism measure wrote in it",
+                         field='measured')
     if not path.is_file():
         raise PrismError(f"measured={path}: no such file; write one with `prism measure ... out={path}`",
                          field='measured')
+    if path.suffix.lower() in (".csv", ".tsv", ".txt"):
+        raise PrismError(f"measured={path}: a text table; measured= takes the Parquet file of prism measure "
+                         f"(a CSV of published runs goes to published=)", field='measured')
     try:
         frame = pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:
@@ -89,7 +95,14 @@ def read_measurements(path) -> pd.DataFrame:
 def layout_configs(frame: pd.DataFrame, layout_id: str) -> tuple[ModelConfig, ParallelConfig]:
     """The model and layout a measured ``layout_id`` ran."""
     row = frame[frame.layout_id == layout_id].iloc[0]
-    return ModelConfig(**json.loads(row.model_json)), ParallelConfig(**json.loads(row.parallel_json))
+    specs = []
+    for column, spec in (("model_json", ModelConfig), ("parallel_json", ParallelConfig)):
+        try:
+            specs.append(spec(**json.loads(row[column])))
+        except (TypeError, ValueError) as exc:  # not JSON, not an object, or fields the spec lacks
+            raise PrismError(f"measured: column {column} of layout {layout_id!r} is not a {spec.__name__} as JSON "
+                             f"({exc}); measure that layout again with prism measure", field="measured") from None
+    return specs[0], specs[1]
 
 
 def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[str, Workload, np.ndarray]]:

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
-from predictor.core.files import write_atomically
+from predictor.core.files import writable, write_atomically
 from predictor.core.ops import OPS, SHAPE_COLUMNS, unknown_op_message
 
 METADATA_KEY = b"prism"
@@ -223,8 +223,7 @@ def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Pa
 
     ``rows`` holds any subset of :data:`COLUMNS` (missing ones become null).
     """
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = writable("out", output_dir, folder=True)
     path = output_dir / f"{run_id}.parquet"
     if path.exists():
         raise PrismError(f"{path} already exists; a run id is never reused", field=str(path))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from predictor.core.specs import check_number
 from predictor.engine.draws import Spread, max_of_lognormals
 from predictor.engine.schedule import steady_pipeline
 from predictor.engine.stages import StagePlan, draw_stage_sums, stage_times
@@ -55,6 +56,8 @@ def _median_ends(plan: StagePlan, f0: np.ndarray, b0: np.ndarray, vpp: np.ndarra
 def screen(works: list[Workload], models, cache: QuantileCache, draws: int, seed: int = 0) -> np.ndarray:
     """(layouts, draws) step times in seconds of ``works`` (all on one hardware), by the
     module docstring's shortcut."""
+    check_number("seed", seed, integer=True, zero=True)
+    check_number("draws", draws, integer=True)
     rng = np.random.default_rng(seed)
     plan = StagePlan.of(works)
     sums = draw_stage_sums(plan, models, cache, draws, rng)

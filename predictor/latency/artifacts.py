@@ -83,13 +83,20 @@ def _model_folders(near: Path) -> list[tuple[Path, list[str]]]:
 
 
 def trained_models(hw: HardwareConfig, root=None) -> ModelSet | None:
-    """``hw``'s trained models, or None where none were trained (predictions then rest on
-    priors)."""
+    """``hw``'s trained models, or None where the shipped ``models/`` has none (predictions
+    then rest on priors). A folder named as ``root`` must hold them: pointing at one is
+    asking for its models, and a spec-only answer would pass for theirs."""
     folder = models_dir(root)
     if (folder / hw.name / MANIFEST).exists():
         return ModelSet.load(folder / hw.name, hw)
     if hw.models_from and (folder / hw.models_from / MANIFEST).exists():
         return ModelSet.load(folder / hw.models_from, load_hardware(hw.models_from)).with_hardware(hw)
+    if root:
+        held = sorted(m.parent.name for m in folder.glob(f"*/{MANIFEST}"))
+        raise PrismError(f"models_dir={root}: no trained models of {hw.name} in it (no {folder / hw.name / MANIFEST}; "
+                         f"it holds {', '.join(held) or 'none'}); train them with prism train samples=DIR "
+                         f"hardware={hw.name} models_dir={root}, or leave models_dir out for the shipped models",
+                         field="models_dir")
     return None
 
 
@@ -263,8 +270,11 @@ class ModelSet:
                              f"prism train samples=DIR hardware={hw.name}", field=str(directory))
         try:
             manifest = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise PrismError(f"{path}: not valid JSON ({exc}); retrain with prism train", field=str(path)) from None
+        if not isinstance(manifest, dict):
+            raise PrismError(f"{path}: a JSON {type(manifest).__name__}, not the manifest's object; retrain with "
+                             f"prism train", field=str(path))
         if manifest.get("format") != FORMAT_VERSION or manifest.get("boosters") != BOOSTER_FORMAT:
             raise PrismError(f"{path}: format {manifest.get('format')} (boosters {manifest.get('boosters')}), this "
                              f"PRISM reads format {FORMAT_VERSION} ({BOOSTER_FORMAT}); retrain with prism train",
@@ -392,6 +402,12 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
+    bad = ~(rows["latency_us"] > 0) | ~np.isfinite(rows["latency_us"])  # NaN fails the first test
+    if bad.any():
+        where = ", ".join(f"{op}/{p} {n}" for (op, p), n in rows[bad].groupby(["op", "pass"]).size().items())
+        raise PrismError(f"samples: latency_us is empty, non-positive or infinite in {int(bad.sum())} row(s) "
+                         f"({where}); a sample is a measured time: drop those rows or sample again",
+                         field="latency_us")
     rows, entries = without_entry(rows, hw.host.asynchronous)  # once per backward, not per op
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from predictor.core.errors import PrismError
 from predictor.core.ops import OPS
 from predictor.latency.artifacts import ModelSet, shape_groups
 from predictor.latency.backward_entry import without_entry
@@ -46,6 +47,9 @@ def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> 
     unless ``by`` names another column (e.g. ``origin``). ``network`` names, for
     collectives, the network their models were trained on (the manifest's
     ``collective_network``: a cluster's own samples describe its own network)."""
+    if by is not None and by not in samples.columns:
+        columns = ", ".join(map(str, samples.columns))
+        raise PrismError(f"by={by}: no such column of the samples; choose one of {columns}", field="by")
     rows, _ = without_entry(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)],
                             models.hw.host.asynchronous)  # as the models were trained
     network = models.manifest.get("collective_network") or ""

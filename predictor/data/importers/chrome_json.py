@@ -48,10 +48,14 @@ class TraceStream:
             raise PrismError(f"{self.path}: no such trace file; pass the JSON files torch.profiler exported",
                              field=str(self.path))
         opener = gzip.open if self.path.suffix == ".gz" else open
-        with opener(self.path, "rb") as raw:
-            self._raw, self._decode = raw, codecs.getincrementaldecoder("utf-8")("strict")
-            self._buf, self._pos, self._eof = "", 0, False
-            yield from self._document()
+        try:
+            with opener(self.path, "rb") as raw:
+                self._raw, self._decode = raw, codecs.getincrementaldecoder("utf-8")("strict")
+                self._buf, self._pos, self._eof = "", 0, False
+                yield from self._document()
+        except (gzip.BadGzipFile, EOFError, UnicodeDecodeError) as exc:  # a damaged or truncated file
+            raise PrismError(f"{self.path}: unreadable ({type(exc).__name__}: {exc}); pass the trace file "
+                             f"torch.profiler exported, whole (.json or .json.gz)", field=str(self.path)) from None
 
     # -- the document: { "key": value, ..., "traceEvents": [ {event}, ... ], ... } --------
     def _document(self) -> Iterator[dict]:
