@@ -1,0 +1,108 @@
+"""Bad input a new user tries: one line naming the field, exit code 2, never a traceback,
+before any work is done where the input can be checked up front."""
+import gzip
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from predictor.app.cli import main
+from predictor.core.errors import PrismError
+from predictor.core.files import writable
+from predictor.core.layout import resolve_layout
+from predictor.core.profiles import REPO_ROOT
+from predictor.core.specs import ParallelConfig, RegressorConfig
+from predictor.data.measurements import layout_configs, read_measurements
+
+JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
+
+
+@pytest.mark.parametrize("args, field", [
+    ([*JOB, "parallel.tp=0"], "parallel.tp=0"),
+    ([*JOB, "parallel.tp=-2"], "parallel.tp=-2"),  # not blamed on the dp it would imply
+    ([*JOB, "parallel.dp=4"], "parallel.dp=4 disagree"),
+    ([*JOB, "seed=abc"], "seed='abc'"),
+    ([*JOB, "seed=-1"], "seed=-1"),
+    ([*JOB, "target_step_s=abc"], "target_step_s='abc'"),
+    ([*JOB, "target_step_s=-1"], "target_step_s=-1"),
+    ([*JOB, "train_tokens=inf"], "train_tokens=inf"),
+    ([*JOB, "output=xml"], "output=xml"),
+    ([*JOB, "model.family=bert"], "model.family='bert'"),
+    (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),
+    (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "seed=abc"], "seed='abc'"),
+])
+def test_a_bad_setting_is_one_line_naming_it(args, field, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert field in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_unwritable_figure_paths_are_refused_before_the_work(tmp_path, capsys):
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    assert main([*JOB, f"plot={a_file / 'x.png'}"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert main(["validate", f"measured={REPO_ROOT / 'measurements' / 'local-cpu-suite-C.parquet'}",
+                 "hardware=local-cpu", f"out={tmp_path / 'v.txt'}"]) == 2
+    assert "out=" in capsys.readouterr().err
+    with pytest.raises(PrismError, match="is a folder"):
+        writable("plot", tmp_path)
+    assert writable("out", tmp_path / "new" / "deeper", folder=True).is_dir()  # missing folders are made
+
+
+def test_a_models_dir_without_the_hardware_s_models_is_refused(tmp_path, capsys):
+    assert main([*JOB, f"models_dir={tmp_path}"]) == 2
+    assert "no trained models of h100-sxm" in capsys.readouterr().err
+    (tmp_path / "h100-sxm").mkdir()
+    (tmp_path / "h100-sxm" / "manifest.json").write_text("[1, 2, 3]")
+    assert main([*JOB, f"models_dir={tmp_path}"]) == 2
+    assert "not the manifest's object" in capsys.readouterr().err
+
+
+def test_a_damaged_measure_file_names_the_layout(tmp_path):
+    frame = read_measurements(REPO_ROOT / "measurements" / "local-cpu-suite-C.parquet")
+    layout = frame.layout_id.iloc[0]
+    frame.loc[frame.layout_id == layout, "parallel_json"] = "{dp: 1"
+    frame.to_parquet(tmp_path / "m.parquet")
+    with pytest.raises(PrismError, match="parallel_json of layout"):
+        layout_configs(read_measurements(tmp_path / "m.parquet"), layout)
+    frame.to_csv(tmp_path / "m.csv")
+    with pytest.raises(PrismError, match="published="):
+        read_measurements(tmp_path / "m.csv")
+
+
+def test_a_damaged_trace_and_an_unknown_hardware_are_refused(tmp_path, capsys):
+    bad = tmp_path / "t.json.gz"
+    bad.write_bytes(gzip.compress(json.dumps({"traceEvents": [{"ph": "X"}] * 50}).encode())[:40])
+    assert main(["import-trace", str(bad), f"out={tmp_path / 'store'}", "hardware=local-cpu"]) == 2
+    assert "unreadable" in capsys.readouterr().err
+    assert main(["import-trace", str(bad), f"out={tmp_path / 'store'}", "hardware=nosuchhw"]) == 2
+    assert "nosuchhw" in capsys.readouterr().err
+    assert main(["import-trace", str(bad), f"out={tmp_path / 'store'}", "profiler_cost_us=-3"]) == 2
+    assert "profiler_cost_us=-3" in capsys.readouterr().err
+
+
+def test_training_refuses_latencies_that_are_no_measurement():
+    from predictor.core.profiles import load_hardware
+    from predictor.latency.artifacts import train
+    rows = pd.DataFrame({"hardware": "local-cpu", "op": "gemm", "pass": "fwd", "m": 64, "n": 64, "k": 64,
+                         "dtype": "float32", "latency_us": [10.0, -5.0, float("nan")], "origin": "sampled"})
+    with pytest.raises(PrismError, match="latency_us") as exc:
+        train(rows, load_hardware("local-cpu"), RegressorConfig("xgboost", [0.1, 0.5, 0.9]))
+    assert "gemm/fwd 2" in str(exc.value)
+
+
+def test_parallel_degrees_are_checked_before_dividing_the_gpus():
+    with pytest.raises(PrismError, match="parallel.cp=0"):
+        resolve_layout(ParallelConfig(cp=0), 8)
+    assert resolve_layout(ParallelConfig(tp=2), 8).dp == 4
+    assert resolve_layout(ParallelConfig(tp=2, dp=4), 8).dp == 4  # an explicit dp that agrees stands
+
+
+def test_a_reader_that_leaves_early_ends_the_output_quietly():
+    # a table far longer than the pipe's buffer, read one line
+    run = subprocess.run(f"{sys.executable} -m predictor.app.cli search model=llama3-8b hardware=h100-sxm "
+                         f"gpus=64 top=400 | head -1", shell=True, capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip() and "Traceback" not in run.stderr and "BrokenPipe" not in run.stderr
