@@ -89,7 +89,7 @@ def test_the_output_is_checked_before_any_work(runs, tmp_path, capsys, monkeypat
     assert "does not exist" in _refused(capsys, src, f"out={tmp_path / 'no' / 'such' / 'out.csv'}")
     assert "is the input table" in _refused(capsys, src, f"out={src}")
     assert "is a folder" in _refused(capsys, src, f"out={tmp_path}")
-    assert "does not exist" in _refused(capsys, src, f"out={src}/x.csv")
+    assert "is a file, not a folder" in _refused(capsys, src, f"out={src}/x.csv")
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     assert "not this table's" in _refused(capsys, src, f"out={tmp_path / 'other.csv'}")
     assert "takes out=" in _refused(capsys, src, "out=x.csv", "drawz=3")

@@ -26,10 +26,11 @@ def write_atomically(path, write: Callable[[Path], object]) -> Path:
     return path
 
 
-def writable(key: str, path, folder: bool = False) -> Path:
+def writable(key: str, path, folder: bool = False, create: bool = True) -> Path:
     """``path`` once a file can be written there (``folder``: into it), its missing folders
-    created; else one :class:`PrismError` naming ``key``, before any work is done (a figure
-    or a run that cannot be saved is found out at the start, not after the computation)."""
+    created (``create``; else refused with the ``mkdir -p`` that makes them); one
+    :class:`PrismError` naming ``key`` otherwise, before any work is done (a figure or a run
+    that cannot be saved is found out at the start, not after the computation)."""
     path = Path(path)
     target = path if folder else path.parent
     for parent in (target, *target.parents):
@@ -37,7 +38,10 @@ def writable(key: str, path, folder: bool = False) -> Path:
             raise PrismError(f"{key}={path}: {parent} is a file, not a folder; choose another path", field=key)
     if not folder and path.is_dir():
         raise PrismError(f"{key}={path}: is a folder; give a file name in it", field=key)
-    try:
+    if not create and not target.is_dir():
+        raise PrismError(f"{key}={path}: the folder {target} does not exist; create it (mkdir -p {target}) or "
+                         f"write elsewhere", field=key)
+    try:  # a real write: permission bits do not tell (root, read-only mounts)
         target.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=target):
             pass

@@ -25,13 +25,13 @@ import io
 import math
 import os
 import re
-import tempfile
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from predictor.core.errors import PrismError
+from predictor.core.files import writable
 
 
 @dataclass(frozen=True)
@@ -252,16 +252,7 @@ def check_output(out, table: Path) -> Path:
                          f"out={p.with_name(p.stem + '.predicted.csv')}", field="out")
     if p.is_dir():
         raise PrismError(f"out={out}: is a folder; give a file in it, e.g. out={p / 'predicted.csv'}", field="out")
-    folder = p.parent
-    if not folder.is_dir():
-        raise PrismError(f"out={out}: the folder {folder} does not exist; create it (mkdir -p {folder}) or write "
-                         f"elsewhere", field="out")
-    try:  # a real write: permission bits do not tell (root, read-only mounts)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{p.name}.", suffix=".probe"):
-            pass
-    except OSError as exc:
-        raise PrismError(f"out={out}: cannot write in {folder} ({exc.strerror}); choose a writable folder",
-                         field="out") from None
+    writable("out", p, create=False)
     if p.exists() and not os.access(p, os.W_OK):
         raise PrismError(f"out={out}: exists and is read-only; make it writable or write elsewhere", field="out")
     return p

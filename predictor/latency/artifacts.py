@@ -62,6 +62,9 @@ def models_dir(configured=None) -> Path:
     if not configured:
         return SHIPPED_MODELS
     path = Path(configured)
+    if path.exists() and not path.is_dir():
+        raise PrismError(f"models_dir={configured}: a file; name the folder prism train wrote (it holds one "
+                         f"folder per hardware)", field="models_dir")
     if not path.is_dir():
         listing = "; ".join(f"{folder} ({', '.join(held)})" for folder, held in _model_folders(path.parent))
         raise PrismError(f"models_dir={configured}: no such folder. Folders of trained models: {listing}. "

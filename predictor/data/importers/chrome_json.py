@@ -44,6 +44,9 @@ class TraceStream:
         self.bytes_read = 0
 
     def events(self) -> Iterator[dict]:
+        if self.path.is_dir():
+            raise PrismError(f"{self.path}: a folder; pass the trace files in it (e.g. {self.path}/*.json)",
+                             field=str(self.path))
         if not self.path.is_file():
             raise PrismError(f"{self.path}: no such trace file; pass the JSON files torch.profiler exported",
                              field=str(self.path))
