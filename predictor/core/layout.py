@@ -160,7 +160,10 @@ def layers_per_stage(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
     divide but two more would, it runs with ``--account-for-embedding-in-pipeline-split
     --account-for-loss-in-pipeline-split`` (the embedding and the loss each take a layer's
     slot: Qwen3-235B's 94 layers as 32 chunks of 3; Megatron's
-    ``get_num_layers_to_build``), so the first and the last stage hold one layer fewer.
+    ``get_num_layers_to_build``), so the first and the last stage hold one layer fewer;
+    torchtitan weighs the embedding and the output as a layer each alike
+    (``generate_llm_fqn_per_model_part``: Llama 3.1 405B's 126 layers on 8 stages, 15 on
+    the first and the last).
     Otherwise ``num_layers // pp`` each, the remainder one apiece to the first stages (so no
     two stages differ by more than one layer; Megatron takes such splits as explicit
     first/last stage layer counts).
