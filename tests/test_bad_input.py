@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -106,3 +107,71 @@ def test_a_reader_that_leaves_early_ends_the_output_quietly():
     run = subprocess.run(f"{sys.executable} -m predictor.app.cli search model=llama3-8b hardware=h100-sxm "
                          f"gpus=64 top=400 | head -1", shell=True, capture_output=True, text=True, timeout=120)
     assert run.stdout.strip() and "Traceback" not in run.stderr and "BrokenPipe" not in run.stderr
+
+
+# ---- the Python API, as a notebook calls it
+
+@pytest.mark.parametrize("layout, field", [
+    (ParallelConfig(sequence_parallel="false"), "parallel.sequence_parallel"),  # a string would count as on
+    (ParallelConfig(etp="2"), "parallel.etp"),
+    (ParallelConfig(recompute_modules=["mlp"], recompute="selective"), "parallel.recompute_modules"),
+    (ParallelConfig(recompute_modules="moe,moe", recompute="selective"), "parallel.recompute_modules"),
+    (ParallelConfig(recompute_modules="mlp"), "parallel.recompute_modules"),  # read under selective only
+    ({"tpp": 2}, "parallel.tpp"),
+    (5, "layout"),
+])
+def test_a_layout_the_api_cannot_read_names_its_field(layout, field):
+    from predictor.analyses.predict import predict
+    with pytest.raises(PrismError) as exc:
+        predict("llama3-8b", "h100-sxm", layout, gpus=8, draws=100)
+    assert exc.value.field == field
+
+
+def test_the_api_takes_names_numpy_counts_and_gives_plain_json():
+    from predictor.analyses.compare import compare
+    from predictor.analyses.predict import MAX_GPUS, predict
+    p = predict("llama3-8b", "h100-sxm", {"tp": np.int64(8)}, gpus=np.int64(8), draws=100)
+    assert json.loads(json.dumps(p.to_dict()))["layout"]["tp"] == 8
+    assert [r.hardware for r in compare("llama3-8b", "h100-sxm", None, 8, draws=100).results] == ["h100-sxm"]
+    with pytest.raises(PrismError, match="gpus="):
+        predict("llama3-8b", "h100-sxm", None, gpus=MAX_GPUS * 2)
+    assert main([*JOB, "hardware.train_dtype=fp16"]) == 2  # fp8 and fp4 belong in gemm_dtype
+
+
+def test_variability_settings_of_the_wrong_type_name_the_setting():
+    from predictor.analyses.variability import AnalysisConfig, check_analysis
+    for bad, key in [(dict(draws="2000"), "draws"), (dict(thresholds=0.1), "thresholds"), (dict(scales=8), "scales"),
+                     (dict(slow_nodes=0.5), "slow_nodes"), (dict(slow_factor=float("inf")), "slow_factor")]:
+        with pytest.raises(PrismError) as exc:
+            check_analysis(AnalysisConfig(**bad))
+        assert exc.value.field == f"analysis.{key}"
+
+
+def test_predict_table_checks_what_every_row_shares_once():
+    from predictor.analyses.batch import predict_table
+    rows = pd.read_csv(REPO_ROOT / "data" / "e2e" / "e2e_training_visible.csv").head(2)
+    assert len(predict_table(rows.iloc[0], draws=100)) == 1  # a row is a one-row table
+    assert len(predict_table(rows.to_dict("records"), draws=100)) == 2
+    for kwargs, field in [({"draws": 0}, "draws"), ({"seed": -1}, "seed"), ({"models_root": "/no/such"}, "models_dir")]:
+        with pytest.raises(PrismError) as exc:
+            predict_table(rows, **kwargs)
+        assert exc.value.field == field
+    with pytest.raises(PrismError, match="no column gpu"):
+        predict_table(rows.drop(columns=["gpu"]))
+
+
+def test_a_sample_store_with_text_in_numbers_or_an_unknown_pass_is_refused(tmp_path):
+    from predictor.data import store
+    rows = store.read_samples(REPO_ROOT / "samples" / "local-cpu").head(20).copy()
+    bad = rows.astype({"latency_us": str})
+    bad.loc[bad.index[0], "latency_us"] = "fast"
+    bad.to_parquet(tmp_path / "text.parquet")
+    with pytest.raises(PrismError, match="column 'latency_us' holds text"):
+        store.read_samples(tmp_path / "text.parquet")
+    as_text = rows.astype({"latency_us": str})
+    as_text.to_parquet(tmp_path / "numbers.parquet")
+    assert store.read_samples(tmp_path / "numbers.parquet").latency_us.dtype.kind == "f"  # read as numbers
+    sideways = rows.assign(**{"pass": "sideways"})
+    sideways.to_parquet(tmp_path / "pass.parquet")
+    with pytest.raises(PrismError, match="column 'pass'"):
+        store.read_samples(tmp_path / "pass.parquet")

@@ -58,7 +58,7 @@ def test_a_profile_without_price_or_power_has_none():
 
 
 def test_bad_hardware_and_pue_name_the_field():
-    with pytest.raises(PrismError, match=r"^hardware=\[h100-sxm,h300\]: no conf/hardware/\{h300\}") as err:
+    with pytest.raises(PrismError, match=r"^hardware=\[h100-sxm,h300\]: no conf/hardware/h300\.yaml") as err:
         compare(MODEL, ["h100-sxm", "h300"], LAYOUT, gpus=64)
     assert all(name in str(err.value) for name in group_options("hardware"))
     with pytest.raises(PrismError, match=r"^hardware=\[\]"):

@@ -41,8 +41,9 @@ from predictor.analyses.doubt import doubt_of, family, shipped_model
 from predictor.analyses.rows import RowLookups
 from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
+from predictor.core.specs import check_number
 from predictor.data.published import RowJob, spec_column
-from predictor.data.runs_table import BY_NAME, Table, check_output, read_table
+from predictor.data.runs_table import BY_NAME, REQUIRED, Table, check_output, read_table
 from predictor.engine.compose import compose, workload_calls
 from predictor.latency.artifacts import evidence_tier, models_dir
 from predictor.latency.regressor import DEFAULT_QUANTILES
@@ -148,7 +149,23 @@ class BatchPredictor:
 
 def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, seed: int = 0) -> pd.DataFrame:
     """``table`` with :data:`PREDICTED`, ``pred_status`` and ``pred_assumed`` added (one
-    prediction per row; NaN where ``pred_status`` is not ``ok``)."""
+    prediction per row; NaN where ``pred_status`` is not ``ok``). A row (a Series) or a list
+    of row mappings is read as a one-row or many-row table; what every row shares (draws,
+    seed, the models' folder, the required columns) is checked once, up front."""
+    if isinstance(table, pd.Series):
+        table = table.to_frame().T
+    elif isinstance(table, list | tuple):
+        table = pd.DataFrame(list(table))
+    if not isinstance(table, pd.DataFrame):
+        raise PrismError(f"table: a pandas DataFrame of runs, one row per job (got {type(table).__name__})",
+                         field="table")
+    check_number("draws", draws, integer=True)
+    check_number("seed", seed, integer=True, zero=True)
+    models_dir(models_root)  # a folder named must exist
+    names = {str(c).strip().lower() for c in table.columns}
+    missing = [c for c in REQUIRED if c not in names]
+    if missing and len(table):
+        raise PrismError(f"table: no column {', '.join(missing)} (required: {', '.join(REQUIRED)})", field="table")
     rows = [{str(name).strip().lower(): value for name, value in r.items()} for r in table.to_dict("records")]
     predictions = BatchPredictor(draws, seed, models_root).predict(rows)
     out = table.copy()

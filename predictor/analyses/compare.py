@@ -89,6 +89,12 @@ def gpu_profiles() -> list[str]:
 def check_hardware(hardware: Sequence[HardwareConfig | str]) -> list[HardwareConfig | str]:
     """``hardware`` (profiles or ``conf/hardware`` names) as a list, if it names at least one
     profile and every name is known; else one error listing the known names."""
+    if isinstance(hardware, str | HardwareConfig):  # one profile
+        hardware = [hardware]
+    strange = [h for h in hardware if not isinstance(h, str | HardwareConfig)]
+    if strange:
+        raise PrismError(f"hardware: {strange[0]!r} is neither a HardwareConfig nor a conf/hardware name",
+                         field="hardware")
     names = [h if isinstance(h, str) else h.name for h in hardware]
     options = group_options("hardware")
     unknown = [h for h in hardware if isinstance(h, str) and h not in options]

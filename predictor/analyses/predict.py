@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout
+from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
 from predictor.latency.artifacts import TIERS, evidence_tier, foreign_device, trained_models
@@ -85,16 +87,21 @@ def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
     return persistent * (full.mean() / persistent.mean())
 
 
+#: The largest job PRISM sizes: 2^24 GPUs, far beyond any cluster, short of the counts
+#: whose token and byte totals overflow the models' float features.
+MAX_GPUS = 1 << 24
+
+
 def check_gpus(value) -> int | None:
     """``gpus`` as a positive integer, or None where it is not set (dp·tp·pp·cp then)."""
     if value is None:
         return None
     if isinstance(value, float) and value.is_integer():  # gpus=1e4 as Hydra reads it
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise PrismError(f"gpus={value}: the job's GPU count, a positive integer, e.g. gpus=512 (unset: "
-                         f"dp·tp·pp·cp of the layout)", field="gpus")
-    return value
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not 1 <= value <= MAX_GPUS:
+        raise PrismError(f"gpus={value!r}: the job's GPU count, a whole number from 1 to {MAX_GPUS:,}, e.g. "
+                         f"gpus=512 (unset: dp·tp·pp·cp of the layout)", field="gpus")
+    return int(value)
 
 
 def check_confidence(value) -> float | None:
@@ -163,6 +170,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     PrismError
         Naming the field: ``gpus``, ``confidence``, ``train_tokens`` or the layout's.
     """
+    model, hardware, layout = as_model(model), as_hardware(hardware), as_layout(layout)
     level = check_confidence(confidence)
     train_tokens = check_train_tokens(train_tokens)
     if target_step_s is not None:

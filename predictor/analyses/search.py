@@ -39,6 +39,7 @@ sequence parallelism whenever tp > 1. The global batch stays fixed: the configur
 from __future__ import annotations
 
 import itertools
+import numbers
 import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -47,10 +48,11 @@ from typing import NamedTuple
 import numpy as np
 
 from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
-from predictor.analyses.predict import predictive_report
+from predictor.analyses.predict import check_gpus, predictive_report
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout, validate_layout
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.profiles import as_hardware, as_layout, as_model
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import compose
 from predictor.engine.screen import screen
 from predictor.latency.artifacts import evidence_tier, trained_models
@@ -302,13 +304,15 @@ def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: Par
         Naming ``rank_by``, ``top`` or ``gpus``, or ``gpus`` where no layout fits.
     """
     t0 = time.perf_counter()
+    model, hardware, base = as_model(model), as_hardware(hardware), as_layout(base)
     rank_by = check_rank_by(rank_by)
-    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
-        raise PrismError(f"top={top}: how many layouts to list, a positive integer, e.g. top=10", field='top')
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-        raise PrismError(f"gpus={gpus}: search needs the job's GPU count, a positive integer, e.g. gpus=1024",
-                         field='gpus')
-    base = base or ParallelConfig()
+    if not isinstance(top, numbers.Integral) or isinstance(top, bool) or top < 1:
+        raise PrismError(f"top={top!r}: how many layouts to list, a positive integer, e.g. top=10", field='top')
+    top = int(top)
+    if gpus is None:
+        raise PrismError("gpus: search needs the job's GPU count, e.g. gpus=1024", field="gpus")
+    gpus = check_gpus(gpus)
+    check_number("parallel.global_batch_size", base.global_batch_size, integer=True, zero=True)
     plain = ParallelConfig()
     fixed = [f"parallel.{key}={getattr(base, key)}" for key in SEARCHED if getattr(base, key) != getattr(plain, key)]
     if fixed:

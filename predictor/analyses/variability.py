@@ -35,6 +35,7 @@ DESIGN.md, "Analyses". Four studies of one layout, each built on the composer
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -52,6 +53,7 @@ from predictor.analyses.predict import (
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout
 from predictor.core.mesh import Mesh
+from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
 from predictor.latency.artifacts import evidence_tier, trained_models
@@ -102,21 +104,35 @@ class VariabilityReport:
 
 
 def check_analysis(a: AnalysisConfig) -> AnalysisConfig:
-    """``a`` if every setting is in range; else one PrismError naming the first bad key."""
+    """``a`` if every setting has its type and range; else one PrismError naming the first
+    bad key."""
+    if not isinstance(a, AnalysisConfig):
+        raise PrismError(f"settings={a!r}: an AnalysisConfig, e.g. AnalysisConfig(draws=2000)", field="settings")
+
+    def whole(v, least):
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= least
+
+    def real(v, least):
+        return isinstance(v, numbers.Real) and not isinstance(v, bool) and least <= v < math.inf
+
+    def listed(v, test):
+        return isinstance(v, list | tuple) and bool(v) and all(test(x) for x in v)
+
     checks = [
-        ("draws", a.draws >= 100, "must be at least 100, e.g. analysis.draws=2000"),
-        ("runs", a.runs >= 100, "must be at least 100, e.g. analysis.runs=4000"),
-        ("thresholds", bool(a.thresholds) and all(x > 0 for x in a.thresholds),
-         "must be positive slowdowns, e.g. analysis.thresholds=[0.05,0.1,0.2]"),
-        ("scales", bool(a.scales) and all(s >= 1 for s in a.scales),
-         "must be positive GPU counts, e.g. analysis.scales=[64,512,4096]"),
-        ("top_ops", a.top_ops >= 1, "must be at least 1"),
-        ("slow_nodes", a.slow_nodes is None or a.slow_nodes >= 0, "must be 0 or more nodes"),
-        ("slow_factor", a.slow_factor >= 1, "must be 1 or more, e.g. analysis.slow_factor=1.10 (10 % slower)"),
+        ("draws", whole(a.draws, 100), "must be a whole number of at least 100, e.g. analysis.draws=2000"),
+        ("runs", whole(a.runs, 100), "must be a whole number of at least 100, e.g. analysis.runs=4000"),
+        ("thresholds", listed(a.thresholds, lambda x: real(x, 0) and x > 0),
+         "must be a list of positive slowdowns, e.g. analysis.thresholds=[0.05,0.1,0.2]"),
+        ("scales", listed(a.scales, lambda x: whole(x, 1)),
+         "must be a list of GPU counts, e.g. analysis.scales=[64,512,4096]"),
+        ("top_ops", whole(a.top_ops, 1), "must be a whole number of at least 1"),
+        ("slow_nodes", a.slow_nodes is None or whole(a.slow_nodes, 0), "must be a whole number of nodes, 0 or more"),
+        ("slow_factor", real(a.slow_factor, 1), "must be a finite number, 1 or more, e.g. analysis.slow_factor=1.10 "
+                                                "(10 % slower)"),
     ]
     for key, ok, fix in checks:
         if not ok:
-            raise PrismError(f"analysis.{key}={getattr(a, key)}: {fix}", field=f"analysis.{key}")
+            raise PrismError(f"analysis.{key}={getattr(a, key)!r}: {fix}", field=f"analysis.{key}")
     return a
 
 
@@ -283,6 +299,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         layout's.
     """
     t0 = time.perf_counter()
+    model, hardware, layout = as_model(model), as_hardware(hardware), as_layout(layout)
     a = check_analysis(settings or AnalysisConfig())
     train_tokens = check_train_tokens(train_tokens)
     par = resolve_layout(layout, check_gpus(gpus))

@@ -5,6 +5,7 @@ placement it implies live in :mod:`predictor.core.mesh`.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import replace
 
 from predictor.core.errors import PrismError
@@ -40,6 +41,30 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+#: The layout's on/off settings.
+SWITCHES = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
+            "moe_force_balance", "overlap_ep_comm")
+
+
+def check_recompute_modules(par: ParallelConfig) -> None:
+    """``parallel.recompute_modules``: a comma-separated string of known modules, each once,
+    under ``recompute=selective`` (the only granularity Megatron reads it under)."""
+    text, key = par.recompute_modules, "parallel.recompute_modules"
+    if not isinstance(text, str):
+        raise PrismError(f"{key}={text!r}: a comma-separated string, e.g. {key}='moe,mlp' (quoted on the command "
+                         f"line)", field=key)
+    modules = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+    if unknown:
+        raise PrismError(f"{key}: {unknown[0]!r} unknown; choose among: {', '.join(RECOMPUTE_MODULES)}", field=key)
+    twice = sorted({m for m in modules if modules.count(m) > 1})
+    if twice:
+        raise PrismError(f"{key}={text!r}: {', '.join(twice)} listed twice; name each module once", field=key)
+    if modules and par.recompute != "selective":
+        raise PrismError(f"{key}={text!r}: read under parallel.recompute=selective only (got {par.recompute}); set "
+                         f"recompute=selective or leave recompute_modules empty", field=key)
+
+
 def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = None,
                     seq: int | None = None) -> None:
     """Raise :class:`PrismError` naming the field if ``par`` cannot run ``model``.
@@ -48,8 +73,11 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     as in Megatron-Core: :mod:`predictor.core.mesh`); ``seq`` defaults to
     ``model.seq_length``.
     """
-    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
+    for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "global_batch_size"):
         check_number(f"parallel.{name}", getattr(par, name), integer=True)
+    for name in SWITCHES:
+        if not isinstance(getattr(par, name), bool):  # "false" from a CSV or JSON would count as on
+            raise PrismError(f"parallel.{name}={getattr(par, name)!r}: true or false", field=f"parallel.{name}")
     if par.sharding not in SHARDINGS:
         raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}",
                          field='parallel.sharding')
@@ -57,10 +85,7 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
         raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}",
                          field='parallel.recompute')
     check_schedule(par.schedule)
-    unknown = [m for m in par.recompute_modules.split(",") if m.strip() and m.strip() not in RECOMPUTE_MODULES]
-    if unknown:
-        raise PrismError(f"parallel.recompute_modules: {unknown[0].strip()!r} unknown; choose among: "
-                         f"{', '.join(RECOMPUTE_MODULES)}", field="parallel.recompute_modules")
+    check_recompute_modules(par)
     if par.attention not in ATTENTIONS:
         raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused",
                          field='parallel.attention')
@@ -193,6 +218,9 @@ def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
     (:func:`with_default_batch`)."""
     for axis in ("tp", "pp", "cp", "dp"):
         check_number(f"parallel.{axis}", getattr(par, axis), integer=True)
+    counts = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "global_batch_size")
+    # numpy ints from a DataFrame row as Python ints, so that what is reported is plain JSON
+    par = replace(par, **{k: int(v) for k in counts if isinstance(v := getattr(par, k), numbers.Integral)})
     per_replica = par.replica_gpus
     if gpus:
         if par.dp != 1 and par.dp * per_replica != gpus:

@@ -9,17 +9,19 @@ Hydra: composing overrides is the command line's business (:mod:`predictor.app.c
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import platform
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from predictor.core.errors import PrismError
-from predictor.core.specs import HardwareConfig, ModelConfig
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
@@ -100,3 +102,40 @@ def _device_names() -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 def load_model(name: str) -> ModelConfig:
     return load_entry("model", name, ModelConfig)
+
+
+def as_model(value) -> ModelConfig:
+    """A model spec, or a ``conf/model`` name loaded (the API takes either)."""
+    if isinstance(value, str):
+        return load_model(value)
+    if not isinstance(value, ModelConfig):
+        raise PrismError(f"model={value!r}: a ModelConfig (load_model('llama3-8b')) or a conf/model name",
+                         field="model")
+    return value
+
+
+def as_hardware(value) -> HardwareConfig:
+    """A hardware profile, or a ``conf/hardware`` name loaded (the API takes either)."""
+    if isinstance(value, str):
+        return load_hardware(value)
+    if not isinstance(value, HardwareConfig):
+        raise PrismError(f"hardware={value!r}: a HardwareConfig (load_hardware('h100-sxm')) or a conf/hardware "
+                         f"name", field="hardware")
+    return value
+
+
+def as_layout(value) -> ParallelConfig:
+    """A parallel layout: a ParallelConfig, a mapping of its fields, or None (one GPU)."""
+    if value is None:
+        return ParallelConfig()
+    if isinstance(value, ParallelConfig):
+        return value
+    if isinstance(value, Mapping):
+        known = {f.name for f in dataclasses.fields(ParallelConfig)}
+        unknown = sorted(set(map(str, value)) - known)
+        if unknown:
+            raise PrismError(f"parallel.{unknown[0]}: not a layout field; choose among {', '.join(sorted(known))}",
+                             field=f"parallel.{unknown[0]}")
+        return ParallelConfig(**value)
+    raise PrismError(f"layout={value!r}: a ParallelConfig (e.g. ParallelConfig(tp=8, pp=4)) or a dict of its "
+                     f"fields", field="layout")

@@ -18,6 +18,8 @@ from predictor.core.precision import LOW_PRECISION_OPS, canonical_gemm_dtype, ch
 
 #: The choices of :class:`ModelConfig`'s enumerated settings.
 ACTIVATIONS = ("gelu", "swiglu")
+#: Precisions a whole model trains in (mixed precision's compute type); lower ones are GEMM-only.
+TRAIN_DTYPES = ("bfloat16", "float16", "float32")
 #: Model families: GPT layers keep dropout (its masks count in the activations), Llama's do not.
 FAMILIES = ("gpt", "llama")
 NORMS = ("layernorm", "rmsnorm")
@@ -221,6 +223,10 @@ class HardwareConfig:
                                  field="hardware.node.nvlink_domain")
         # an unknown name is refused here; a known one the device lacks (nvfp4 on H100) when a
         # prediction needs its peak (peak()), so that a profile can be composed and then edited
+        if self.train_dtype not in TRAIN_DTYPES:
+            raise PrismError(f"hardware.train_dtype={self.train_dtype!r}: choose one of {', '.join(TRAIN_DTYPES)} "
+                             f"(fp8 and fp4 GEMMs go in hardware.gemm_dtype; the rest of the model stays in "
+                             f"train_dtype)", field="hardware.train_dtype")
         self.gemm_dtype = canonical_gemm_dtype(self.gemm_dtype)
         check_gemm_ops(self.gemm_ops)
         for side in ("intra_node", "inter_node"):

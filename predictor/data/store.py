@@ -316,6 +316,26 @@ def _open(path) -> pq.ParquetFile:
         ) from None
 
 
+def _check_rows(f: Path, df: pd.DataFrame) -> None:
+    """One error naming file and column where a row cannot be a sample: a pass its op is not
+    timed in, or text in a numeric column (a file written by other tools than PRISM's);
+    numbers written as text are converted in place."""
+    passes = df.groupby("op")["pass"].unique()
+    for op, seen in passes.items():
+        wrong = sorted(set(map(str, seen)) - set(OPS[op].passes))
+        if wrong:
+            raise PrismError(f"{f}: column 'pass': {op} is timed in {', '.join(OPS[op].passes)}, not "
+                             f"{', '.join(map(repr, wrong))}", field=str(f))
+    numeric = ["latency_us", *(c for c, kind in SHAPE_COLUMNS.items() if kind in ("int64", "double"))]
+    for column in (c for c in numeric if c in df and not pd.api.types.is_numeric_dtype(df[c])):
+        values = pd.to_numeric(df[column], errors="coerce")
+        text = df[column][values.isna() & df[column].notna()]
+        if len(text):
+            raise PrismError(f"{f}: column {column!r} holds text ({text.iloc[0]!r} in {len(text)} row(s)); it must "
+                             f"be numeric", field=str(f))
+        df[column] = values  # numbers written as text ('12.5'): read as the numbers they are
+
+
 def read_samples(path, ops=None) -> pd.DataFrame:
     """Read every row of a store (a folder of runs, or one file), validated.
 
@@ -344,6 +364,7 @@ def read_samples(path, ops=None) -> pd.DataFrame:
         unknown = sorted(set(df["op"]) - set(OPS))
         if unknown:
             raise PrismError(f"{f}: column 'op': {unknown_op_message(unknown[0])}", field=str(f))
+        _check_rows(f, df)
         if ops is not None:
             df = df[df["op"].isin(list(ops))]
         frames.append(df)
