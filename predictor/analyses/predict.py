@@ -130,6 +130,15 @@ def check_train_tokens(value) -> float:
     return tokens
 
 
+def _modules_note(par: ParallelConfig) -> str | None:
+    """What the memory figure leaves out of ``parallel.recompute_modules``."""
+    if not par.recompute_modules:
+        return None
+    return (f"memory: selective recompute frees the attention core's activations only (Korthikanti et al. 2022); "
+            f"what recomputing {par.recompute_modules} frees besides is not taken off (the step time does count "
+            f"its recompute)")
+
+
 def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
             models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0, train_tokens: float = 1e12,
             target_step_s: float | None = None, confidence: float | None = None,
@@ -221,7 +230,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
-        basis=basis, tier=tier, notes=[n for n in [foreign_device(models)] if n],
+        basis=basis, tier=tier, notes=[n for n in [foreign_device(models), _modules_note(par)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}
