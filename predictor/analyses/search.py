@@ -341,8 +341,9 @@ def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: Par
                          f"{sum(invalid.values())} invalid); use more GPUs or a smaller parallel.global_batch_size",
                          field='gpus')
     models = trained_models(hardware, models_dir)
-    # decompose reads neither vpp nor the schedule (those shape the pipeline walk alone):
-    # one decomposition serves every vpp of a layout
+    # decompose reads the schedule not at all and vpp only for the layer split, which the
+    # enumerated vpps (dividing the layers evenly) leave as vpp=1 has it: one decomposition
+    # serves every vpp of a layout
     shared: dict[tuple, Workload] = {}
     works = []
     for par in fitting:
