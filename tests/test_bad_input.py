@@ -175,3 +175,17 @@ def test_a_sample_store_with_text_in_numbers_or_an_unknown_pass_is_refused(tmp_p
     sideways.to_parquet(tmp_path / "pass.parquet")
     with pytest.raises(PrismError, match="column 'pass'"):
         store.read_samples(tmp_path / "pass.parquet")
+
+
+def test_train_notes_thin_models_and_evaluate_notes_in_sample_scores(tmp_path, capsys):
+    from predictor.data import store
+    rows = store.read_samples(REPO_ROOT / "samples" / "local-cpu")
+    rows = rows[rows.op.isin(["gemm", "rmsnorm"])]
+    one_shape = rows.groupby(["op", "pass"]).head(3)  # three repeats of one shape each
+    one_shape.to_parquet(tmp_path / "one.parquet")
+    assert main(["train", f"samples={tmp_path / 'one.parquet'}", "hardware=local-cpu",
+                 f"models_dir={tmp_path / 'm'}", "regressor.params.n_estimators=5"]) == 0
+    assert "rest on fewer than 4 shapes" in capsys.readouterr().out
+    assert main(["evaluate", f"samples={tmp_path / 'one.parquet'}", "hardware=local-cpu",
+                 f"models_dir={tmp_path / 'm'}", "--json"]) == 0
+    assert all(r["in_sample"] for r in json.loads(capsys.readouterr().out))

@@ -23,6 +23,8 @@ from pathlib import Path
 from predictor.core.errors import PrismError
 from predictor.data.runs_table import schema_help
 
+#: Shapes below which a trained model is reported as thin (prism train's note).
+FEW_SHAPES = 4
 #: What ``output=`` can print.
 OUTPUTS = ("table", "json")
 _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=h100-sxm, "
@@ -289,6 +291,12 @@ def _train(args) -> int:
                               for f in models.manifest["models"][f"{op}/{p}"]["files"].values()) / 1024)}
             for (op, p), m in sorted(models.models.items())]
     table = pd_table(rows) + f"\n{len(rows)} models for {hw.name} in {directory} ({elapsed:.1f} s)"
+    thin = [f"{r['op']}/{r['pass']} ({r['shapes']})" for r in rows
+            if r["shapes"] < FEW_SHAPES or not r["calibration_shapes"]]
+    if thin:
+        table += (f"\nnote: {len(thin)} model(s) rest on fewer than {FEW_SHAPES} shapes or have none held out to "
+                  f"calibrate their intervals: {', '.join(thin)}; away from those shapes they follow the roofline "
+                  f"floor alone and their bands are not calibrated: sample more shapes (sampling.shapes_per_op)")
     if framework_us is not None:
         table += (f"\nframework time {framework_us:.1f} us per compute call in the traced steps (reported, not "
                   f"added: predictions compose the framework's calls as host ops)")
@@ -299,7 +307,7 @@ def _train(args) -> int:
     use = f"prism predict hardware={hw.name} models_dir={root}"
     table += f"\npredict with them: {use} (every verb that reads models takes models_dir={root})"
     _print(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
-                 "models": rows, "traced_framework_us_per_call": framework_us,
+                 "models": rows, "few_shapes": thin, "traced_framework_us_per_call": framework_us,
                  "variability": models.variability.to_dict() if models.variability else None,
                  "predict": use}, table)
     return 0
@@ -307,15 +315,19 @@ def _train(args) -> int:
 
 def _evaluate(args) -> int:
     from predictor.latency.artifacts import ModelSet, models_dir
-    from predictor.latency.evaluate import evaluate
+    from predictor.latency.evaluate import evaluate, trained_on
     cfg = _load(args)
     hw, samples = _hardware_and_samples(cfg)
     models = ModelSet.load(models_dir(cfg.models_dir) / hw.name, hw)
     result = evaluate(models, samples, by=cfg.by)
     if result.empty:
         raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name}", field='samples')
-    _print(cfg, result.to_dict(orient="records"),
-           result.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    table = result.to_string(index=False, float_format=lambda v: f"{v:.4f}")
+    in_sample = trained_on(models, samples)
+    if in_sample:
+        table += ("\nnote: these are the samples the models were trained on (the manifest's hash): the scores are "
+                  "in-sample; evaluate on samples kept out of training (another run) for a test")
+    _print(cfg, [r | {"in_sample": in_sample} for r in result.to_dict(orient="records")], table)
     return 0
 
 

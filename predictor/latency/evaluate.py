@@ -13,7 +13,7 @@ import pandas as pd
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS
-from predictor.latency.artifacts import ModelSet, shape_groups
+from predictor.latency.artifacts import ModelSet, data_hash, shape_groups
 from predictor.latency.backward_entry import without_entry
 
 COLUMNS = ["op", "pass", "group", "network", "n", "rows", "mape_median", "pinball", "coverage_80", "coverage_90"]
@@ -42,6 +42,20 @@ def metrics(rows: pd.DataFrame, quantiles: np.ndarray, levels, groups: np.ndarra
             "coverage_80": inside(0.1, 0.9), "coverage_90": inside(0.05, 0.95)}
 
 
+def _as_trained(models: ModelSet, samples: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``samples`` the way ``prism train`` reads them for the models' hardware."""
+    rows, _ = without_entry(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)],
+                            models.hw.host.asynchronous)
+    return rows
+
+
+def trained_on(models: ModelSet, samples: pd.DataFrame) -> bool:
+    """Whether ``samples`` are the very rows ``models`` were trained on (the manifest's hash):
+    scores on them are in-sample, not a test."""
+    return data_hash(_as_trained(models, samples)[["op", "pass", "latency_us"]]) == \
+        models.manifest.get("samples", {}).get("hash")
+
+
 def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
     """One row per (op, pass, group): collectives group by topology (nodes x ranks per node)
     unless ``by`` names another column (e.g. ``origin``). ``network`` names, for
@@ -50,8 +64,7 @@ def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> 
     if by is not None and by not in samples.columns:
         columns = ", ".join(map(str, samples.columns))
         raise PrismError(f"by={by}: no such column of the samples; choose one of {columns}", field="by")
-    rows, _ = without_entry(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)],
-                            models.hw.host.asynchronous)  # as the models were trained
+    rows = _as_trained(models, samples)
     network = models.manifest.get("collective_network") or ""
     out = []
     for (op, pass_), g in rows.groupby(["op", "pass"], sort=True):
