@@ -19,6 +19,7 @@ GB200/GB300 NVL72 racks, whose 72 GPUs over 18 four-GPU nodes share one NVLink f
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -111,8 +112,8 @@ def check_pue(value) -> float:
         pue = float(value)
     except (TypeError, ValueError):
         pue = float("nan")  # fails the range check below
-    if not pue >= 1.0:
-        raise PrismError(f"pue={value}: power usage effectiveness, a number >= 1 (1.0 = GPU board power only; "
+    if not 1.0 <= pue < math.inf:
+        raise PrismError(f"pue={value}: power usage effectiveness, a finite number >= 1 (1.0 = GPU board power only; "
                          f"e.g. pue=1.2 adds a 20% facility overhead)", field='pue')
     return pue
 
