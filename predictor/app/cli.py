@@ -35,7 +35,7 @@ _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=
 def _load(args):
     from predictor.app.config import compose
     overrides = list(args.overrides)
-    if args.json:
+    if args.json and "output=json" not in overrides:
         overrides.append("output=json")
     composition = compose(overrides)
     if args.show_config:
