@@ -186,18 +186,19 @@ class ModelSet:
     """
 
     def __init__(self, hw: HardwareConfig, quantiles, models: dict, manifest: dict | None = None,
-                 variability: MeasuredVariability | None = None):
+                 variability: MeasuredVariability | None = None, directory: Path | None = None):
         self.hw = hw
         self.quantiles = tuple(quantiles)
         self.models = models
         self.manifest = manifest or {}
         self.variability = variability  # sigmas fitted on the samples' repeats (variability.json), if any
+        self.directory = directory  # the folder they were loaded from (None: built in memory)
 
     def with_hardware(self, hw: HardwareConfig) -> ModelSet:
         """The same models queried for ``hw``: a copy of their profile with another network
         (a job on its own cluster), or a profile that borrows them (``models_from``); the
         floors, and so the predictions, follow ``hw``."""
-        return ModelSet(hw, self.quantiles, self.models, self.manifest, self.variability)
+        return ModelSet(hw, self.quantiles, self.models, self.manifest, self.variability, self.directory)
 
     @property
     def calibration(self) -> Calibration | None:
@@ -305,7 +306,7 @@ class ModelSet:
                 raise PrismError(f"{key}: trained on features {entry['features']}, this PRISM "
                                  f"computes {feature_names(entry['op'])}; retrain with prism train", field=key)
             models[(entry["op"], entry["pass"])] = partial(_operator_model, entry, boosters, manifest["quantiles"])
-        return cls(hw, manifest["quantiles"], LazyModels(models), manifest, read_variability(directory))
+        return cls(hw, manifest["quantiles"], LazyModels(models), manifest, read_variability(directory), directory)
 
 
 def _operator_model(entry: dict, boosters: dict[str, bytes], quantiles: list[float]) -> OperatorModel:
@@ -448,7 +449,10 @@ def foreign_device(models: ModelSet | None) -> str | None:
     if device["name"] == here and (not device["hosts"] or host in device["hosts"]):
         return None
     name = models.hw.name
-    return (f"models/{name} were sampled on {device['name']} (host {', '.join(device['hosts']) or '?'}), not on "
+    folder = Path(models.directory or f"models/{name}")
+    if folder.is_absolute() and folder.is_relative_to(Path.cwd()):
+        folder = folder.relative_to(Path.cwd())
+    return (f"{folder} were sampled on {device['name']} (host {', '.join(device['hosts']) or '?'}), not on "
             f"this machine ({here}, host {host}): they describe that CPU. Sample and train this one: "
             f"prism sample hardware={name} sampling=quick output_dir=samples/cpu, then prism train "
             f"samples=samples/cpu hardware={name}, and predict with models_dir=runs/models "
