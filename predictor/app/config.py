@@ -159,11 +159,6 @@ def _load_option(group: str, name: str, files: list[Path]) -> dict:
 def compose(overrides: list[str] = ()) -> Composition:
     """Compose ``conf/config.yaml`` with ``key=value`` overrides (Hydra's grammar)."""
     parsed = [_parse(text) for text in overrides]
-    seen: dict[str, str] = {}
-    for s in parsed:  # as Hydra: one value per key, so that a later one never silently wins
-        if s.key in seen:
-            raise PrismError(f"{s.key}: set twice ({seen[s.key]!r}, then {s.text!r}); keep one", field=s.key)
-        seen[s.key] = s.text
     choices = {s.key: _choice(s) for s in parsed if s.key in GROUPS}
     settings = [s for s in parsed if s.key not in GROUPS]
     root = _read(ROOT_FILE)
