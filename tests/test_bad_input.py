@@ -31,7 +31,6 @@ JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
     ([*JOB, "train_tokens=inf"], "train_tokens=inf"),
     ([*JOB, "output=xml"], "output=xml"),
     ([*JOB, "model.family=bert"], "model.family='bert'"),
-    ([*JOB, "gpus=16"], "gpus: set twice"),  # the later value would win silently
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "seed=abc"], "seed='abc'"),
 ])

@@ -37,12 +37,6 @@ def _load(args):
     overrides = list(args.overrides)
     if args.json and "output=json" not in overrides:
         overrides.append("output=json")
-    seen: dict[str, str] = {}
-    for text in overrides:  # as Hydra's command line: one value per key, never a silent last one
-        key = text.partition("=")[0].lstrip("+~")
-        if key in seen:
-            raise PrismError(f"{key}: set twice ({seen[key]!r}, then {text!r}); keep one", field=key)
-        seen[key] = text
     composition = compose(overrides)
     if args.show_config:
         from predictor.app.config_text import show_config
