@@ -231,12 +231,19 @@ def placements(mesh: Mesh, k: int) -> dict[str, list[int]]:
     return out
 
 
+def slow_node_count(work: Workload, a: AnalysisConfig) -> int:
+    """``analysis.slow_nodes``, or by default :data:`SLOW_NODES` capped at the job's nodes."""
+    if a.slow_nodes is not None:
+        return a.slow_nodes
+    return min(SLOW_NODES, math.ceil(work.gpus / work.mesh.gpus_per_node))
+
+
 def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisConfig, seed: int) -> list[dict]:
     """Step time of ``work`` with ``a.slow_nodes`` slow nodes in each placement, first row
     none (every placement draws the same random numbers)."""
     gpn = work.mesh.gpus_per_node
     nodes = math.ceil(work.gpus / gpn)
-    count = min(SLOW_NODES, nodes) if a.slow_nodes is None else a.slow_nodes
+    count = slow_node_count(work, a)
     if count > nodes:
         raise PrismError(f"analysis.slow_nodes={count}: the job has only {nodes} node{'s' * (nodes > 1)} "
                          f"({work.gpus} GPUs / {gpn} per node); choose at most {nodes}", field='analysis.slow_nodes')
@@ -307,8 +314,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     models = trained_models(hardware, models_dir)
     cache = QuantileCache(models, hardware)
     work = decompose(model, par, hardware, gpus)
-    if a.slow_nodes is None:  # the default: SLOW_NODES, or every node of a smaller job
-        a = replace(a, slow_nodes=min(SLOW_NODES, math.ceil(gpus / work.mesh.gpus_per_node)))
+    a = replace(a, slow_nodes=slow_node_count(work, a))  # the default made a number, as reported
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
     dist = compose(work, models, draws=a.draws, seed=seed, cache=cache)
     full = dist.draws

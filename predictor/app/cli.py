@@ -231,13 +231,7 @@ def _import_trace(args) -> int:
     try:
         cost = None if cost is None else float(cost)
     except ValueError:
-        cost = math.nan  # refused below
-    if cost is not None and not 0 <= cost < math.inf:
-        raise PrismError(f"profiler_cost_us={settings['profiler_cost_us']}: give the microseconds (>= 0) one "
-                         f"recorded event costs, e.g. 0.5", field='profiler_cost_us')
-    if settings["hardware"] is not None:
-        from predictor.core.profiles import load_hardware
-        load_hardware(settings["hardware"])  # an unknown name: one line listing the profiles
+        cost = math.nan  # import_trace refuses it, naming the setting
     report = import_trace(files, settings["out"], settings["hardware"], cost, progress=sys.stderr.isatty())
     _print_reports(report, settings["json"])
     return 0

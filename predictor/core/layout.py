@@ -41,6 +41,8 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+#: The layout's whole-number settings.
+COUNTS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "global_batch_size")
 #: The layout's on/off settings.
 SWITCHES = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
             "moe_force_balance", "overlap_ep_comm")
@@ -73,7 +75,7 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     as in Megatron-Core: :mod:`predictor.core.mesh`); ``seq`` defaults to
     ``model.seq_length``.
     """
-    for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "global_batch_size"):
+    for name in COUNTS:
         check_number(f"parallel.{name}", getattr(par, name), integer=True)
     for name in SWITCHES:
         if not isinstance(getattr(par, name), bool):  # "false" from a CSV or JSON would count as on
@@ -218,9 +220,8 @@ def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
     (:func:`with_default_batch`)."""
     for axis in ("tp", "pp", "cp", "dp"):
         check_number(f"parallel.{axis}", getattr(par, axis), integer=True)
-    counts = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "global_batch_size")
     # numpy ints from a DataFrame row as Python ints, so that what is reported is plain JSON
-    par = replace(par, **{k: int(v) for k in counts if isinstance(v := getattr(par, k), numbers.Integral)})
+    par = replace(par, **{k: int(v) for k in COUNTS if isinstance(v := getattr(par, k), numbers.Integral)})
     per_replica = par.replica_gpus
     if gpus:
         if par.dp != 1 and par.dp * per_replica != gpus:

@@ -32,11 +32,9 @@ DISPATCHERS = ("alltoall", "flex", "allgather")
 def check_number(key: str, value, *, integer: bool = False, zero: bool = False) -> None:
     """Raise one :class:`PrismError` naming ``key`` unless ``value`` is a finite number
     above zero (at least zero where ``zero``), and an integer where ``integer``."""
-    if type(value) is int or (type(value) is float and not integer):  # the common case, without the ABCs
-        if (value >= 0 if zero else value > 0) and (integer or math.isfinite(value)):
-            return
-    elif (isinstance(value, Integral if integer else Real) and not isinstance(value, bool)
-          and math.isfinite(value) and (value >= 0 if zero else value > 0)):
+    kind = Integral if integer else Real
+    if (isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+            and (value >= 0 if zero else value > 0)):
         return
     what = ("a non-negative " if zero else "a positive ") + ("integer" if integer else "finite number")
     raise PrismError(f"{key}={value!r}: must be {what}", field=key)

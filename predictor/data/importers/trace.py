@@ -538,6 +538,11 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     if not paths:
         raise PrismError("import-trace: no trace files given; pass the JSON files torch.profiler exported",
                          field='import-trace')
+    if hardware is not None:
+        load_hardware(hardware)  # an unknown name: one line listing the profiles, before any file is read
+    if profiler_cost_us is not None and not 0 <= profiler_cost_us < math.inf:
+        raise PrismError(f"profiler_cost_us={profiler_cost_us}: give the microseconds (>= 0) one recorded event "
+                         f"costs, e.g. 0.5", field='profiler_cost_us')
     readers = []
     for path in tqdm(paths, desc="traces", unit="file", disable=not progress):
         reader = _TraceReader(path)
