@@ -1,5 +1,6 @@
 """prism search: enumeration, filters, ranking, Pareto fronts, the screen against the composer."""
 import json
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import predictor.analyses.search as search_module
 from predictor.analyses.search import MIN_CP_TOKENS, enumerate_layouts, invalid_reason, pareto_front, screen, search
 from predictor.app.cli import main
 from predictor.app.config import load_config
@@ -169,6 +171,36 @@ def test_screen_agrees_with_the_composer():
     for work, draws in zip(works, screened):
         exact = compose(work, models, draws=2000, cache=cache).draws
         np.testing.assert_allclose(np.quantile(draws, [0.5, 0.95]), np.quantile(exact, [0.5, 0.95]), rtol=0.015)
+
+
+def test_a_layouts_screened_draws_do_not_depend_on_the_layouts_beside_it():
+    """Each call and stage position draws from its own stream: screened alone or among
+    others, a layout gets the same step times (the search screens its parts apart)."""
+    model, hw = load_model("llama3-8b"), A100
+    models = trained_models(hw)
+    base = ParallelConfig(global_batch_size=256, sequence_parallel=True)
+    works = [decompose(model, replace(base, dp=4, tp=4, pp=4), hw, 64),
+             decompose(model, replace(base, dp=8, tp=8), hw, 64),
+             decompose(model, replace(base, dp=2, tp=8, pp=4, micro_batch_size=2), hw, 64)]
+    together = screen(works, models, QuantileCache(models, hw), draws=64, seed=3)
+    for work, draws in zip(works, together):
+        np.testing.assert_allclose(screen([work], models, QuantileCache(models, hw), draws=64, seed=3)[0], draws,
+                                   rtol=1e-12)
+    assert not np.allclose(screen(works[:1], models, QuantileCache(models, hw), draws=64, seed=4)[0], together[0])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the search forks only on Linux")
+def test_search_in_worker_processes_ranks_as_in_one(monkeypatch, small):
+    """Parts screened in forked workers come back to the very ranking of one process."""
+    monkeypatch.setattr(search_module, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(search_module, "_workers", lambda: 2)
+    forked = _search()
+    assert forked.counts == small.counts
+    assert [(d["dp"], d["tp"], d["pp"], d["cp"], d["vpp"], d["mbs"], d["recompute"], d["sharding"])
+            for d in forked.layouts] == [(d["dp"], d["tp"], d["pp"], d["cp"], d["vpp"], d["mbs"], d["recompute"],
+                                          d["sharding"]) for d in small.layouts]
+    np.testing.assert_allclose([d["p50_s"] for d in forked.layouts], [d["p50_s"] for d in small.layouts],
+                               rtol=1e-9)
 
 
 def test_the_top_layout_is_what_prism_predict_says(capsys):

@@ -17,6 +17,9 @@ Thousands of layouts in a few seconds, in three steps:
    step times of all layouts at once by the composer's own stage arithmetic
    (:mod:`predictor.engine.stages`), with common random numbers, and shortens only the
    pipeline walk: exact at the median stage times, scaled per draw by a closed form.
+   Steps 1 and 2 run in parts over forked worker processes, one per CPU (on Linux, from
+   :data:`PARALLEL_FROM` candidates, when no other thread runs); a layout's screened draws
+   do not depend on the part it is in, so the ranking is the same as in one process.
 3. The best :data:`FINALISTS` by the screen (at least ``top``) are composed by
    :func:`~predictor.engine.compose.compose` itself with :data:`FINAL_DRAWS` draws, as
    ``prism predict`` would, and the ranking is redone with their figures; a layout the
@@ -40,7 +43,13 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
+import multiprocessing
 import numbers
+import os
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -224,25 +233,35 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     variability.
     """
     check_rank_by(rank_by)
-    model, hw = works[0].model, works[0].hardware
-    cache = cache or QuantileCache(models, hw)
+    first = works[0]
+    cache = cache or QuantileCache(models, first.hardware)
     if memory_gib is None:
-        memory_gib = [memory_per_gpu(model, w.parallel, flash_attention=w.parallel.attention == "flash").total_gib
+        memory_gib = [memory_per_gpu(first.model, w.parallel, flash_attention=w.parallel.attention == "flash").total_gib
                       for w in works]
-    memory = np.asarray(memory_gib, dtype=float)
     steps = screen(works, models, cache, SCREEN_DRAWS, seed)
+    return _rank(steps, memory_gib, [w.parallel for w in works], works.__getitem__, first, models, cache, rank_by,
+                 top, seed, framework)
+
+
+def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], work_of, like: Workload, models,
+          cache: QuantileCache, rank_by: str, top: int, seed: int, framework: str) -> Ranking:
+    """:func:`rank_layouts` from the screen's ``steps`` (layouts, draws) of ``layouts``;
+    ``work_of(i)`` is layout i's workload, asked for the layouts composed in full; ``like``
+    any of them (model, hardware, GPUs and sequence)."""
+    model, hw, memory = like.model, like.hardware, np.asarray(memory_gib, dtype=float)
     stats = {"p50": np.quantile(steps, 0.5, axis=1), "p90": np.quantile(steps, 0.9, axis=1),
              "p95": np.quantile(steps, 0.95, axis=1), "mean": steps.mean(axis=1)}
-    composed = np.zeros(len(works), bool)
+    composed = np.zeros(len(layouts), bool)
     doubt_model, tier, interval80 = shipped_model(), evidence_tier(models), {}
 
     def compose_in_full(indices):
         for i in indices:
             if not composed[i]:
-                dist = compose(works[i], models, draws=FINAL_DRAWS, seed=seed, cache=cache)
+                work = work_of(i)
+                dist = compose(work, models, draws=FINAL_DRAWS, seed=seed, cache=cache)
                 for name, q in RANK_BY.items():
                     stats[name][i] = dist.draws.mean() if q is None else np.quantile(dist.draws, q)
-                interval80[i] = predictive_report(doubt_of(works[i], dist, tier, framework, doubt_model))[
+                interval80[i] = predictive_report(doubt_of(work, dist, tier, framework, doubt_model))[
                     "interval_s"]["80%"]
                 composed[i] = True
 
@@ -255,20 +274,20 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
         compose_in_full(order[:top])
     order = np.argsort(key, kind="stable")
     fronts = pareto_front(memory, key), pareto_front(stats["p50"], stats["p95"] / stats["p50"])
-    gpus, peak = works[0].gpus, hw.peak(hw.train_dtype)
-    layouts = []
+    gpus, peak = like.gpus, hw.peak(hw.train_dtype)
+    ranked = []
     for rank, i in enumerate(order, 1):
-        w, p50 = works[i], float(stats["p50"][i])
-        tokens = w.tokens_per_step
-        layouts.append({"rank": rank, **_layout_fields(w.parallel),
-                        **{f"{name}_s": float(stats[name][i]) for name in RANK_BY},
-                        "risk": float(stats["p95"][i]) / p50, "memory_gib": float(memory[i]),
-                        "tokens_per_s": tokens / p50,
-                        "mfu": model_flops_per_step(model, tokens, w.seq) / (p50 * gpus * peak),
-                        "median_step_80_s": interval80.get(i), "composed": bool(composed[i])})
+        par, p50 = layouts[i], float(stats["p50"][i])
+        tokens = par.global_batch_size * like.seq
+        ranked.append({"rank": rank, **_layout_fields(par),
+                       **{f"{name}_s": float(stats[name][i]) for name in RANK_BY},
+                       "risk": float(stats["p95"][i]) / p50, "memory_gib": float(memory[i]),
+                       "tokens_per_s": tokens / p50,
+                       "mfu": model_flops_per_step(model, tokens, like.seq) / (p50 * gpus * peak),
+                       "median_step_80_s": interval80.get(i), "composed": bool(composed[i])})
     position = np.empty(len(order), int)
     position[order] = np.arange(len(order))
-    return Ranking(layouts, [int(i) for i in order], [int(position[i]) for i in fronts[0]],
+    return Ranking(ranked, [int(i) for i in order], [int(position[i]) for i in fronts[0]],
                    [int(position[i]) for i in fronts[1]])
 
 
@@ -319,12 +338,14 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
     t0 = time.perf_counter()
     model, hardware, base = as_model(model), as_hardware(hardware), as_layout(base)
     rank_by = check_rank_by(rank_by)
+    framework = check_framework(framework)
     if not isinstance(top, numbers.Integral) or isinstance(top, bool) or top < 1:
         raise PrismError(f"top={top!r}: how many layouts to list, a positive integer, e.g. top=10", field='top')
     top = int(top)
     if gpus is None:
         raise PrismError("gpus: search needs the job's GPU count, e.g. gpus=1024", field="gpus")
     gpus = check_gpus(gpus)
+    check_number("seed", seed, integer=True, zero=True)
     check_number("parallel.global_batch_size", base.global_batch_size, integer=True, zero=True)
     plain = ParallelConfig()
     fixed = [f"parallel.{key}={getattr(base, key)}" for key in SEARCHED if getattr(base, key) != getattr(plain, key)]
@@ -335,6 +356,71 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
     batch = base.global_batch_size or resolve_layout(base, gpus).global_batch_size
     # tp is searched inside one NVLink domain: a node, or a whole NVL72 rack of 4-GPU nodes
     candidates = enumerate_layouts(model, gpus, hardware.nvlink_domain, batch, base)
+    models = trained_models(hardware, models_dir)
+    parts = _screen_all(candidates, (model, hardware, gpus, models, seed))
+    invalid: dict[str, int] = {}
+    for part in parts:
+        for reason, n in part.invalid.items():
+            invalid[reason] = invalid.get(reason, 0) + n
+    too_big = sum(part.too_big for part in parts)
+    fitting = [par for part in parts for par in part.fitting]
+    if not fitting:
+        raise PrismError(f"gpus={gpus}: none of the {len(candidates)} layouts of {model.name} with a global batch of "
+                         f"{batch} fits in {hardware.memory.capacity_gib:g} GiB per GPU ({too_big} too big, "
+                         f"{sum(invalid.values())} invalid); use more GPUs or a smaller parallel.global_batch_size",
+                         field='gpus')
+    like = decompose(model, fitting[0], hardware, gpus)
+    ranking = _rank(np.concatenate([part.steps for part in parts]), [g for part in parts for g in part.memory],
+                    fitting, lambda i: decompose(model, fitting[i], hardware, gpus), like, models,
+                    QuantileCache(models, hardware), rank_by, top, seed, framework)
+    return SearchResult(
+        model=model.name, hardware=hardware.name, gpus=gpus, global_batch_size=batch, seq_length=model.seq_length,
+        rank_by=rank_by, top=top,
+        counts={"enumerated": len(candidates), "invalid": sum(invalid.values()), "do_not_fit": too_big,
+                "ranked": len(fitting), "invalid_by_reason": invalid},
+        layouts=ranking.layouts, front_memory=ranking.front_memory, front_risk=ranking.front_risk,
+        draws={"screen": SCREEN_DRAWS, "composed": FINAL_DRAWS}, tier=evidence_tier(models),
+        seconds=time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------- steps 1 and 2, in parallel
+
+class _Screened(NamedTuple):
+    """Steps 1 and 2 for a part of the candidates: the refused by reason, those too big, and
+    the fitting ones with their memory per GPU and screened step times (fitting, draws)."""
+
+    invalid: dict[str, int]
+    too_big: int
+    fitting: list[ParallelConfig]
+    memory: list[float]
+    steps: np.ndarray
+
+
+#: The search under way, as the worker processes inherit it: (model, hardware, gpus,
+#: models, seed, quantile cache).
+_JOB: tuple | None = None
+#: Fewest candidates worth forking for; parts per worker (the layouts' costs differ).
+PARALLEL_FROM = 2000
+PARTS_PER_WORKER = 4
+
+
+def _start(job: tuple) -> None:
+    global _JOB
+    model, hardware, gpus, models, seed = job
+    _JOB = (model, hardware, gpus, models, seed, QuantileCache(models, hardware))
+
+
+def _start_worker(job: tuple) -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the pool and says so once,
+    # and the pool's SIGTERM ends a worker without the CLI's handler (inherited) in the way
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _start(job)
+
+
+def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
+    """Check, size, decompose and screen ``candidates`` for the search in :data:`_JOB`."""
+    model, hardware, gpus, models, seed, cache = _JOB
     invalid: dict[str, int] = {}
     fitting, memory, too_big = [], [], 0
     for par in candidates:
@@ -348,12 +434,6 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
             continue
         fitting.append(par)
         memory.append(gib)
-    if not fitting:
-        raise PrismError(f"gpus={gpus}: none of the {len(candidates)} layouts of {model.name} with a global batch of "
-                         f"{batch} fits in {hardware.memory.capacity_gib:g} GiB per GPU ({too_big} too big, "
-                         f"{sum(invalid.values())} invalid); use more GPUs or a smaller parallel.global_batch_size",
-                         field='gpus')
-    models = trained_models(hardware, models_dir)
     # decompose reads the schedule not at all and vpp only for the layer split, which the
     # enumerated vpps (dividing the layers evenly) leave as vpp=1 has it: one decomposition
     # serves every vpp of a layout
@@ -365,12 +445,35 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
         if key not in shared:
             shared[key] = decompose(model, plain, hardware, gpus)
         works.append(replace(shared[key], parallel=par))
-    ranking = rank_layouts(works, models, rank_by, top, seed, memory, framework=check_framework(framework))
-    return SearchResult(
-        model=model.name, hardware=hardware.name, gpus=gpus, global_batch_size=batch, seq_length=model.seq_length,
-        rank_by=rank_by, top=top,
-        counts={"enumerated": len(candidates), "invalid": sum(invalid.values()), "do_not_fit": too_big,
-                "ranked": len(fitting), "invalid_by_reason": invalid},
-        layouts=ranking.layouts, front_memory=ranking.front_memory, front_risk=ranking.front_risk,
-        draws={"screen": SCREEN_DRAWS, "composed": FINAL_DRAWS}, tier=evidence_tier(models),
-        seconds=time.perf_counter() - t0)
+    steps = screen(works, models, cache, SCREEN_DRAWS, seed) if works else np.empty((0, SCREEN_DRAWS))
+    return _Screened(invalid, too_big, fitting, memory, steps)
+
+
+def _workers() -> int:
+    """Processes to screen in: the CPUs this process may use, where forking is safe (Linux,
+    and no other thread: a fork copies none, so a lock another thread holds stays taken)."""
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return 1
+    return len(os.sched_getaffinity(0))
+
+
+def _screen_all(candidates: list[ParallelConfig], job: tuple) -> list[_Screened]:
+    """Steps 1 and 2 for every candidate, in parts spread over :func:`_workers` forked
+    processes (the screen's draws do not depend on which layouts share a part:
+    :mod:`predictor.engine.screen`), in order."""
+    workers = _workers() if len(candidates) >= PARALLEL_FROM else 1
+    if workers == 1:
+        _start(job)
+        try:
+            return [_screen_part(candidates)]
+        finally:
+            _start_over()
+    size = math.ceil(len(candidates) / (workers * PARTS_PER_WORKER))
+    parts = [candidates[i:i + size] for i in range(0, len(candidates), size)]
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker, initargs=(job,)) as pool:
+        return pool.map(_screen_part, parts, chunksize=1)
+
+
+def _start_over() -> None:
+    global _JOB
+    _JOB = None

@@ -7,9 +7,14 @@ at the pace of its slowest GPU, the largest of N such factors, drawn directly as
 order statistic ``F^-1(u^(1/N))`` (David & Nagaraja, *Order Statistics*, 3rd ed., §2.1:
 the maximum of N iid variables has CDF ``F^N``), whatever N is. Every collective of a
 step shares one lognormal communication regime (congestion is correlated).
+
+:class:`KeyedStreams` gives each named thing (an operator call, a stage position) its own
+stream of uniforms, fixed by the seed and the thing alone: the search screens its layouts
+in several processes and still draws every call alike in every layout.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,3 +92,40 @@ def max_of_lognormals(sigma: float, n: int, u: np.ndarray) -> np.ndarray:
     if sigma <= 0:
         return np.ones_like(u)
     return np.exp(sigma * ndtri(np.clip(u, 1e-12, 1 - 1e-12) ** (1.0 / n)))
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (Steele, Lea & Flood 2014, "Fast splittable
+    pseudorandom number generators", OOPSLA): a bijection of uint64 that scrambles every bit."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def stable_key(thing) -> int:
+    """A 64-bit key of ``thing``'s repr, the same in every process (Python's own hash of a
+    string is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(repr(thing).encode(), digest_size=8).digest(), "little")
+
+
+@dataclass(frozen=True)
+class KeyedStreams:
+    """Uniforms per named thing that depend on ``seed`` and the thing only, not on what
+    else is drawn or in which process: SplitMix64 streams started at each key."""
+
+    seed: int
+
+    def uniform(self, things: list, draws: int) -> np.ndarray:
+        """(len(things), draws) uniforms in (0, 1), one stream per thing."""
+        with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as SplitMix64 means it to
+            keys = np.array([stable_key(t) for t in things], dtype=np.uint64).reshape(-1, 1)
+            start = _mix(keys ^ _mix(np.array([self.seed], dtype=np.uint64)))
+            x = _mix(start + np.arange(1, draws + 1, dtype=np.uint64) * _GOLDEN)
+        return ((x >> np.uint64(11)).astype(float) + 0.5) * 2.0 ** -53
+
+    def generator(self, name: str) -> np.random.Generator:
+        """A numpy generator of its own for ``name`` (draws of one shape, e.g. per step)."""
+        return np.random.default_rng([self.seed, stable_key(name)])

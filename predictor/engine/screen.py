@@ -3,7 +3,9 @@
 The stage arithmetic is the composer's own (:mod:`predictor.engine.stages`), run over
 every stage of every layout at once with common random numbers: the same draw of an
 operator call in every layout that makes it, and the same slowest-GPU uniforms per stage
-position, so that layouts are compared on equal luck. Only the pipeline walk is
+position, so that layouts are compared on equal luck; each call and position draws from
+a stream of its own (:class:`~predictor.engine.draws.KeyedStreams`), so a layout's figures
+do not depend on which layouts are screened with it. Only the pipeline walk is
 shortened. It is walked exactly (:func:`predictor.engine.schedule.steady_pipeline`) at
 the median stage times (every call, the slowest GPU and the regime at their medians),
 once per layout; each draw then scales a rank's end by the ratio of the closed-form
@@ -17,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from predictor.core.specs import check_number
-from predictor.engine.draws import Spread, max_of_lognormals
+from predictor.engine.draws import KeyedStreams, Spread, max_of_lognormals
 from predictor.engine.schedule import steady_pipeline
 from predictor.engine.stages import StagePlan, draw_stage_sums, stage_times
 from predictor.latency.lookup import QuantileCache
@@ -58,15 +60,15 @@ def screen(works: list[Workload], models, cache: QuantileCache, draws: int, seed
     module docstring's shortcut."""
     check_number("seed", seed, integer=True, zero=True)
     check_number("draws", draws, integer=True)
-    rng = np.random.default_rng(seed)
+    streams = KeyedStreams(seed)  # a layout's draws do not depend on the others screened with it
     plan = StagePlan.of(works)
-    sums = draw_stage_sums(plan, models, cache, draws, rng)
+    sums = draw_stage_sums(plan, models, cache, draws, streams)
     spread = Spread.of(variability_of(works[0].hardware, models).spec)
     groups, group_of_layout = np.unique([w.mesh.gpus_per_stage for w in works], return_inverse=True)
     # the slowest of a stage's GPUs: common random numbers per stage position
-    u = rng.uniform(size=(plan.pp.max(), draws))
+    u = streams.generator("stage positions").uniform(size=(plan.pp.max(), draws))
     speeds = np.stack([max_of_lognormals(spread.gpu, int(n), u) for n in groups])
-    regime = spread.regime_factor(rng, draws)
+    regime = spread.regime_factor(streams.generator("communication regime"), draws)
     vpp = np.array([w.parallel.vpp for w in works])
     group_of_row = group_of_layout[plan.layout]
 

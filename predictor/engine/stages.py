@@ -40,7 +40,7 @@ from scipy.sparse import csr_matrix
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS, Call
-from predictor.engine.draws import inverse_cdf
+from predictor.engine.draws import KeyedStreams, inverse_cdf
 from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import Evidence, QuantileCache, in_step
 from predictor.latency.regressor import DEFAULT_QUANTILES
@@ -216,9 +216,13 @@ def _parts(plan: StagePlan, calls: list[Call], kinds, where, cols) -> np.ndarray
                      step[cols])
 
 
-def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int, rng: np.random.Generator,
-                    calibration: Calibration | None = None, hold=()) -> StageSums:
+def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int,
+                    rng: np.random.Generator | KeyedStreams, calibration: Calibration | None = None,
+                    hold=()) -> StageSums:
     """Step 1 of the module docstring for every kind of ``plan``, ``draws`` draws.
+
+    ``rng``: a generator draws the distinct calls in turn; :class:`KeyedStreams` give each
+    call (and tp degree) a stream of its own, whatever else is drawn.
 
     ``calibration`` (default: the one stored with ``models``, if any) turns operator
     quantiles into in-step ones; under one, a call is drawn apart for each tp degree.
@@ -232,7 +236,8 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int, r
     q = in_step(q, calls, degree, calibration)
     levels = np.asarray(DEFAULT_QUANTILES)
     median = q[:, list(levels).index(0.5)]
-    u = rng.uniform(size=(len(calls), draws))
+    u = (rng.uniform(list(zip(calls, degree.tolist())), draws) if isinstance(rng, KeyedStreams)
+         else rng.uniform(size=(len(calls), draws)))
     prior = np.array([e.prior for e in evidence], bool)
     u[prior | _held_residuals(calls, hold)] = 0.5
     deviation = inverse_cdf(q, levels, u) - median[:, None]
