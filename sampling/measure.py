@@ -99,6 +99,9 @@ def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
     if par.attention != "flash":
         raise PrismError(f"parallel.attention={par.attention}: the reference model uses fused SDPA only; "
                          f"set parallel.attention=flash", field='parallel.attention')
+    if par.recompute == "per_op":
+        raise PrismError("parallel.recompute=per_op: the reference model recomputes none, the attention core "
+                         "(selective) or whole blocks (full); choose one of those", field='parallel.recompute')
     if par.sharding not in SHARDINGS:
         raise PrismError(f"parallel.sharding={par.sharding}: the reference workload shards with FSDP2 only; "
                          f"choose one of: {', '.join(SHARDINGS)}", field='parallel.sharding')

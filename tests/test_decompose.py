@@ -54,6 +54,23 @@ def test_full_recompute_adds_one_forward():
     assert _step_flops(full) - _step_flops(base) == pytest.approx(layers_fwd * 2 * 2, rel=1e-6)
 
 
+def test_per_op_recompute_reruns_every_second_projection_and_the_cheap_ops():
+    """torchtitan's per-op policy on Llama 3 8B: of the mms wq, wk, wv, wo, w1, w3, w2 it
+    reruns wk, wo and w3, and every op but the mms and the attention core."""
+    job = ("parallel.tp=2", "parallel.global_batch_size=2")
+    base = _workload(*job, model="llama3-8b")
+    per_op = _workload(*job, "parallel.recompute=per_op", model="llama3-8b")
+    m, tokens = base.model, 8192
+    h, kv, ffn, layers = m.hidden_size, m.num_kv_heads * m.head_dim // 2, m.ffn_hidden_size // 2, m.num_layers
+    reruns = 2 * tokens * h * (kv + h // 2 + ffn) * layers  # wk, wo (its k is h/tp), w3 on one TP rank
+    extra = [c for c in per_op.stages[0].backward if c.pass_ == "fwd" and c.role == "compute"]
+    assert sum(c.count * flops(c.op, c.pass_, c.shape_dict) for c in extra if c.op == "gemm") == reruns
+    assert not any(c.op == "attention" for c in extra)
+    assert {c.op for c in extra} - {"gemm"} == {"rmsnorm", "residual_add", "rope", "swiglu"}
+    assert _workload(*job, "parallel.recompute=selective", model="llama3-8b").stages[0].backward != \
+        per_op.stages[0].backward
+
+
 def test_tensor_parallel_collectives_per_layer():
     plain = _workload("parallel.tp=8", "parallel.global_batch_size=8")
     sp = _workload("parallel.tp=8", "parallel.global_batch_size=8", "parallel.sequence_parallel=true")

@@ -72,6 +72,7 @@ def test_a_timeout_stops_the_run_and_keeps_the_file(tmp_path):
     (["parallel.schedule=zero_bubble"], "parallel.schedule"),
     (["parallel.sequence_parallel=true"], "parallel.sequence_parallel"),
     (["parallel.attention=unfused"], "parallel.attention"),
+    (["parallel.recompute=per_op"], "parallel.recompute"),
     (["parallel.tp=3"], "model.num_heads"),
     (["parallel.tp=4"], "model.num_kv_heads"),
     (["parallel.dp=2", "parallel.tp=2"], "parallel.sharding"),

@@ -84,8 +84,8 @@ def test_blank_cells_take_their_framework_defaults(reference_data):
     blank = {"recompute": "", "seq_parallel": "", "zero_or_distopt": "", "precision": ""}
     titan = row_workload(_row(reference_data, "torchtitan", tp="8", dp="8", **blank), {})  # 64 GPUs
     assert (titan.parallel.recompute, titan.parallel.sequence_parallel, titan.parallel.sharding,
-            titan.hardware.train_dtype) == ("selective", True, "fsdp", "bfloat16")
-    assert "recompute=selective (blank: torchtitan's default)" in titan.assumed
+            titan.hardware.train_dtype) == ("per_op", True, "fsdp", "bfloat16")
+    assert "recompute=per_op (blank: torchtitan's default)" in titan.assumed
     megatron = row_workload(_row(reference_data, "vtrain_multi", **blank), {})
     assert (megatron.parallel.recompute, megatron.parallel.sequence_parallel, megatron.parallel.sharding) == (
         "none", False, "none")
@@ -94,7 +94,18 @@ def test_blank_cells_take_their_framework_defaults(reference_data):
     assert accelerate.hardware.train_dtype == "float32" and "precision=fp32 (blank: accelerate's default)" in \
         accelerate.assumed
     toml = row_workload(_row(reference_data, "torchtitan", recompute="toml default"), {})
-    assert toml.parallel.recompute == "selective"
+    assert toml.parallel.recompute == "per_op"
+
+
+def test_selective_recompute_is_the_frameworks_own(reference_data):
+    """torchtitan's selective checkpointing in its Llama 3 configs is per-op; Megatron's
+    recomputes the attention core; a cell naming the per-op policy reads as it anywhere."""
+    titan = row_workload(_row(reference_data, "torchtitan", recompute="selective"), {})
+    assert titan.parallel.recompute == "per_op" and any("per_op" in note for note in titan.assumed)
+    megatron = row_workload(_row(reference_data, "vtrain_multi", recompute="selective"), {})
+    assert megatron.parallel.recompute == "selective"
+    named = row_workload(_row(reference_data, "vtrain_multi", recompute="per-op SAC"), {})
+    assert named.parallel.recompute == "per_op"
 
 
 def test_interleaving_without_its_size(reference_data):

@@ -15,7 +15,9 @@ from predictor.core.specs import DISPATCHERS, ModelConfig, ParallelConfig, check
 AXES = ("dp", "tp", "pp", "cp", "ep")
 #: The choices of :class:`~predictor.core.specs.ParallelConfig`'s enumerated settings.
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "distributed_optimizer")
-RECOMPUTES = ("none", "selective", "full")
+#: ``selective`` is Megatron's (the attention core, or --recompute-modules); ``per_op`` is
+#: torchtitan's per-op selective checkpointing (selective_ac_option='op').
+RECOMPUTES = ("none", "selective", "per_op", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 ATTENTIONS = ("flash", "unfused")
 #: Megatron-Core's --recompute-modules (megatron/core/transformer/transformer_config.py).

@@ -274,7 +274,7 @@ class ParallelConfig:
     sequence_parallel: bool = False
     micro_batch_size: int = 1
     global_batch_size: int = 0  # 0: micro_batch_size x dp x 4·pp
-    recompute: str = "none"  # none | selective | full
+    recompute: str = "none"  # none | selective | per_op | full (core.layout.RECOMPUTES)
     sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
     schedule: str = "1f1b"  # 1f1b | interleaved | gpipe (predictor.core.layout.SCHEDULES)
     attention: str = "flash"  # flash (fused kernel) | unfused (baddbmm + softmax + bmm)

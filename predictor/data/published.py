@@ -400,6 +400,10 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         sp = family == "torchtitan" and tp > 1
         notes.append(_default_note("seq_parallel", "on" if sp else "off", family))
     recompute = _chosen(row, "recompute", RECOMPUTES, "none", family, notes)
+    if recompute == "selective" and family == "torchtitan":
+        recompute = "per_op"
+        notes.append("recompute per_op (torchtitan's selective mode with the per-op policy of its Llama 3 train "
+                     "configs, selective_ac_option='op')")
     sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
     # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
     # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused

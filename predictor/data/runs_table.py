@@ -52,7 +52,9 @@ class Column:
 #: each with where the framework says so. Frameworks not named take the ``""`` entry.
 FRAMEWORK_DEFAULTS = {
     "recompute": {
-        "torchtitan": ("selective", "torchtitan's ActivationCheckpoint.mode default, torchtitan/config/job_config.py"),
+        "torchtitan": ("per_op", "torchtitan's selective mode (ActivationCheckpoint.mode default, "
+                       "torchtitan/config/job_config.py) with the per-op policy its Llama 3 8B train config sets "
+                       "(selective_ac_option='op'; job_config's own option is every 2nd layer)"),
         "": ("none", "Megatron-LM's --recompute-granularity is unset by default, megatron/training/arguments.py"),
     },
     "seq_parallel": {
@@ -86,7 +88,8 @@ SHARDINGS = {"none": ("ddp", "distributed data parallel"),
              "distributed_optimizer": ("distributed optimizer", "distributed-optimizer", "distopt", "dist-opt"),
              "zero1": ("zero-1", "zero1", "zero stage 1"), "zero2": ("zero-2", "zero2", "zero stage 2"),
              "zero3": ("zero-3", "zero3", "zero stage 3"), "fsdp": ("fsdp", "fsdp1", "fsdp2", "fully sharded")}
-RECOMPUTES = {"selective": ("selective", "sac", "per-op"), "full": ("full",)}
+RECOMPUTES = {"selective": ("selective", "sac"), "per_op": ("per-op", "per_op", "op-level", "op sac"),
+              "full": ("full",)}
 #: Whole-cell spellings of "nothing of the kind" for sharding and recompute (only a whole
 #: cell: "no" inside free text often belongs to another word, "FSDP, no offload").
 NONE_WORDS = ("none", "no", "off", "false", "0", "-", "none listed")  # "none listed": the source lists none
@@ -120,7 +123,7 @@ COLUMNS = (
            "a whole number, or yes/no", limit=64),
     Column("seq_parallel", "switch", False, "sequence parallelism", "torchtitan: on where tp > 1; else off",
            "on/off, yes/no, true/false, 1/0"),
-    Column("recompute", "choice", False, "activation recomputation", "torchtitan: selective; else none",
+    Column("recompute", "choice", False, "activation recomputation", "torchtitan: per_op (its selective mode's per-op policy); else none",
            "none, selective (SAC, per-op), full; 'default': the framework's"),
     Column("zero_or_distopt", "choice", False, "optimizer and weight sharding", "torchtitan: fsdp; else none",
            "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's"),

@@ -45,7 +45,9 @@ s = seq/cp, b = micro-batch, h = hidden, a = heads, t = tp:
 * no parallelism                      ``s·b·h·(34 + 5·a·s/h)``
 * TP, no SP                           ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``
 * TP with SP                          ``s·b·h·(34/t + 5·a·s/(h·t))``
-* selective recompute                 drops the ``5·a·s/(h·t)`` term (attention scores)
+* selective recompute                 drops the ``5·a·s/(h·t)`` term (attention scores);
+  torchtitan's per-op policy (``per_op``) is counted alike, an upper bound: it also frees
+  the outputs it recomputes (norms, activations, every second projection)
 * full recompute                      ``2·s·b·h`` (the layer input; ÷t with SP)
 
 :func:`layer_activation_bytes` rebuilds these from the paper's itemised list (Sec. 4.1) so
@@ -253,7 +255,7 @@ def layer_activation_bytes(model: ModelConfig, seq: int, micro_batch: int, tp: i
     sharded += (6 if model.activation == "swiglu" else 4) * ffn  # GeLU in/out or SwiGLU fc1 out + product
     per_token = replicated / rep_div + sharded
     scores = 0.0
-    if flash_attention or recompute == "selective":
+    if flash_attention or recompute in ("selective", "per_op"):
         if flash_attention:
             per_token += 4 * heads                              # fp32 log-sum-exp per head and token
     else:
