@@ -193,7 +193,7 @@ def test_a_layouts_screened_draws_do_not_depend_on_the_layouts_beside_it():
 def test_search_in_worker_processes_ranks_as_in_one(monkeypatch, small):
     """Parts screened in forked workers come back to the very ranking of one process."""
     monkeypatch.setattr(search_module, "PARALLEL_FROM", 1)
-    monkeypatch.setattr(search_module, "_workers", lambda: 2)
+    monkeypatch.setattr(search_module, "_cpus", lambda: 2)
     forked = _search()
     assert forked.counts == small.counts
     assert [(d["dp"], d["tp"], d["pp"], d["cp"], d["vpp"], d["mbs"], d["recompute"], d["sharding"])

@@ -18,8 +18,9 @@ Thousands of layouts in a few seconds, in three steps:
    (:mod:`predictor.engine.stages`), with common random numbers, and shortens only the
    pipeline walk: exact at the median stage times, scaled per draw by a closed form.
    Steps 1 and 2 run in parts over forked worker processes, one per CPU (on Linux, from
-   :data:`PARALLEL_FROM` candidates, when no other thread runs); a layout's screened draws
-   do not depend on the part it is in, so the ranking is the same as in one process.
+   :data:`PARALLEL_FROM` candidates, when no other thread runs: :class:`_Workers`), and
+   so do step 3's compositions; a layout's screened draws do not depend on the part it is
+   in, so the ranking is the same as in one process.
 3. The best :data:`FINALISTS` by the screen (at least ``top``) are composed by
    :func:`~predictor.engine.compose.compose` itself with :data:`FINAL_DRAWS` draws, as
    ``prism predict`` would, and the ranking is redone with their figures; a layout the
@@ -239,31 +240,39 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
         memory_gib = [memory_per_gpu(first.model, w.parallel, flash_attention=w.parallel.attention == "flash").total_gib
                       for w in works]
     steps = screen(works, models, cache, SCREEN_DRAWS, seed)
-    return _rank(steps, memory_gib, [w.parallel for w in works], works.__getitem__, first, models, cache, rank_by,
-                 top, seed, framework)
+    return _rank(steps, memory_gib, [w.parallel for w in works], first,
+                 lambda indices: [composed_figures(works[i], models, cache, seed, framework) for i in indices],
+                 rank_by, top)
 
 
-def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], work_of, like: Workload, models,
-          cache: QuantileCache, rank_by: str, top: int, seed: int, framework: str) -> Ranking:
+def composed_figures(work: Workload, models, cache: QuantileCache, seed: int, framework: str) -> tuple[dict, list]:
+    """Step 3 for one layout: its :data:`RANK_BY` statistics composed in full, and the 80%
+    predictive interval of its median step."""
+    dist = compose(work, models, draws=FINAL_DRAWS, seed=seed, cache=cache)
+    figures = {name: float(dist.draws.mean() if q is None else np.quantile(dist.draws, q))
+               for name, q in RANK_BY.items()}
+    doubt = doubt_of(work, dist, evidence_tier(models), framework, shipped_model())
+    return figures, predictive_report(doubt)["interval_s"]["80%"]
+
+
+def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], like: Workload, compose_figures,
+          rank_by: str, top: int) -> Ranking:
     """:func:`rank_layouts` from the screen's ``steps`` (layouts, draws) of ``layouts``;
-    ``work_of(i)`` is layout i's workload, asked for the layouts composed in full; ``like``
-    any of them (model, hardware, GPUs and sequence)."""
+    ``compose_figures(indices)`` gives :func:`composed_figures` of those layouts; ``like``
+    is any of their workloads (model, hardware, GPUs and sequence)."""
     model, hw, memory = like.model, like.hardware, np.asarray(memory_gib, dtype=float)
     stats = {"p50": np.quantile(steps, 0.5, axis=1), "p90": np.quantile(steps, 0.9, axis=1),
              "p95": np.quantile(steps, 0.95, axis=1), "mean": steps.mean(axis=1)}
     composed = np.zeros(len(layouts), bool)
-    doubt_model, tier, interval80 = shipped_model(), evidence_tier(models), {}
+    interval80 = {}
 
     def compose_in_full(indices):
-        for i in indices:
-            if not composed[i]:
-                work = work_of(i)
-                dist = compose(work, models, draws=FINAL_DRAWS, seed=seed, cache=cache)
-                for name, q in RANK_BY.items():
-                    stats[name][i] = dist.draws.mean() if q is None else np.quantile(dist.draws, q)
-                interval80[i] = predictive_report(doubt_of(work, dist, tier, framework, doubt_model))[
-                    "interval_s"]["80%"]
-                composed[i] = True
+        todo = [int(i) for i in indices if not composed[i]]
+        for i, (figures, interval) in zip(todo, compose_figures(todo)):
+            for name in RANK_BY:
+                stats[name][i] = figures[name]
+            interval80[i] = interval
+            composed[i] = True
 
     key = stats[rank_by]  # updated in place as layouts are composed
     compose_in_full(np.argsort(key, kind="stable")[:max(top, FINALISTS)])
@@ -357,7 +366,14 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
     # tp is searched inside one NVLink domain: a node, or a whole NVL72 rack of 4-GPU nodes
     candidates = enumerate_layouts(model, gpus, hardware.nvlink_domain, batch, base)
     models = trained_models(hardware, models_dir)
-    parts = _screen_all(candidates, (model, hardware, gpus, models, seed))
+    shipped_model()  # loaded once, before any worker is forked
+    with _Workers(len(candidates), (model, hardware, gpus, models, seed, framework)) as workers:
+        return _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0)
+
+
+def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0) -> SearchResult:
+    """Steps 1 to 3 of the module docstring, run by ``workers``."""
+    parts = workers.map(_screen_part, workers.split(candidates))
     invalid: dict[str, int] = {}
     for part in parts:
         for reason, n in part.invalid.items():
@@ -369,10 +385,9 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
                          f"{batch} fits in {hardware.memory.capacity_gib:g} GiB per GPU ({too_big} too big, "
                          f"{sum(invalid.values())} invalid); use more GPUs or a smaller parallel.global_batch_size",
                          field='gpus')
-    like = decompose(model, fitting[0], hardware, gpus)
     ranking = _rank(np.concatenate([part.steps for part in parts]), [g for part in parts for g in part.memory],
-                    fitting, lambda i: decompose(model, fitting[i], hardware, gpus), like, models,
-                    QuantileCache(models, hardware), rank_by, top, seed, framework)
+                    fitting, decompose(model, fitting[0], hardware, gpus),
+                    lambda indices: workers.map(_compose_one, [fitting[i] for i in indices]), rank_by, top)
     return SearchResult(
         model=model.name, hardware=hardware.name, gpus=gpus, global_batch_size=batch, seq_length=model.seq_length,
         rank_by=rank_by, top=top,
@@ -383,7 +398,7 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
         seconds=time.perf_counter() - t0)
 
 
-# ---------------------------------------------------------------- steps 1 and 2, in parallel
+# ---------------------------------------------------------------- the steps in worker processes
 
 class _Screened(NamedTuple):
     """Steps 1 and 2 for a part of the candidates: the refused by reason, those too big, and
@@ -397,7 +412,7 @@ class _Screened(NamedTuple):
 
 
 #: The search under way, as the worker processes inherit it: (model, hardware, gpus,
-#: models, seed, quantile cache).
+#: models, seed, framework, quantile cache).
 _JOB: tuple | None = None
 #: Fewest candidates worth forking for; parts per worker (the layouts' costs differ).
 PARALLEL_FROM = 2000
@@ -406,8 +421,8 @@ PARTS_PER_WORKER = 4
 
 def _start(job: tuple) -> None:
     global _JOB
-    model, hardware, gpus, models, seed = job
-    _JOB = (model, hardware, gpus, models, seed, QuantileCache(models, hardware))
+    model, hardware, gpus, models, seed, framework = job
+    _JOB = (*job, QuantileCache(models, hardware))
 
 
 def _start_worker(job: tuple) -> None:
@@ -420,7 +435,7 @@ def _start_worker(job: tuple) -> None:
 
 def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
     """Check, size, decompose and screen ``candidates`` for the search in :data:`_JOB`."""
-    model, hardware, gpus, models, seed, cache = _JOB
+    model, hardware, gpus, models, seed, framework, cache = _JOB
     invalid: dict[str, int] = {}
     fitting, memory, too_big = [], [], 0
     for par in candidates:
@@ -449,31 +464,55 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
     return _Screened(invalid, too_big, fitting, memory, steps)
 
 
-def _workers() -> int:
-    """Processes to screen in: the CPUs this process may use, where forking is safe (Linux,
-    and no other thread: a fork copies none, so a lock another thread holds stays taken)."""
+def _compose_one(par: ParallelConfig) -> tuple[dict, list]:
+    """:func:`composed_figures` of ``par`` for the search in :data:`_JOB`."""
+    model, hardware, gpus, models, seed, framework, cache = _JOB
+    return composed_figures(decompose(model, par, hardware, gpus), models, cache, seed, framework)
+
+
+def _cpus() -> int:
+    """The CPUs this process may fork workers on: 1 off Linux or where another thread runs."""
     if sys.platform != "linux" or threading.active_count() > 1:
         return 1
     return len(os.sched_getaffinity(0))
 
 
-def _screen_all(candidates: list[ParallelConfig], job: tuple) -> list[_Screened]:
-    """Steps 1 and 2 for every candidate, in parts spread over :func:`_workers` forked
-    processes (the screen's draws do not depend on which layouts share a part:
-    :mod:`predictor.engine.screen`), in order."""
-    workers = _workers() if len(candidates) >= PARALLEL_FROM else 1
-    if workers == 1:
-        _start(job)
-        try:
-            return [_screen_part(candidates)]
-        finally:
-            _start_over()
-    size = math.ceil(len(candidates) / (workers * PARTS_PER_WORKER))
-    parts = [candidates[i:i + size] for i in range(0, len(candidates), size)]
-    with multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker, initargs=(job,)) as pool:
-        return pool.map(_screen_part, parts, chunksize=1)
+class _Workers:
+    """The processes a search runs its steps in: one per CPU this process may use, forked
+    (on Linux, from :data:`PARALLEL_FROM` candidates, and where no other thread runs: a
+    fork copies none, so a lock another thread holds would stay taken: :func:`_cpus`);
+    else this process.
+    Results come back in order and do not depend on how the work was split (the screen's
+    draws are keyed: :mod:`predictor.engine.screen`; compose is seeded per layout)."""
 
+    def __init__(self, candidates: int, job: tuple):
+        self.job, self.pool = job, None
+        self.workers = _cpus() if candidates >= PARALLEL_FROM else 1
 
-def _start_over() -> None:
-    global _JOB
-    _JOB = None
+    def __enter__(self) -> _Workers:
+        if self.workers > 1:
+            self.pool = multiprocessing.get_context("fork").Pool(self.workers, initializer=_start_worker,
+                                                                 initargs=(self.job,))
+        else:
+            _start(self.job)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _JOB
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+        _JOB = None
+
+    def split(self, items: list) -> list[list]:
+        """``items`` in contiguous parts, :data:`PARTS_PER_WORKER` per worker (one without)."""
+        if self.pool is None:
+            return [items]
+        size = math.ceil(len(items) / (self.workers * PARTS_PER_WORKER))
+        return [items[i:i + size] for i in range(0, len(items), size)]
+
+    def map(self, function, items: list) -> list:
+        """``function`` of each of ``items``, in order."""
+        if self.pool is None:
+            return [function(item) for item in items]
+        return self.pool.map(function, items, chunksize=1)
