@@ -13,7 +13,7 @@ from predictor.app.cli import main
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
 from predictor.core.layout import resolve_layout
-from predictor.core.profiles import REPO_ROOT
+from predictor.core.profiles import REPO_ROOT, read_yaml
 from predictor.core.specs import ParallelConfig, RegressorConfig
 from predictor.data.measurements import layout_configs, read_measurements
 
@@ -31,6 +31,8 @@ JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
     ([*JOB, "train_tokens=inf"], "train_tokens=inf"),
     ([*JOB, "output=xml"], "output=xml"),
     ([*JOB, "model.family=bert"], "model.family='bert'"),
+    ([*JOB, "model.num_layers=10000000000000"], "model.num_layers=10000000000000"),  # was a MemoryError
+    ([*JOB, "model.num_layers=4096"], "model.num_layers=4096"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "seed=abc"], "seed='abc'"),
 ])
@@ -189,3 +191,18 @@ def test_train_notes_thin_models_and_evaluate_notes_in_sample_scores(tmp_path, c
     assert main(["evaluate", f"samples={tmp_path / 'one.parquet'}", "hardware=local-cpu",
                  f"models_dir={tmp_path / 'm'}", "--json"]) == 0
     assert all(r["in_sample"] for r in json.loads(capsys.readouterr().out))
+
+
+@pytest.mark.parametrize("text, says", [
+    (b"- name: x\n", "a YAML list, not a mapping"),
+    (b"name: [unclosed\n", "not valid YAML at line 2"),
+    (b"name: caf\xe9\n", "not UTF-8"),
+])
+def test_a_config_file_that_is_not_a_yaml_mapping_is_named(tmp_path, text, says):
+    path = tmp_path / "mine.yaml"
+    path.write_bytes(text)
+    with pytest.raises(PrismError, match=says) as error:
+        read_yaml(path)
+    assert error.value.field == str(path)
+    path.write_text("")
+    assert read_yaml(path) == {}  # an empty file is no settings

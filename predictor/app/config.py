@@ -29,20 +29,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from predictor.core.errors import PrismError
-from predictor.core.profiles import CONF_DIR, GROUPS, group_options
+from predictor.core.profiles import CONF_DIR, GROUPS, group_options, read_yaml
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
 
 ROOT_FILE = CONF_DIR / "config.yaml"
 SELF = "_self_"  # a defaults-list entry: the file's own keys, merged at that point
-_YAML_LOADER = get_yaml_loader()
 
 # Hydra's grammar (hydra/grammar/OverrideLexer.g4) for an unquoted value of one token
 _UNSIGNED = r"(?:0|[1-9](?:_?[0-9])*)"
@@ -122,12 +119,6 @@ def _choice(setting: Setting) -> str:
     return value
 
 
-def _read(path: Path) -> dict:
-    """A YAML file of conf/ as plain values, read as :func:`OmegaConf.load` reads YAML
-    (``1e12`` a float) without building a DictConfig of each file."""
-    return yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
-
-
 def _merged(base: dict, over: dict) -> dict:
     """``over`` merged into ``base`` as OmegaConf merges: mappings key by key, other values
     replaced. On plain dicts, without the deep copies of merging DictConfigs (half of composing)."""
@@ -141,7 +132,7 @@ def _merged(base: dict, over: dict) -> dict:
 def _load_option(group: str, name: str, files: list[Path]) -> dict:
     """``conf/<group>/<name>.yaml`` merged over the options its own defaults list names."""
     path = CONF_DIR / group / f"{name}.yaml"
-    own = _read(path)
+    own = read_yaml(path)
     entries = own.pop("defaults", None) or [SELF]
     node = {}
     for entry in entries if SELF in entries else [*entries, SELF]:
@@ -161,7 +152,7 @@ def compose(overrides: list[str] = ()) -> Composition:
     parsed = [_parse(text) for text in overrides]
     choices = {s.key: _choice(s) for s in parsed if s.key in GROUPS}
     settings = [s for s in parsed if s.key not in GROUPS]
-    root = _read(ROOT_FILE)
+    root = read_yaml(ROOT_FILE)
     composed, files = {}, {}
     for entry in root.pop("defaults"):
         if entry == SELF:

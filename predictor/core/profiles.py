@@ -17,11 +17,15 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+
+_YAML_LOADER = get_yaml_loader()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
@@ -49,13 +53,34 @@ def section(cfg: DictConfig, name: str, schema: type):
                          field=f"{name}.{key}" if key else name) from None
 
 
+def read_yaml(path: Path) -> dict:
+    """A YAML file of conf/ as plain values, read as :func:`OmegaConf.load` reads YAML
+    (``1e12`` a float) without building a DictConfig of each file; a file that is not a
+    UTF-8 YAML mapping is refused, naming it."""
+    try:
+        node = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+    except UnicodeDecodeError as exc:
+        raise PrismError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8", field=str(path)) from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise PrismError(f"{path}: not valid YAML{at} ({problem}); fix the file", field=str(path)) from None
+    if node is None:
+        return {}
+    if not isinstance(node, dict):
+        raise PrismError(f"{path}: a YAML {type(node).__name__}, not a mapping of settings (key: value lines)",
+                         field=str(path))
+    return node
+
+
 def load_entry(group: str, name: str, schema: type):
     """One entry of a config group (``conf/<group>/<name>.yaml``), outside any composed config."""
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.exists():
         raise PrismError(f"{group} {name!r}: no conf/{group}/{name}.yaml; "
                          f"choose one of: {', '.join(group_options(group))}", field=str(group))
-    return section(OmegaConf.create({group: OmegaConf.load(path)}), group, schema)
+    return section(OmegaConf.create({group: read_yaml(path)}), group, schema)
 
 
 def this_cpu() -> str:

@@ -22,6 +22,9 @@ ACTIVATIONS = ("gelu", "swiglu")
 TRAIN_DTYPES = ("bfloat16", "float16", "float32")
 #: Model families: GPT layers keep dropout (its masks count in the activations), Llama's do not.
 FAMILIES = ("gpt", "llama")
+#: Bounds of a model's sizes: past them a figure is a typo (and a list per layer would not fit in memory).
+MAX_LAYERS = 2048
+MAX_SIZE = 1 << 40
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 ROUTER_SCORES = ("softmax", "sigmoid")
@@ -79,6 +82,11 @@ class ModelConfig:
         for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
                     "vocab_size", "seq_length"):
             check_number(f"model.{key}", getattr(self, key), integer=True)
+            if getattr(self, key) > MAX_SIZE:
+                raise PrismError(f"model.{key}={getattr(self, key)}: above 2^40; a typo?", field=f"model.{key}")
+        if self.num_layers > MAX_LAYERS:
+            raise PrismError(f"model.num_layers={self.num_layers}: more than {MAX_LAYERS} layers (the deepest "
+                             f"published models have a few hundred); a typo?", field="model.num_layers")
         for key in ("num_experts", "top_k", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
                     "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
             check_number(f"model.{key}", getattr(self, key), integer=True, zero=True)

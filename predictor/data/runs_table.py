@@ -32,6 +32,7 @@ from pathlib import Path
 
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
+from predictor.core.specs import MAX_LAYERS
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ COLUMNS = (
     Column("model", "text", True, "model name, which must say its family: one containing 'llama' is a Llama "
            "(SwiGLU, RMSNorm, RoPE, untied embeddings), one containing 'gpt' a GPT (GELU, LayerNorm, learned "
            "positions, tied embeddings)"),
-    Column("layers", "count", True, "transformer layers", limit=2048),
+    Column("layers", "count", True, "transformer layers", limit=MAX_LAYERS),
     Column("hidden", "count", True, "hidden size", limit=1 << 18),
     Column("heads", "count", True, "attention heads", limit=1 << 14),
     Column("kv_heads", "count", False, "key-value heads (grouped-query attention)", "heads (multi-head)",
