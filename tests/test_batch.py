@@ -139,6 +139,20 @@ def test_bad_cells_fail_their_row_alone(runs, tmp_path, capsys):
     assert (result.loc[:4, list(PREDICTED)] == "").all().all()  # no NaN text where nothing was predicted
 
 
+def test_a_job_that_does_not_fit_is_flagged_and_the_profile_named():
+    """Predicted as prism predict predicts it, but pred_fits says false; a GPU cell that is
+    a variant of the profile (40 GB, PCIe) is noted as read, and pred_hardware names it."""
+    job = dict(model="Llama 3 8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+               seq_len=8192, gbs=8, pp=1, num_gpus=8)
+    out = predict_table(pd.DataFrame([dict(job, tp=1, dp=8, gpu="H100"), dict(job, tp=8, dp=1, gpu="H100"),
+                                      dict(job, tp=8, dp=1, gpu="A100 40GB")]), draws=DRAWS)
+    assert out.pred_status.tolist() == ["ok"] * 3
+    assert out.pred_fits.tolist() == [False, True, True] and out.pred_mem_gib[0] > 80
+    assert out.pred_hardware.tolist() == ["h100-sxm", "h100-sxm", "a100-sxm4-80gb"]
+    assert "gpu 'A100 40GB' read as a100-sxm4-80gb" in out.pred_assumed[2]
+    assert not any(note.startswith("gpu ") for note in out.pred_assumed[0].split("; "))
+
+
 def test_a_layout_error_names_the_column(runs):
     row = runs[runs.set_id == "vtrain_multi"].iloc[0].to_dict() | {"num_gpus": "63"}
     with pytest.raises(PrismError, match="^num_gpus: ") as exc:

@@ -7,7 +7,9 @@ with its input cells and :data:`OUTPUT_COLUMNS`: the run's median step (s) at th
 p5/p10/p50/p90/p95 of its predictive distribution (the composed median, and the doubt
 about it: :mod:`predictor.analyses.doubt`), the within-run spread p95/p50 (step-time
 variability) and memory per GPU (GiB), or blank with ``pred_status`` naming the column to fix (``ok``
-otherwise); ``pred_assumed``, what was assumed for its blank and free-text cells; and
+otherwise); ``pred_fits``, whether that memory fits the GPU (a job that does not fit is still
+predicted, as ``prism predict`` does, and flagged); ``pred_hardware``, the profile the row ran
+on; ``pred_assumed``, what was assumed for its blank and free-text cells; and
 ``pred_key``, the row's index in the input and a hash of its cells and of the settings
 (draws, seed, models), by which a rerun recognises the rows already written.
 
@@ -57,7 +59,7 @@ DRAWS = 500
 #: step is compared with), the within-run spread, and memory per GPU (GiB).
 PREDICTED = ("pred_iter_time_s_p50", "pred_iter_time_s_p5", "pred_iter_time_s_p10", "pred_iter_time_s_p90",
              "pred_iter_time_s_p95", "pred_step_jitter_p95_over_p50", "pred_mem_gib")
-OUTPUT_COLUMNS = (*PREDICTED, "pred_status", "pred_assumed", "pred_key")
+OUTPUT_COLUMNS = (*PREDICTED, "pred_status", "pred_fits", "pred_hardware", "pred_assumed", "pred_key")
 #: Rows per chunk (one model query per op for all of them, one write to ``out``): the
 #: first chunks are smaller, so that the progress bar and ``out`` show rows early.
 CHUNK_ROWS = 256
@@ -71,6 +73,8 @@ class RowPrediction:
     values: tuple[float, ...] | None
     status: str
     assumed: str
+    fits: bool | None = None  # the memory per GPU within the profile's capacity
+    hardware: str = ""  # the profile the row was predicted on
 
 
 def _failure(exc: Exception) -> str:
@@ -90,7 +94,8 @@ class BatchPredictor:
     def __init__(self, draws: int = DRAWS, seed: int = 0, models_root=None):
         self.draws, self.seed = draws, seed
         self.rows = RowLookups(models_root)
-        self.results: dict[tuple, tuple[tuple[float, ...] | None, str]] = {}  # RowJob.key -> (values, status)
+        # RowJob.key -> (values, status, fits)
+        self.results: dict[tuple, tuple[tuple[float, ...] | None, str, bool | None]] = {}
 
     def predict(self, rows: list[Mapping]) -> list[RowPrediction]:
         """One prediction per row (a mapping of column to cell), in order."""
@@ -107,8 +112,8 @@ class BatchPredictor:
             if isinstance(job, str):
                 out.append(RowPrediction(None, job, ""))
             else:
-                values, status = self.results[job.key]
-                out.append(RowPrediction(values, status, "; ".join(job.assumed)))
+                values, status, fits = self.results[job.key]
+                out.append(RowPrediction(values, status, "; ".join(job.assumed), fits, job.hardware.name))
         return out
 
     def _predict_new(self, jobs: dict[tuple, RowJob]) -> None:
@@ -117,7 +122,7 @@ class BatchPredictor:
             try:
                 works[key] = decompose(job.model, job.parallel, job.hardware, job.gpus, framework=family(job.framework))
             except Exception as exc:
-                self.results[key] = (None, _failure(exc))
+                self.results[key] = (None, _failure(exc), None)
         calls: dict[tuple, list] = {}
         for key, work in works.items():
             calls.setdefault(jobs[key].hardware_key, []).extend(workload_calls(work))
@@ -139,12 +144,12 @@ class BatchPredictor:
                 values = (float(v50), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),
                           float(mem.total_gib))
                 if all(math.isfinite(v) and v > 0 for v in values):
-                    self.results[key] = (values, "ok")
+                    self.results[key] = (values, "ok", mem.fits(job.hardware))
                 else:
                     self.results[key] = (None, "not predicted: the sizes lie beyond what the models and priors "
-                                               "cover (a step time that is not a positive number); check them")
+                                               "cover (a step time that is not a positive number); check them", None)
             except Exception as exc:
-                self.results[key] = (None, _failure(exc))
+                self.results[key] = (None, _failure(exc), None)
 
 
 def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, seed: int = 0) -> pd.DataFrame:
@@ -172,6 +177,8 @@ def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, see
     for i, column in enumerate(PREDICTED):
         out[column] = [p.values[i] if p.values else math.nan for p in predictions]
     out["pred_status"] = [p.status for p in predictions]
+    out["pred_fits"] = [p.fits for p in predictions]
+    out["pred_hardware"] = [p.hardware for p in predictions]
     out["pred_assumed"] = [p.assumed for p in predictions]
     return out
 
@@ -301,4 +308,5 @@ def _output_cells(table: Table, index: int, p: RowPrediction, key: str) -> list[
         status = (f"row has {table.overlong[index]} cells, the header {len(table.header)}: a cell holds an "
                   f"unquoted comma; quote it")
     values = [f"{v:.6g}" for v in p.values] if p.values and status == p.status else [""] * len(PREDICTED)
-    return [*values, status, p.assumed, key]
+    fits = "" if p.fits is None or status != p.status else str(p.fits).lower()
+    return [*values, status, fits, p.hardware, p.assumed, key]

@@ -665,8 +665,10 @@ VERBS = {
         run=_predict_batch, help="predict every job of a CSV table (the data/e2e layout); resumable",
         description="Predict the step time of every row (one training job) of a CSV table in the layout of\n"
                     "data/e2e/e2e_training_visible.csv and write the table to out=OUT.csv with pred_iter_time_s_p50,\n"
-                    "_p5, _p95 (s), pred_mem_gib, pred_status (ok, or the column to fix), pred_assumed (what blank\n"
-                    "and free-text cells were read as) and pred_key (row index and hash). The file and out are\n"
+                    "_p5, _p95 (s), pred_mem_gib, pred_status (ok, or the column to fix), pred_fits (whether the\n"
+                    "memory fits the GPU: a job that does not is still predicted), pred_hardware (the profile the\n"
+                    "gpu cell was read as), pred_assumed (what blank and free-text cells were read as) and\n"
+                    "pred_key (row index and hash). The file and out are\n"
                     "checked before any work (bad input: one line, exit 2); no cell stops the batch. A row's\n"
                     "prediction depends on that row alone. Rows are written a chunk at a time: Ctrl-C keeps them,\n"
                     "and the same command resumes. A progress bar shows on a terminal, never with --json.\n\n"

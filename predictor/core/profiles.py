@@ -99,19 +99,28 @@ def load_hardware(name: str) -> HardwareConfig:
     return load_entry("hardware", name, HardwareConfig)
 
 
+def _norm(text) -> str:
+    return re.sub(r"\s+", "", str(text)).lower()
+
+
 def match_hardware(gpu: str) -> str | None:
     """The ``conf/hardware`` profile whose ``device.name`` or ``device.match`` entry best
     fits a GPU name (spaces and case ignored). The longest match wins, so
     ``NVIDIAGH200120GB`` is gh200 (``GH200``), not h200 (``H200``)."""
-    def norm(text):
-        return re.sub(r"\s+", "", str(text)).lower()
-    key, best = norm(gpu), (0, None)
+    key, best = _norm(gpu), (0, None)
     for name, candidates in _device_names():
         for candidate in candidates:
-            c = norm(candidate)
+            c = _norm(candidate)
             if c and c in key and len(c) > best[0]:
                 best = (len(c), name)
     return best[1]
+
+
+def names_profile(gpu: str, name: str) -> bool:
+    """Whether ``gpu`` is the profile ``name`` or one of its device names exactly (spaces
+    and case ignored), not a longer name that merely contains one ("A100 40GB")."""
+    return _norm(gpu) in {_norm(name), *(_norm(c) for n, candidates in _device_names() if n == name
+                                         for c in candidates)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -120,7 +129,7 @@ def _device_names() -> tuple[tuple[str, tuple[str, ...]], ...]:
     (batch predictions match a GPU name per row)."""
     entries = []
     for name in group_options("hardware"):
-        device = OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml").get("device") or {}
+        device = read_yaml(CONF_DIR / "hardware" / f"{name}.yaml").get("device") or {}
         entries.append((name, (str(device.get("name", "")), *map(str, device.get("match") or []))))
     return tuple(entries)
 

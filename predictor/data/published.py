@@ -28,7 +28,7 @@ import pandas as pd
 from predictor.core.errors import PrismError
 from predictor.core.layout import validate_layout
 from predictor.core.precision import LOW_PRECISION_OPS, check_gemm_dtype
-from predictor.core.profiles import load_hardware, match_hardware
+from predictor.core.profiles import load_hardware, match_hardware, names_profile
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.runs_table import (
     BY_NAME,
@@ -500,6 +500,10 @@ def _hardware_key(row: Mapping, framework: str, hardware: dict, notes: list[str]
     name = row_hardware(cell(row, "gpu"))
     if name not in hardware:
         hardware[name] = load_hardware(name)
+    if not names_profile(cell(row, "gpu"), name):  # "A100 40GB", "H100 PCIe": a variant the profile may not be
+        profile = hardware[name]
+        notes.append(f"gpu {cell(row, 'gpu')!r} read as {name} ({profile.device.name}, "
+                     f"{profile.memory.capacity_gib:g} GiB)")
     text = cell(row, "precision")
     train, gemm = row_precision(text, framework)
     if not text or asks_default(text):
