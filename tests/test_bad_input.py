@@ -206,3 +206,17 @@ def test_a_config_file_that_is_not_a_yaml_mapping_is_named(tmp_path, text, says)
     assert error.value.field == str(path)
     path.write_text("")
     assert read_yaml(path) == {}  # an empty file is no settings
+
+
+@pytest.mark.parametrize("shapes, says", [
+    ({"m": [8192], "n": [8192], "k": [8192]}, "no column dtype"),  # was read as float32, 15x slower
+    ({"m": [0], "n": [8192], "k": [8192], "dtype": ["bfloat16"]}, "column m holds '0'"),
+    ({"m": [-5], "n": [8192], "k": [8192], "dtype": ["bfloat16"]}, "column m holds '-5'"),
+    ({"n": [8192], "k": [8192], "dtype": ["bfloat16"]}, "no column m"),
+])
+def test_a_model_query_needs_its_columns_and_positive_sizes(shapes, says):
+    from predictor.core.profiles import load_hardware
+    from predictor.latency.artifacts import ModelSet
+    models = ModelSet.load(REPO_ROOT / "models" / "a100-sxm4-80gb", load_hardware("a100-sxm4-80gb"))
+    with pytest.raises(PrismError, match=says):
+        models.query("gemm", "fwd", pd.DataFrame(shapes))

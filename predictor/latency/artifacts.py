@@ -224,6 +224,7 @@ class ModelSet:
             have = ", ".join(f"{o}/{p}" for o, p in sorted(self.models))
             raise PrismError(f"no model for {op}/{pass_} on {self.hw.name}; this model set has: {have}. "
                              f"Sample the op and run prism train", field=f"{op}/{pass_}")
+        _check_shapes(op, shapes, self.hw)
         q = self.models[(op, pass_)].predict(shapes, self.hw)
         import pandas as pd
 
@@ -430,6 +431,31 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     if entries:
         manifest["backward_entry_us"] = entries
     return ModelSet(hw, rc.quantiles, models, manifest)
+
+
+def _check_shapes(op: str, shapes, hw: HardwareConfig) -> None:
+    """What :meth:`ModelSet.query` is asked: a table with ``op``'s shape columns, positive
+    sizes, and (for a compute op) the ``dtype`` each call runs in."""
+    import pandas as pd
+
+    if not isinstance(shapes, pd.DataFrame):
+        raise PrismError(f"shapes: a pandas DataFrame with {op}'s columns {', '.join(OPS[op].shape)} "
+                         f"(got {type(shapes).__name__})", field="shapes")
+    spec = OPS[op]
+    missing = [c for c in spec.shape if c not in shapes]
+    if not (spec.collective or spec.host) and "dtype" not in shapes:
+        missing.append("dtype")
+    if missing:
+        raise PrismError(f"shapes: no column {', '.join(missing)}; {op} needs {', '.join(spec.shape)}"
+                         + ("" if spec.collective or spec.host else f" and dtype (e.g. {hw.train_dtype})"),
+                         field="shapes")
+    for column in spec.shape:
+        if column in ("causal", "optimizer"):
+            continue
+        values = pd.to_numeric(shapes[column], errors="coerce")
+        if not (values > 0).all():
+            raise PrismError(f"shapes: column {column} holds {str(shapes[column][~(values > 0)].iloc[0])!r}; "
+                             f"sizes are positive numbers", field=column)
 
 
 def sampled_device(rows: pd.DataFrame) -> dict | None:
