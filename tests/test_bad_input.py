@@ -220,3 +220,13 @@ def test_a_model_query_needs_its_columns_and_positive_sizes(shapes, says):
     models = ModelSet.load(REPO_ROOT / "models" / "a100-sxm4-80gb", load_hardware("a100-sxm4-80gb"))
     with pytest.raises(PrismError, match=says):
         models.query("gemm", "fwd", pd.DataFrame(shapes))
+
+
+def test_compare_takes_none_or_a_generator_and_refuses_a_profile_twice():
+    from predictor.analyses.compare import check_hardware, gpu_profiles
+    assert check_hardware(None) == gpu_profiles()
+    assert check_hardware(name for name in ["h100-sxm", "b200"]) == ["h100-sxm", "b200"]
+    with pytest.raises(PrismError, match="h100-sxm given twice"):
+        check_hardware(["h100-sxm", "h100-sxm"])
+    with pytest.raises(PrismError, match="a list of profiles"):
+        check_hardware(5)

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 from predictor.analyses.predict import Prediction, predict
 from predictor.core.errors import PrismError
-from predictor.core.profiles import CONF_DIR, group_options, load_hardware
+from predictor.core.profiles import CONF_DIR, group_options, load_hardware, read_yaml
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import DRAWS
 from predictor.latency.artifacts import TIERS
@@ -84,14 +83,21 @@ class Comparison:
 def gpu_profiles() -> list[str]:
     """Every ``conf/hardware`` profile of a GPU (``device.kind: gpu``): what is compared by default."""
     return [name for name in group_options("hardware")
-            if OmegaConf.load(CONF_DIR / "hardware" / f"{name}.yaml").device.kind == "gpu"]
+            if (read_yaml(CONF_DIR / "hardware" / f"{name}.yaml").get("device") or {}).get("kind") == "gpu"]
 
 
-def check_hardware(hardware: Sequence[HardwareConfig | str]) -> list[HardwareConfig | str]:
-    """``hardware`` (profiles or ``conf/hardware`` names) as a list, if it names at least one
-    profile and every name is known; else one error listing the known names."""
+def check_hardware(hardware: Iterable[HardwareConfig | str] | None) -> list[HardwareConfig | str]:
+    """``hardware`` (profiles or ``conf/hardware`` names; None: every GPU profile) as a list,
+    if it names at least one profile, every name is known and none twice; else one error
+    listing the known names."""
+    if hardware is None:
+        hardware = gpu_profiles()  # as the command line compares when no hardware= is given
     if isinstance(hardware, str | HardwareConfig):  # one profile
         hardware = [hardware]
+    if not isinstance(hardware, Iterable):
+        raise PrismError(f"hardware={hardware!r}: a list of profiles or conf/hardware names, e.g. "
+                         f"['a100-sxm4-80gb', 'h100-sxm']", field="hardware")
+    hardware = list(hardware)  # a generator is read once, here
     strange = [h for h in hardware if not isinstance(h, str | HardwareConfig)]
     if strange:
         raise PrismError(f"hardware: {strange[0]!r} is neither a HardwareConfig nor a conf/hardware name",
@@ -103,7 +109,11 @@ def check_hardware(hardware: Sequence[HardwareConfig | str]) -> list[HardwareCon
         what = ", ".join(f"no conf/hardware/{name}.yaml" for name in unknown) if unknown else "no profile given"
         raise PrismError(f"hardware=[{','.join(names)}]: {what}; choose from: {', '.join(options)} "
                          f"(e.g. hardware=[a100-sxm4-80gb,h100-sxm])", field='hardware')
-    return list(hardware)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise PrismError(f"hardware=[{','.join(names)}]: {', '.join(twice)} given twice; name each profile once "
+                         f"(copies of one profile changed in a field need names of their own)", field="hardware")
+    return hardware
 
 
 def check_pue(value) -> float:
@@ -131,7 +141,7 @@ def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) ->
         cdf=p.cdf, nvlink_domain=hw.nvlink_domain)
 
 
-def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str], layout: ParallelConfig,
+def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None, layout: ParallelConfig,
             gpus: int | None = None, *, models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0,
             train_tokens: float = 1e12, pue: float = 1.0, framework: str = "megatron-core") -> Comparison:
     """Predict one job on several hardware profiles.
@@ -140,9 +150,9 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str], layout
     ----------
     model, layout, gpus
         The job, as :func:`~predictor.analyses.predict.predict` takes it.
-    hardware : sequence of HardwareConfig or str
-        The profiles, or their ``conf/hardware`` names (:func:`gpu_profiles`: every GPU
-        profile), compared in this order (the first is the baseline of
+    hardware : sequence of HardwareConfig or str, or None
+        The profiles, or their ``conf/hardware`` names (None, or :func:`gpu_profiles`: every
+        GPU profile), each once, compared in this order (the first is the baseline of
         :attr:`HardwareResult.speedup`).
     models_dir, seed, train_tokens
         As :func:`~predictor.analyses.predict.predict`; ``models_dir`` holds one folder
