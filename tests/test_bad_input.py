@@ -33,6 +33,9 @@ JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
     ([*JOB, "model.family=bert"], "model.family='bert'"),
     ([*JOB, "model.num_layers=10000000000000"], "model.num_layers=10000000000000"),  # was a MemoryError
     ([*JOB, "model.num_layers=4096"], "model.num_layers=4096"),
+    (["predict", "model=llama3-8b", "hardware=H100", "gpus=8"], "did you mean h100-sxm?"),
+    (["predict", "model=llama3-8b", "hardware=DGX B200", "gpus=8"], "did you mean b200?"),
+    (["predict", "model=/tmp/mine.yaml", "hardware=h100-sxm", "gpus=8"], "a file path; model= takes the name"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "seed=abc"], "seed='abc'"),
 ])

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from predictor.core.errors import PrismError
-from predictor.core.profiles import CONF_DIR, GROUPS, group_options, read_yaml
+from predictor.core.profiles import CONF_DIR, GROUPS, group_options, no_option, read_yaml
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
@@ -114,8 +114,7 @@ def _choice(setting: Setting) -> str:
                              f"{group}=NAME", field=group)
     value = setting.value if isinstance(setting.value, str) else setting.text.partition("=")[2]  # [a,b] as written
     if value not in group_options(group):
-        raise PrismError(f"{group}={value}: no conf/{group}/{value}.yaml; "
-                         f"choose one of: {', '.join(group_options(group))}", field=group)
+        raise no_option(group, value)
     return value
 
 

@@ -74,12 +74,23 @@ def read_yaml(path: Path) -> dict:
     return node
 
 
+def no_option(group: str, name) -> PrismError:
+    """The error for a ``conf/<group>`` entry that is not there: its options, the one a GPU
+    name like "H100" or "DGX B200" would match, and how to use a YAML file of one's own."""
+    text, options = str(name), ", ".join(group_options(group))
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        return PrismError(f"{group}={text}: a file path; {group}= takes the name of a file in conf/{group}/ "
+                          f"(copy yours there, or point PRISM_CONF_DIR at a folder laid out like conf/); "
+                          f"choose one of: {options}", field=group)
+    hint = f" (did you mean {match_hardware(text)}?)" if group == "hardware" and match_hardware(text) else ""
+    return PrismError(f"{group}={text}: no conf/{group}/{text}.yaml{hint}; choose one of: {options}", field=group)
+
+
 def load_entry(group: str, name: str, schema: type):
     """One entry of a config group (``conf/<group>/<name>.yaml``), outside any composed config."""
     path = CONF_DIR / group / f"{name}.yaml"
-    if not path.exists():
-        raise PrismError(f"{group} {name!r}: no conf/{group}/{name}.yaml; "
-                         f"choose one of: {', '.join(group_options(group))}", field=str(group))
+    if not isinstance(name, str) or not path.is_file():
+        raise no_option(group, name)
     return section(OmegaConf.create({group: read_yaml(path)}), group, schema)
 
 
