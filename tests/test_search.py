@@ -87,8 +87,11 @@ def test_layouts_that_do_not_fit_are_dropped_and_counted():
     assert r.counts["do_not_fit"] == int((gib > capacity).sum()) > 0
     assert r.counts["ranked"] == int((gib <= capacity).sum())
     assert max(x["memory_gib"] for x in r.layouts) <= capacity < hw.memory.capacity_gib
-    with pytest.raises(PrismError, match="none of the .* fits"):
-        _search(replace(A100, memory=replace(A100.memory, capacity_gib=1)))
+    with pytest.raises(PrismError, match=rf"none of the .* fits .*the smallest needs {gib.min():.1f} GiB") as error:
+        _search(replace(A100, memory=replace(A100.memory, capacity_gib=gib.min() / 2)))
+    assert "smaller parallel.global_batch_size" in str(error.value)  # the activations are most of it: a batch helps
+    with pytest.raises(PrismError, match="states\\); use more GPUs$"):  # the weights alone do not fit
+        _search(replace(A100, memory=replace(A100.memory, capacity_gib=1e-4)))
 
 
 @settings(max_examples=60, deadline=None)

@@ -70,7 +70,7 @@ from predictor.latency.artifacts import evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache
 from predictor.workload.decompose import Workload, decompose
 from predictor.workload.flops import model_flops_per_step
-from predictor.workload.memory import memory_per_gpu
+from predictor.workload.memory import GiB, memory_per_gpu
 
 #: Statistics a search can rank by: the median, high percentiles (risk-aware), the mean.
 RANK_BY = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "mean": None}
@@ -381,10 +381,15 @@ def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, work
     too_big = sum(part.too_big for part in parts)
     fitting = [par for part in parts for par in part.fitting]
     if not fitting:
+        least, states = min(part.smallest for part in parts)
+        capacity = hardware.memory.capacity_gib
+        need = "" if math.isinf(least) else (f"; the smallest needs {least:.1f} GiB, {states:.1f} of it the weights, "
+                                              f"gradients and optimizer states")
+        fix = ("use more GPUs" if states > capacity or math.isinf(least)  # no batch makes the states smaller
+               else "use more GPUs or a smaller parallel.global_batch_size")
         raise PrismError(f"gpus={gpus}: none of the {len(candidates)} layouts of {model.name} with a global batch of "
-                         f"{batch} fits in {hardware.memory.capacity_gib:g} GiB per GPU ({too_big} too big, "
-                         f"{sum(invalid.values())} invalid); use more GPUs or a smaller parallel.global_batch_size",
-                         field='gpus')
+                         f"{batch} fits in {capacity:g} GiB per GPU ({too_big} too big, "
+                         f"{sum(invalid.values())} invalid{need}); {fix}", field='gpus')
     ranking = _rank(np.concatenate([part.steps for part in parts]), [g for part in parts for g in part.memory],
                     fitting, decompose(model, fitting[0], hardware, gpus),
                     lambda indices: workers.map(_compose_one, [fitting[i] for i in indices]), rank_by, top)
@@ -409,6 +414,7 @@ class _Screened(NamedTuple):
     fitting: list[ParallelConfig]
     memory: list[float]
     steps: np.ndarray
+    smallest: tuple[float, float]  # the least memory per GPU of a valid layout, GiB, and of its model states
 
 
 #: The search under way, as the worker processes inherit it: (model, hardware, gpus,
@@ -437,13 +443,16 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
     """Check, size, decompose and screen ``candidates`` for the search in :data:`_JOB`."""
     model, hardware, gpus, models, seed, framework, cache = _JOB
     invalid: dict[str, int] = {}
-    fitting, memory, too_big = [], [], 0
+    fitting, memory, too_big, smallest = [], [], 0, (math.inf, math.inf)
     for par in candidates:
         reason = invalid_reason(model, par, gpus)
         if reason:
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
-        gib = memory_per_gpu(model, par, flash_attention=par.attention == "flash").total_gib
+        need = memory_per_gpu(model, par, flash_attention=par.attention == "flash")
+        gib = need.total_gib
+        if gib < smallest[0]:
+            smallest = (gib, (need.weights + need.gradients + need.optimizer) / GiB)
         if gib > hardware.memory.capacity_gib:
             too_big += 1
             continue
@@ -461,7 +470,7 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
             shared[key] = decompose(model, plain, hardware, gpus)
         works.append(replace(shared[key], parallel=par))
     steps = screen(works, models, cache, SCREEN_DRAWS, seed) if works else np.empty((0, SCREEN_DRAWS))
-    return _Screened(invalid, too_big, fitting, memory, steps)
+    return _Screened(invalid, too_big, fitting, memory, steps, smallest)
 
 
 def _compose_one(par: ParallelConfig) -> tuple[dict, list]:
