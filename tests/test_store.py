@@ -73,6 +73,22 @@ def test_unreadable_files_give_one_clear_error_and_stay_intact(tmp_path, damage)
     assert (_md5(bad), _md5(good)) == before
 
 
+def test_a_table_given_as_the_store_is_named_as_such(tmp_path):
+    table = tmp_path / "runs.csv"
+    table.write_text("op,latency_us\ngemm,1\n")
+    with pytest.raises(PrismError, match="runs.csv: a .csv, not a sample store"):
+        store.read_samples(table)
+
+
+def test_the_summary_counts_rows_train_would_refuse(tmp_path):
+    from predictor.data.summary import summarize
+    rows = [dict(row, latency_us=-1.0) if i < 3 else row for i, row in enumerate(_rows(10))]
+    w = store.RunWriter(tmp_path, "neg", {})
+    w.add(rows)
+    w.close()
+    assert summarize(tmp_path).unusable_rows.sum() == 3
+
+
 def test_files_missing_required_columns_or_with_unknown_ops_are_rejected(tmp_path):
     import pandas as pd
     pd.DataFrame({"op": ["gemm"], "latency_us": [1.0]}).to_parquet(tmp_path / "x.parquet")

@@ -183,6 +183,9 @@ def _samples(args) -> int:
         print(table.to_json(orient="records", indent=2))
     else:
         print(table.to_string(index=False) if len(table) else f"{args.path}: no samples")
+        if len(table) and table.unusable_rows.sum():
+            print(f"note: {int(table.unusable_rows.sum())} rows have a latency that is not a positive number; "
+                  f"prism train refuses them: drop those rows or sample again")
     return 0
 
 

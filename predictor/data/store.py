@@ -310,6 +310,10 @@ def _open(path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
+        if Path(path).suffix.lower() != ".parquet":  # a table given where a store goes, not a torn file of one
+            raise PrismError(f"{path}: a {Path(path).suffix or 'file without a suffix'}, not a sample store; a store "
+                             f"is a folder (or a .parquet file) written by prism sample or prism import-*",
+                             field=str(path)) from None
         raise PrismError(
             f"{path}: not a readable Parquet file ({exc}). It is truncated or corrupt: "
             f"move it out of the store (nothing was changed) and run again"

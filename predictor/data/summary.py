@@ -1,6 +1,7 @@
 """What a sample store holds: per op, pass and dtype, how many shapes and repeats."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from predictor.core.ops import OPS
@@ -8,7 +9,8 @@ from predictor.data import store
 
 
 def summarize(path) -> pd.DataFrame:
-    """One row per (hardware, op, pass, dtype): shapes, rows, repeats per shape, latency range.
+    """One row per (hardware, op, pass, dtype): shapes, rows, repeats per shape, latency range,
+    and the rows whose latency is not a positive number (``prism train`` refuses them).
 
     Examples
     --------
@@ -21,9 +23,10 @@ def summarize(path) -> pd.DataFrame:
     for (hw, op, pass_, dtype), g in df.groupby(["hardware", "op", "pass", "dtype"], sort=True):
         per_shape = g.groupby(list(OPS[op].shape), dropna=False)["latency_us"]
         medians = per_shape.median()
+        unusable = ~(g["latency_us"] > 0) | ~np.isfinite(g["latency_us"])  # NaN fails the first test
         out.append({"hardware": hw, "op": op, "pass": pass_, "dtype": dtype,
                     "shapes": len(medians), "rows": len(g), "min_repeats": int(per_shape.size().min()),
                     "p50_us_min": round(float(medians.min()), 1),
-                    "p50_us_max": round(float(medians.max()), 1)})
+                    "p50_us_max": round(float(medians.max()), 1), "unusable_rows": int(unusable.sum())})
     return pd.DataFrame(out, columns=["hardware", "op", "pass", "dtype", "shapes", "rows",
-                                      "min_repeats", "p50_us_min", "p50_us_max"])
+                                      "min_repeats", "p50_us_min", "p50_us_max", "unusable_rows"])
