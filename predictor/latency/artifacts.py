@@ -302,7 +302,7 @@ class ModelSet:
                 if not file.exists():
                     raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train",
                                      field=str(file))
-                boosters[part] = read_booster(file, f["sha256"])
+                boosters[part] = (file, read_booster(file, f["sha256"]))
             if entry["features"] != feature_names(entry["op"]):
                 raise PrismError(f"{key}: trained on features {entry['features']}, this PRISM "
                                  f"computes {feature_names(entry['op'])}; retrain with prism train", field=key)
@@ -310,10 +310,11 @@ class ModelSet:
         return cls(hw, manifest["quantiles"], LazyModels(models), manifest, read_variability(directory), directory)
 
 
-def _operator_model(entry: dict, boosters: dict[str, bytes], quantiles: list[float]) -> OperatorModel:
-    """The model of one manifest entry, from its boosters' checked gzip-compressed bytes."""
+def _operator_model(entry: dict, boosters: dict[str, tuple[Path, bytes]], quantiles: list[float]) -> OperatorModel:
+    """The model of one manifest entry, from its boosters' files and checked gzip-compressed bytes."""
     reg = QuantileXGBRegressor(quantiles=tuple(quantiles))
-    reg.center_, reg.booster_ = booster(boosters["center"]), booster(boosters["quantiles"])
+    reg.center_, reg.booster_ = (booster(boosters["center"][1], boosters["center"][0]),
+                                 booster(boosters["quantiles"][1], boosters["quantiles"][0]))
     reg.offsets_ = np.asarray(entry["offsets"])
     return OperatorModel(entry["op"], entry["pass"], reg, entry)
 
@@ -360,14 +361,19 @@ def read_booster(file: Path, sha256: str) -> bytes:
     return data
 
 
-def booster(data: bytes) -> xgb.Booster:
-    """The booster of :func:`read_booster`'s bytes."""
+def booster(data: bytes, file: Path | str = "booster") -> xgb.Booster:
+    """The booster of :func:`read_booster`'s bytes (read from ``file``)."""
     # Queries come in small batches: one thread beats a thread per core, which spends
     # more time synchronising than predicting (2.7 s vs 5-6 s for a four-profile prism
     # compare on 2 busy cores). Loading too: 0.4 s for 56 boosters on 2 busy cores with
     # XGBoost's default threads, 0.08 s with one.
-    with xgb.config_context(nthread=1):
-        return xgb.Booster(params={"nthread": 1}, model_file=bytearray(gzip.decompress(data)))
+    try:
+        raw = bytearray(gzip.decompress(data))
+        with xgb.config_context(nthread=1):
+            return xgb.Booster(params={"nthread": 1}, model_file=raw)
+    except (OSError, EOFError, xgb.core.XGBoostError):  # its checksum matched: written so, not torn since
+        raise PrismError(f"{file}: not a gzip-compressed XGBoost model; retrain with prism train",
+                         field=str(file)) from None
 
 
 @contextmanager
