@@ -151,6 +151,8 @@ def test_a_job_that_does_not_fit_is_flagged_and_the_profile_named():
     assert out.pred_hardware.tolist() == ["h100-sxm", "h100-sxm", "a100-sxm4-80gb"]
     assert "gpu 'A100 40GB' read as a100-sxm4-80gb" in out.pred_assumed[2]
     assert not any(note.startswith("gpu ") for note in out.pred_assumed[0].split("; "))
+    jax = predict_table(pd.DataFrame([dict(job, tp=8, dp=1, gpu="H100", framework="jax")]), draws=DRAWS)
+    assert "framework 'jax' is none PRISM knows" in jax.pred_assumed[0]
 
 
 def test_a_layout_error_names_the_column(runs):

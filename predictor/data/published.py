@@ -389,6 +389,9 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     model = row_model(row, notes)
     framework = cell(row, "framework")
     family = framework_family(framework)
+    if framework and not family and not says(framework.lower(), "deepspeed", "foundry", "composer"):
+        notes.append(f"framework {framework!r} is none PRISM knows the defaults of (Megatron-LM, Megatron-Core, "
+                     f"NeMo, torchtitan, HF Accelerate, DeepSpeed, llm-foundry): Megatron-LM's defaults")
     dp, tp, pp, gbs, gpus = (count(row, c) for c in ("dp", "tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
     vp = _virtual_stages(row, family, notes)
