@@ -73,16 +73,17 @@ def models_dir(configured=None) -> Path:
 
 
 def _model_folders(near: Path) -> list[tuple[Path, list[str]]]:
-    """The folders of trained models in ``near``, ``runs/models`` and the shipped one, each
-    with the hardware it holds models of."""
+    """The folders of trained models in ``near``, ``runs/models`` and the shipped one that
+    hold models of a hardware profile, each with those profiles."""
     folders = {p.parent.parent for p in near.glob(f"*/*/{MANIFEST}")} | {TRAINED_MODELS, SHIPPED_MODELS}
     unique: dict[Path, Path] = {}
     for f in sorted(folders, key=lambda f: (f.is_absolute(), str(f))):  # a relative name where there is one
         if f.is_dir():
             unique.setdefault(f.resolve(), f)
     profiles = set(group_options("hardware"))  # models/ also holds models of other kinds
-    return [(f, sorted(m.parent.name for m in f.glob(f"*/{MANIFEST}") if m.parent.name in profiles))
+    held = [(f, sorted(m.parent.name for m in f.glob(f"*/{MANIFEST}") if m.parent.name in profiles))
             for f in unique.values()]
+    return [(f, names) for f, names in held if names]
 
 
 def trained_models(hw: HardwareConfig, root=None) -> ModelSet | None:
