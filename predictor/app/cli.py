@@ -339,9 +339,14 @@ def _predict(args) -> int:
         cfg.models_dir = _sample_this_machine(job[1], cfg.models_dir)
     p = predict(*job, cfg.gpus,
                 **_settings(cfg, "models_dir", "seed", "train_tokens", "target_step_s", "confidence", "framework"))
-    if not any(text.partition("=")[0].lstrip("+~") == "hardware" for text in args.overrides):
+    given = {text.partition("=")[0].lstrip("+~") for text in args.overrides}
+    if "hardware" not in given:
         p.notes.append(f"hardware={p.hardware}, the default (no hardware= given); for a GPU job name its profile, "
                        f"e.g. hardware=h100-sxm")
+    if not job[2].global_batch_size:
+        p.notes.append(f"parallel.global_batch_size={p.layout['global_batch_size']}, the default of this layout "
+                       f"(4·pp micro-batches per replica, so it changes with dp and pp); set it to compare layouts "
+                       f"of one job")
     return _report(cfg, p, format_prediction(p), png, prediction_figure, 16,
                    "none (plot=predict.png draws the step-time CDF and the critical path)")
 
