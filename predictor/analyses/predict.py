@@ -130,6 +130,14 @@ def check_train_tokens(value) -> float:
     return tokens
 
 
+def _batch_note(given: ParallelConfig, par: ParallelConfig) -> str | None:
+    """Where the global batch was left to its default: it follows dp and pp."""
+    if given.global_batch_size:
+        return None
+    return (f"parallel.global_batch_size={par.global_batch_size}, the default of this layout (4·pp micro-batches "
+            f"per replica, so it changes with dp and pp); set it to compare layouts of one job")
+
+
 def _modules_note(par: ParallelConfig) -> str | None:
     """What the memory figure leaves out of ``parallel.recompute_modules``."""
     if not par.recompute_modules:
@@ -230,7 +238,8 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
-        basis=basis, tier=tier, notes=[n for n in [foreign_device(models), _modules_note(par)] if n],
+        basis=basis, tier=tier,
+        notes=[n for n in [foreign_device(models), _modules_note(par), _batch_note(layout, par)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}

@@ -343,10 +343,6 @@ def _predict(args) -> int:
     if "hardware" not in given:
         p.notes.append(f"hardware={p.hardware}, the default (no hardware= given); for a GPU job name its profile, "
                        f"e.g. hardware=h100-sxm")
-    if not job[2].global_batch_size:
-        p.notes.append(f"parallel.global_batch_size={p.layout['global_batch_size']}, the default of this layout "
-                       f"(4·pp micro-batches per replica, so it changes with dp and pp); set it to compare layouts "
-                       f"of one job")
     return _report(cfg, p, format_prediction(p), png, prediction_figure, 16,
                    "none (plot=predict.png draws the step-time CDF and the critical path)")
 
