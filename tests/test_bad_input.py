@@ -238,6 +238,7 @@ def test_compare_takes_none_or_a_generator_and_refuses_a_profile_twice():
 def test_a_booster_that_matches_its_checksum_but_is_no_model_is_named(tmp_path):
     import hashlib
     import shutil
+
     from predictor.core.profiles import load_hardware
     from predictor.latency.artifacts import ModelSet
     folder = tmp_path / "a100-sxm4-80gb"

@@ -25,7 +25,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-
 from predictor.analyses.predict import Prediction, predict
 from predictor.core.errors import PrismError
 from predictor.core.profiles import CONF_DIR, group_options, load_hardware, read_yaml
