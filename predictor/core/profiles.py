@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
@@ -49,6 +49,13 @@ def section(cfg: DictConfig, name: str, schema: type):
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", "") or ""
         msg = str(exc).splitlines()[0]
+        if isinstance(exc, MissingMandatoryValue):  # OmegaConf's wording names its own classes
+            msg = "not set; every entry of this group sets it (see the shipped files of its conf/ folder)"
+        elif isinstance(exc, ValidationError) and key and "could not be converted" in msg:
+            kind = next((f.type for f in dataclasses.fields(schema) if f.name == key.split(".")[0]), None)
+            want = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(
+                getattr(kind, "__name__", str(kind)), "another type")
+            msg = f"{getattr(exc, 'value', '?')!r} is not {want}"
         raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}",
                          field=f"{name}.{key}" if key else name) from None
 
