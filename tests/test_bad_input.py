@@ -35,6 +35,7 @@ JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
     ([*JOB, "model.num_layers=4096"], "model.num_layers=4096"),
     (["predict", "model=llama3-8b", "hardware=H100", "gpus=8"], "did you mean h100-sxm?"),
     ([*JOB, "parallel.tp=eight"], "parallel.tp: 'eight' is not a whole number"),
+    ([*JOB, "parallel.sequence_parallel=maybe"], "parallel.sequence_parallel: 'maybe' is not true or false"),
     (["predict", "model=llama3-8b", "hardware=DGX B200", "gpus=8"], "did you mean b200?"),
     (["predict", "model=/tmp/mine.yaml", "hardware=h100-sxm", "gpus=8"], "a file path; model= takes the name"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),

@@ -51,6 +51,8 @@ def section(cfg: DictConfig, name: str, schema: type):
         msg = str(exc).splitlines()[0]
         if isinstance(exc, MissingMandatoryValue):  # OmegaConf's wording names its own classes
             msg = "not set; every entry of this group sets it (see the shipped files of its conf/ folder)"
+        elif isinstance(exc, ValidationError) and key and "is not a valid bool" in msg:
+            msg = f"{getattr(exc, 'value', '?')!r} is not true or false"
         elif isinstance(exc, ValidationError) and key and "could not be converted" in msg:
             kind = next((f.type for f in dataclasses.fields(schema) if f.name == key.split(".")[0]), None)
             want = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(
