@@ -427,7 +427,7 @@ PARTS_PER_WORKER = 4
 
 def _start(job: tuple) -> None:
     global _JOB
-    model, hardware, gpus, models, seed, framework = job
+    _, hardware, _, models, _, _ = job
     _JOB = (*job, QuantileCache(models, hardware))
 
 

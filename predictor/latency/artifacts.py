@@ -314,8 +314,14 @@ class ModelSet:
 def _operator_model(entry: dict, boosters: dict[str, tuple[Path, bytes]], quantiles: list[float]) -> OperatorModel:
     """The model of one manifest entry, from its boosters' files and checked gzip-compressed bytes."""
     reg = QuantileXGBRegressor(quantiles=tuple(quantiles))
-    reg.center_, reg.booster_ = (booster(boosters["center"][1], boosters["center"][0]),
-                                 booster(boosters["quantiles"][1], boosters["quantiles"][0]))
+    built = {}
+    for part, (file, data) in boosters.items():
+        try:
+            built[part] = booster(data)
+        except (OSError, EOFError, xgb.core.XGBoostError):  # its checksum matched: written so, not torn since
+            raise PrismError(f"{file}: not a gzip-compressed XGBoost model; retrain with prism train",
+                             field=str(file)) from None
+    reg.center_, reg.booster_ = built["center"], built["quantiles"]
     reg.offsets_ = np.asarray(entry["offsets"])
     return OperatorModel(entry["op"], entry["pass"], reg, entry)
 
@@ -362,19 +368,14 @@ def read_booster(file: Path, sha256: str) -> bytes:
     return data
 
 
-def booster(data: bytes, file: Path | str = "booster") -> xgb.Booster:
-    """The booster of :func:`read_booster`'s bytes (read from ``file``)."""
+def booster(data: bytes) -> xgb.Booster:
+    """The booster of :func:`read_booster`'s bytes."""
     # Queries come in small batches: one thread beats a thread per core, which spends
     # more time synchronising than predicting (2.7 s vs 5-6 s for a four-profile prism
     # compare on 2 busy cores). Loading too: 0.4 s for 56 boosters on 2 busy cores with
     # XGBoost's default threads, 0.08 s with one.
-    try:
-        raw = bytearray(gzip.decompress(data))
-        with xgb.config_context(nthread=1):
-            return xgb.Booster(params={"nthread": 1}, model_file=raw)
-    except (OSError, EOFError, xgb.core.XGBoostError):  # its checksum matched: written so, not torn since
-        raise PrismError(f"{file}: not a gzip-compressed XGBoost model; retrain with prism train",
-                         field=str(file)) from None
+    with xgb.config_context(nthread=1):
+        return xgb.Booster(params={"nthread": 1}, model_file=bytearray(gzip.decompress(data)))
 
 
 @contextmanager

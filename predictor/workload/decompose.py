@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
-from predictor.core.ops import DTYPE_BYTES, Call
+from predictor.core.ops import DTYPE_BYTES, OPS, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.workload.host import host_calls, host_family, one_backward, step_host_calls
@@ -146,7 +146,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         groups = {name: [c.scaled(moe) for c in calls]
                   for name, calls in moe_op_groups(model, par, mbs, seq).items()}
         compute = dense_calls + attn + [c for calls in groups.values() for c in calls]
-        per_layer_compute = [dense_calls, compute[len(dense_calls):]]  # a dense layer's, a MoE layer's
+        alike = [dense_calls, compute[len(dense_calls):]]  # a dense layer's calls, a MoE layer's
         fwd = list(compute)
         bwd = [c.scaled(1, "bwd") for c in compute]
         # TP collectives: a dense layer's two (attention, FFN), a MoE layer's attention's and,
@@ -158,7 +158,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
     else:
         compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention)
         fwd = [c.scaled(layers) for c in compute]
-        per_layer_compute = [fwd]
+        alike = [list(fwd)]  # fwd gains the collectives below
         bwd = [c.scaled(layers, "bwd") for c in compute]
         tp_pairs, ep_calls = 2 * layers, []
         modules = _modules(model, fwd, [], {}, [], layers, mbs * seq // cp, tp) if par.recompute_modules else {}
@@ -182,8 +182,8 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         bwd += [c for c in ep_calls if c.role != "ep_counts"]
     if par.recompute == "full":
         bwd += fwd  # every forward call, the layer's collectives included, runs again
-    elif par.recompute == "per_op":
-        bwd += per_op_recomputed(model, par.tp, per_layer_compute)
+    elif par.recompute == "per_op":  # its policy saves no collective's output: they run again too
+        bwd += _per_op_recomputed(model, par.tp, alike) + [c for c in fwd if OPS[c.op].collective]
     elif par.recompute == "selective" and par.recompute_modules:
         bwd += [c for name in par.recompute_modules.split(",") for c in modules.get(name.strip(), [])]
     elif par.recompute == "selective":
@@ -191,32 +191,34 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
     return fwd, bwd
 
 
-def per_op_recomputed(model, tp: int, layers: list[list[Call]]) -> list[Call]:
+def _per_op_recomputed(model, tp: int, layers: list[list[Call]]) -> list[Call]:
     """The forward calls torchtitan's per-op selective activation checkpointing runs again
     in the backward (``selective_ac_option='op'``: ``_apply_ac_to_transformer_block`` in
     torchtitan/models/llama3/parallelize.py, and its Llama 3 8B train config). Its policy
     saves the outputs of ``aten.mm`` but every second one, counted per layer in the order
     they run, and of the attention core (SDPA); every other op of the layer runs again:
     norms, RoPE, activations, residual adds, the router and the experts' grouped GEMMs
-    (not ``aten.mm``). ``layers``: calls of alike layers in the order they run, each
-    list of one kind; PRISM's fused projections (QKV, SwiGLU's gate and up) run in
-    torchtitan as separate mms (wq, wk, wv; w1, w3), split here in that order."""
+    (not ``aten.mm``). ``layers``: the compute calls of alike layers in the order they
+    run, each list of one kind; PRISM's fused projections (QKV, SwiGLU's gate and up of the
+    FFN and of the shared experts) run in torchtitan as separate mms (wq, wk, wv; w1, w3),
+    split here in that order."""
     heads, kv = model.num_heads // tp, max(model.num_kv_heads // tp, 1)
-    qkv = {"q": heads * model.head_dim, "k": kv * model.head_dim, "v": kv * model.head_dim}
+    qkv = [heads * model.head_dim, kv * model.head_dim, kv * model.head_dim]
+    gate_up = {2 * (width // tp) for width in (model.ffn_hidden_size, model.shared_expert_ffn_hidden_size)
+               if width} if model.activation == "swiglu" else set()
     out = []
     for calls in layers:
         mm = 0
         for c in calls:
             if c.op == "attention":
                 continue
-            if c.op != "gemm" or c.role != "compute":
+            if c.op != "gemm":
                 out.append(c)
                 continue
             s = c.shape_dict
-            if s["n"] == sum(qkv.values()) and s["k"] == model.hidden_size and not model.kv_lora_rank:
-                widths = list(qkv.values())
-            elif model.activation == "swiglu" and s["k"] == model.hidden_size and s["n"] % 2 == 0 \
-                    and s["n"] != model.hidden_size and s["n"] != sum(qkv.values()):
+            if s["k"] == model.hidden_size and s["n"] == sum(qkv) and not model.kv_lora_rank:
+                widths = qkv
+            elif s["k"] == model.hidden_size and s["n"] in gate_up:
                 widths = [s["n"] // 2] * 2  # gate (w1) and up (w3)
             else:
                 widths = [s["n"]]
