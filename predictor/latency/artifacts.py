@@ -32,12 +32,12 @@ import numpy as np
 
 from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
-from predictor.core.ops import COLLECTIVE_OPS, HOST_OPS, OPS
+from predictor.core.ops import COLLECTIVE_OPS, HOST_OPS, OPS, dtype_bytes
 from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.backward_entry import origins, without_entry
 from predictor.latency.calibration import Calibration
-from predictor.latency.features import TOPOLOGY, feature_names, features
+from predictor.latency.features import TOPOLOGY, compute_floor_us, feature_names, features
 from predictor.latency.regressor import QuantileXGBRegressor, xgb
 from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
 
@@ -154,9 +154,46 @@ class OperatorModel:
     info: dict
 
     def predict(self, shapes: pd.DataFrame, hw: HardwareConfig) -> np.ndarray:
-        """Latency quantiles in microseconds, shape (len(shapes), n_quantiles)."""
+        """Latency quantiles in microseconds, shape (len(shapes), n_quantiles): the
+        regressor's, slowed where their median would beat the compute ceiling
+        (:func:`compute_ceiling`), spread kept."""
         X, floor = features(self.op, self.pass_, shapes, hw)
-        return floor[:, None] * np.exp(self.regressor.predict(X))
+        q = floor[:, None] * np.exp(self.regressor.predict(X))
+        ceiling = self.info.get("compute_ceiling")
+        if ceiling:
+            dtypes = np.asarray(shapes["dtype"]) if "dtype" in shapes else np.full(len(q), "float32")
+            least = compute_floor_us(self.op, self.pass_, shapes, hw) / _ceilings(ceiling, dtypes)
+            q *= np.maximum(least / q[:, q.shape[1] // 2], 1.0)[:, None]
+        return q
+
+
+def _ceilings(ceiling: dict[str, float], dtypes: np.ndarray) -> np.ndarray:
+    """Each call's ceiling: its precision's, else that of a sampled precision of the same
+    element width without block scales (mxfp8 and float8_blockwise take float8's);
+    none (infinite) where no sampled precision has its width."""
+    def width(names) -> np.ndarray:
+        return np.floor(dtype_bytes(np.asarray(names)) * 2) / 2  # scales cost 1/32 or 1/16 of a byte
+    by_width = dict(zip(width(list(ceiling)), ceiling.values()))
+    names = np.unique(dtypes)
+    out = {d: ceiling.get(d, by_width.get(w, np.inf)) for d, w in zip(names, width(names))}
+    return np.array([out[d] for d in dtypes], float)
+
+
+def compute_ceiling(op: str, pass_: str, rows: pd.DataFrame, hw: HardwareConfig) -> dict[str, float] | None:
+    """Per precision, the highest share of the compute roofline (FLOPs at the datasheet
+    peak) that any sampled call of a compute op reached; None for collectives and host ops.
+
+    Trees cannot leave the range of their targets, but a sum of trees can: outside the
+    sampled shapes, leaves of different trees that never fired together add up. On the
+    H100 GEMM table (m, n, k up to 4096, the fastest at 780 TFLOP/s, 79% of peak) the
+    backward of an 8192-cubed GEMM came out at 872 TFLOP/s. No prediction's median may run
+    a larger share of the peak than the samples ever did."""
+    if OPS[op].collective or OPS[op].host:
+        return None
+    share = compute_floor_us(op, pass_, rows, hw) / rows["latency_us"].to_numpy()
+    dtypes = rows["dtype"].to_numpy() if "dtype" in rows else np.full(len(rows), "float32")
+    best = {str(d): float(share[dtypes == d].max()) for d in np.unique(dtypes)}
+    return {d: v for d, v in best.items() if v > 0} or None  # an op of no FLOPs has nothing to cap
 
 
 def fit_operator_model(op: str, pass_: str, rows: pd.DataFrame, hw: HardwareConfig,
@@ -169,6 +206,7 @@ def fit_operator_model(op: str, pass_: str, rows: pd.DataFrame, hw: HardwareConf
     reg = QuantileXGBRegressor(quantiles=tuple(rc.quantiles), **params).fit(X, y, groups)
     info = {"rows": int(len(rows)), "shapes": int(len(np.unique(groups))),
             "calibration_shapes": int(reg.n_calibration_), "offsets": reg.offsets_.tolist(),
+            "compute_ceiling": compute_ceiling(op, pass_, rows, hw),
             "data_hash": data_hash(rows[list(OPS[op].shape) + ["latency_us"]]),
             "origins": sorted(map(str, rows["origin"].dropna().unique())) if "origin" in rows else []}
     return OperatorModel(op, pass_, reg, info)

@@ -91,10 +91,15 @@ def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndar
         alpha_us = np.where(intra, net.intra_node.latency_us, net.inter_node.latency_us)
         return alpha_us + s["message_bytes"] * BUS_FACTOR[op](s["group_size"]) / bandwidth * 1e6
     dtypes = _dtypes(frame, len(s[OPS[op].shape[0]]))
-    peak = np.array([hw.peak(d) for d in dtypes], dtype=float)
-    compute = flops(op, pass_, s) / peak
-    memory = bytes_moved(op, pass_, s, dtypes) / hw.memory.bandwidth
-    return np.maximum(np.maximum(compute, memory) * 1e6, 1e-3)
+    memory = bytes_moved(op, pass_, s, dtypes) / hw.memory.bandwidth * 1e6
+    return np.maximum(np.maximum(compute_floor_us(op, pass_, frame, hw), memory), 1e-3)
+
+
+def compute_floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndarray:
+    """A compute op's FLOPs at the peak of each row's precision, in microseconds."""
+    s = _shape(op, frame)
+    peak = np.array([hw.peak(d) for d in _dtypes(frame, len(s[OPS[op].shape[0]]))], dtype=float)
+    return flops(op, pass_, s) / peak * 1e6
 
 
 def host_floor_us(op: str, pass_: str, shape: Mapping, hw: HardwareConfig):
