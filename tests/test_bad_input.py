@@ -253,3 +253,18 @@ def test_a_booster_that_matches_its_checksum_but_is_no_model_is_named(tmp_path):
     models = ModelSet.load(folder, load_hardware("a100-sxm4-80gb"))
     with pytest.raises(PrismError, match="gemm__fwd.ubj.gz: not a gzip-compressed XGBoost model"):
         models.query("gemm", "fwd", pd.DataFrame({"m": [64], "n": [64], "k": [64], "dtype": ["bfloat16"]}))
+
+
+@pytest.mark.parametrize("ceiling", ["fast", {"bfloat16": -1}, {"bfloat16": "0.8"}, {}])
+def test_a_tampered_compute_ceiling_is_named(tmp_path, ceiling):
+    import shutil
+
+    from predictor.core.profiles import load_hardware
+    from predictor.latency.artifacts import ModelSet
+    folder = tmp_path / "h100-sxm"
+    shutil.copytree(REPO_ROOT / "models" / "h100-sxm", folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["models"]["gemm/bwd"]["compute_ceiling"] = ceiling
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PrismError, match="gemm/bwd: compute_ceiling .* retrain with prism train"):
+        ModelSet.load(folder, load_hardware("h100-sxm"))

@@ -179,6 +179,13 @@ def _ceilings(ceiling: dict[str, float], dtypes: np.ndarray) -> np.ndarray:
     return np.array([out[d] for d in dtypes], float)
 
 
+def _is_ceiling(value) -> bool:
+    """Whether a manifest's ``compute_ceiling`` is absent (a set saved before it) or as
+    :func:`compute_ceiling` writes it."""
+    return value is None or (isinstance(value, dict) and bool(value) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < np.inf for v in value.values()))
+
+
 def compute_ceiling(op: str, pass_: str, rows: pd.DataFrame, hw: HardwareConfig) -> dict[str, float] | None:
     """Per precision, the highest share of the compute roofline (FLOPs at the datasheet
     peak) that any sampled call of a compute op reached; None for collectives and host ops.
@@ -345,6 +352,9 @@ class ModelSet:
             if entry["features"] != feature_names(entry["op"]):
                 raise PrismError(f"{key}: trained on features {entry['features']}, this PRISM "
                                  f"computes {feature_names(entry['op'])}; retrain with prism train", field=key)
+            if not _is_ceiling(entry.get("compute_ceiling")):
+                raise PrismError(f"{path}: {key}: compute_ceiling {entry['compute_ceiling']!r} is not a map of "
+                                 f"precision to a positive share of the peak; retrain with prism train", field=key)
             models[(entry["op"], entry["pass"])] = partial(_operator_model, entry, boosters, manifest["quantiles"])
         return cls(hw, manifest["quantiles"], LazyModels(models), manifest, read_variability(directory), directory)
 
