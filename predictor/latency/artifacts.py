@@ -37,7 +37,7 @@ from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, thi
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.backward_entry import origins, without_entry
 from predictor.latency.calibration import Calibration
-from predictor.latency.features import TOPOLOGY, compute_floor_us, feature_names, features
+from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
 from predictor.latency.regressor import QuantileXGBRegressor, xgb
 from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
 
@@ -161,22 +161,23 @@ class OperatorModel:
         q = floor[:, None] * np.exp(self.regressor.predict(X))
         ceiling = self.info.get("compute_ceiling")
         if ceiling:
-            dtypes = np.asarray(shapes["dtype"]) if "dtype" in shapes else np.full(len(q), "float32")
-            least = compute_floor_us(self.op, self.pass_, shapes, hw) / _ceilings(ceiling, dtypes)
+            least = compute_floor_us(self.op, self.pass_, shapes, hw) / _ceilings(ceiling, call_dtypes(shapes, len(q)))
             q *= np.maximum(least / q[:, q.shape[1] // 2], 1.0)[:, None]
         return q
 
 
 def _ceilings(ceiling: dict[str, float], dtypes: np.ndarray) -> np.ndarray:
-    """Each call's ceiling: its precision's, else that of a sampled precision of the same
-    element width without block scales (mxfp8 and float8_blockwise take float8's);
-    none (infinite) where no sampled precision has its width."""
+    """Each call's ceiling: its precision's, else the loosest of the sampled precisions of its
+    element width without block scales (mxfp8 and float8_blockwise take float8's), which the
+    regressor reads alike (``dtype_bytes``); none (infinite) where no sampled precision has
+    its width."""
     def width(names) -> np.ndarray:
         return np.floor(dtype_bytes(np.asarray(names)) * 2) / 2  # scales cost 1/32 or 1/16 of a byte
-    by_width = dict(zip(width(list(ceiling)), ceiling.values()))
-    names = np.unique(dtypes)
-    out = {d: ceiling.get(d, by_width.get(w, np.inf)) for d, w in zip(names, width(names))}
-    return np.array([out[d] for d in dtypes], float)
+    by_width: dict[float, float] = {}
+    for w, v in zip(width(list(ceiling)), ceiling.values()):
+        by_width[w] = max(v, by_width.get(w, 0.0))
+    names, which = np.unique(dtypes, return_inverse=True)
+    return np.array([ceiling.get(d, by_width.get(w, np.inf)) for d, w in zip(names, width(names))], float)[which]
 
 
 def _is_ceiling(value) -> bool:
@@ -198,7 +199,7 @@ def compute_ceiling(op: str, pass_: str, rows: pd.DataFrame, hw: HardwareConfig)
     if OPS[op].collective or OPS[op].host:
         return None
     share = compute_floor_us(op, pass_, rows, hw) / rows["latency_us"].to_numpy()
-    dtypes = rows["dtype"].to_numpy() if "dtype" in rows else np.full(len(rows), "float32")
+    dtypes = call_dtypes(rows, len(rows))
     best = {str(d): float(share[dtypes == d].max()) for d in np.unique(dtypes)}
     return {d: v for d, v in best.items() if v > 0} or None  # an op of no FLOPs has nothing to cap
 

@@ -54,7 +54,7 @@ def _has_empty(values: np.ndarray) -> bool:
     return values.dtype.kind == "O" and any(v is None or v != v for v in values)
 
 
-def _dtypes(frame: Mapping, rows: int) -> np.ndarray:
+def call_dtypes(frame: Mapping, rows: int) -> np.ndarray:
     """Each call's precision (``dtype`` column; float32 where the table has none)."""
     return np.asarray(frame["dtype"]) if "dtype" in frame else np.full(rows, "float32")
 
@@ -90,7 +90,7 @@ def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndar
         bandwidth = np.where(intra, net.intra_node.bandwidth, across)
         alpha_us = np.where(intra, net.intra_node.latency_us, net.inter_node.latency_us)
         return alpha_us + s["message_bytes"] * BUS_FACTOR[op](s["group_size"]) / bandwidth * 1e6
-    dtypes = _dtypes(frame, len(s[OPS[op].shape[0]]))
+    dtypes = call_dtypes(frame, len(s[OPS[op].shape[0]]))
     memory = bytes_moved(op, pass_, s, dtypes) / hw.memory.bandwidth * 1e6
     return np.maximum(np.maximum(compute_floor_us(op, pass_, frame, hw), memory), 1e-3)
 
@@ -98,7 +98,8 @@ def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndar
 def compute_floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndarray:
     """A compute op's FLOPs at the peak of each row's precision, in microseconds."""
     s = _shape(op, frame)
-    peak = np.array([hw.peak(d) for d in _dtypes(frame, len(s[OPS[op].shape[0]]))], dtype=float)
+    names, which = np.unique(call_dtypes(frame, len(s[OPS[op].shape[0]])), return_inverse=True)
+    peak = np.array([hw.peak(d) for d in names], dtype=float)[which]
     return flops(op, pass_, s) / peak * 1e6
 
 
@@ -131,7 +132,7 @@ def features(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> tuple[n
     elif not OPS[op].host:
         if op == "optimizer_step":
             cols.append(np.log2(s["params"] / np.maximum(s["tensors"], 1.0)))
-        dtypes = _dtypes(frame, len(floor))
+        dtypes = call_dtypes(frame, len(floor))
         f = np.maximum(flops(op, pass_, s), 1.0)
         b = np.maximum(bytes_moved(op, pass_, s, dtypes), 1.0)
         cols += [dtype_bytes(dtypes), np.log2(f), np.log2(b), np.log2(f / b)]
