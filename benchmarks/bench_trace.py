@@ -5,8 +5,9 @@ is a big trace read?
    traces of a few more steps; `prism import-trace` turns them into samples, `prism train`
    fits models on them alone, `prism predict` predicts the layout. Prints the measured
    median step, the predicted p50 and the error (goal: within 10%), with and without the
-   composed host ops (predictor.workload.host), and the framework time per call the
-   traces measured around the recognised ops (reported, not added).
+   composed host ops (predictor.workload.host: here the framework time the traced steps
+   measured between the recognised ops, imported as ``dispatch`` rows), and that time
+   per compute call.
 2. A 500 MB trace, made by repeating a real one's steps (timestamps, ids and sequence
    numbers shifted), is imported in a child process: wall time (goal: <= 2 minutes) and
    peak resident memory.

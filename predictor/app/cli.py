@@ -265,7 +265,6 @@ def _train(args) -> int:
 
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
-    from predictor.data.importers.trace import traced_framework_us
     from predictor.latency.artifacts import TRAINED_MODELS, train
     from predictor.latency.variability_fit import fit_variability
     cfg = _load(args)
@@ -281,7 +280,6 @@ def _train(args) -> int:
     elapsed = time.perf_counter() - t0
     root = Path(cfg.models_dir or TRAINED_MODELS)  # the shipped models/ only when named
     directory = models.save(root / hw.name)
-    framework_us = traced_framework_us(cfg.samples, hw.name)  # the traced steps' time around the ops
     rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
              "calibration_shapes": m.info["calibration_shapes"],
              "kib": round(sum((directory / f["file"]).stat().st_size
@@ -294,9 +292,6 @@ def _train(args) -> int:
         table += (f"\nnote: {len(thin)} model(s) rest on fewer than {FEW_SHAPES} shapes or have none held out to "
                   f"calibrate their intervals: {', '.join(thin)}; away from those shapes they follow the roofline "
                   f"floor alone and their bands are not calibrated: sample more shapes (sampling.shapes_per_op)")
-    if framework_us is not None:
-        table += (f"\nframework time {framework_us:.1f} us per compute call in the traced steps (reported, not "
-                  f"added: predictions compose the framework's calls as host ops)")
     if models.variability is not None:
         table += ("\nvariability measured from the samples' repeats (variability.json, used instead of the profile's): "
                   + ", ".join(f"{k} {s.sigma:.3g} ({f'{s.shapes} shapes' if s.shapes else s.basis})"
@@ -304,7 +299,7 @@ def _train(args) -> int:
     use = f"prism predict hardware={hw.name} models_dir={root}"
     table += f"\npredict with them: {use} (every verb that reads models takes models_dir={root})"
     _print(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
-                 "models": rows, "few_shapes": thin, "traced_framework_us_per_call": framework_us,
+                 "models": rows, "few_shapes": thin,
                  "variability": models.variability.to_dict() if models.variability else None,
                  "predict": use}, table)
     return 0

@@ -37,14 +37,18 @@ and backward nodes with their total time, and GPU kernels no recognised op launc
 Profiler steps
 --------------
 Where the trace marks steps (``ProfilerStep#N``, from ``prof.step()``), the importer also
-measures how much of each step the recognised calls leave unexplained (views, copies,
-autograd's own bookkeeping, Python). Divided by the step's compute calls (a call's
-forward and its backward are one each, as the composer counts them) and taken as the
-median over steps, that is the in-situ framework time per call; it is stored in the run
-metadata and ``prism train`` reports it (:func:`traced_framework_us`) beside the models,
-whose predictions compose the framework's time as host ops
-(:mod:`predictor.workload.host`) rather than add this figure. GPU traces get no such
-figure: their kernels run asynchronously to the CPU that records the steps.
+samples the host side of the step: the time the recognised calls leave unexplained on the
+step's thread (views, copies, autograd's own bookkeeping, Python). On a CPU trace each gap
+between recognised calls is charged to the pass of the compute call that follows it, and
+each step's forward and backward gaps become one ``dispatch`` row each (a host op, origin
+``trace``), whose ``launches`` are the framework calls the composer counts around those
+calls on a CPU (:data:`predictor.workload.host.CALLS`, ``cpu-eager``): models trained on
+the traces then compose the framework time the steps measured, per call as the composer
+counts them. The gaps before the optimizer step and after it are not charged: under DDP
+they hold the wait for the last gradient all-reduce, which the composer composes as
+communication. The report also gives the unexplained time per recognised compute call
+over the whole step (:func:`framework_us_per_call`). GPU traces get neither: their
+kernels run asynchronously to the CPU that records the steps.
 
 The profiler's own cost
 -----------------------
@@ -74,8 +78,11 @@ from predictor.core.ops import DTYPE_BYTES, OPS
 from predictor.core.profiles import load_hardware, match_hardware
 from predictor.data import store
 from predictor.data.importers.chrome_json import TraceStream
+from predictor.workload.host import CALLS, HOOK_CALLS_PER_TENSOR, host_family
 
 IMPORTER_VERSION = 1
+#: The region torch DDP records around each forward (one per micro-batch it runs).
+_DDP_FORWARD = "DistributedDataParallel.forward"
 
 #: Profiler "Input type" / collective "dtype" spellings -> vocabulary dtypes.
 _DTYPES = {"float": "float32", "Float": "float32", "c10::BFloat16": "bfloat16", "BFloat16": "bfloat16",
@@ -276,8 +283,8 @@ class TraceReport:
                          if self.profiler_cost_us is not None else
                          "profiler cost  not known: CPU timings include the profiler's own (give profiler_cost_us=)")
         if self.op_overhead_us is not None:
-            lines.append(f"framework time {self.op_overhead_us:.1f} us per compute call (the rest of the step, "
-                         f"stored for prism train)")
+            lines.append(f"framework time {self.op_overhead_us:.1f} us per compute call (the rest of the step; "
+                         f"its forward and backward gaps are stored as dispatch rows, the host op)")
         for title, items in (("unknown ops", self.unknown_ops), ("unknown kernels", self.unknown_kernels)):
             if items:
                 total = sum(i["calls"] for i in items)
@@ -335,7 +342,7 @@ class _TraceReader:
         parent = stack[-1] if stack else _Frame(math.inf, None, False, False)
         if _STEP.match(name):
             self.steps.append({"tid": e.get("tid"), "start": ts, "end": ts + dur, "attributed_us": 0.0,
-                               "compute_instances": 0, "loose_events": 0})
+                               "compute_instances": 0, "loose_events": 0, "calls": [], "loose": [], "ddp_forwards": 0})
             stack.append(_Frame(ts + dur, None, False, False))
             return
         owner, frame = parent.owner, None
@@ -356,6 +363,8 @@ class _TraceReader:
             step = self._step_at(ts, e.get("tid"))
             if step is not None:  # its recording cost lands outside every recognised call
                 step["loose_events"] += 1
+                step["loose"].append(ts)
+                step["ddp_forwards"] += name == _DDP_FORWARD
         seq, fwd_tid = args.get("Sequence number"), args.get("Fwd thread id")
         if seq is not None and fwd_tid == 0 and not frame.backward:
             # The last forward op recorded with a sequence number is the one that created the node.
@@ -375,7 +384,7 @@ class _TraceReader:
                 return _Frame(end, None, True, True)
             first_node = "bwd" not in instance.cpu_us  # a call's backward is one call however many nodes
             instance.cpu_us["bwd"] += dur
-            self._charge(ts, dur, calls=int(first_node), tid=tid)
+            self._charge(ts, dur, tid, instance, "bwd", first=first_node)
             return _Frame(end, (instance, "bwd"), True, False)
         if parent.backward:  # ops inside a backward node we could not attribute
             return _Frame(end, None, True, True)
@@ -387,8 +396,7 @@ class _TraceReader:
         instance, pass_, compute = mapped
         instance.cpu_us[pass_] += dur
         self.instances.append(instance)
-        if compute:  # collectives run on their own threads, overlapping the step: not charged
-            self._charge(ts, dur, calls=1, tid=tid)
+        self._charge(ts, dur, tid, instance, pass_, first=True, compute=compute)
         return _Frame(end, (instance, pass_), False, False)
 
     def _forward(self, name: str, args: dict):
@@ -457,12 +465,18 @@ class _TraceReader:
                 return step
         return None
 
-    def _charge(self, ts: float, dur: float, calls: int, tid) -> None:
-        """Add a recognised call's time (and count) to the profiler step it ran in."""
+    def _charge(self, ts: float, dur: float, tid, instance: _Instance, pass_: str, first: bool,
+                compute: bool = True) -> None:
+        """Add a recognised call's time (and count: ``first`` of its pass) to the profiler
+        step it ran in. A collective is not charged (DDP's run on their own threads,
+        overlapping the step) but bounds the framework time around it (:func:`_framework_rows`)."""
         step = self._step_at(ts, tid)
-        if step is not None:
+        if step is None:
+            return
+        step["calls"].append((ts, ts + dur, pass_ if compute else "step", instance if first else None))
+        if compute:
             step["attributed_us"] += dur
-            step["compute_instances"] += calls
+            step["compute_instances"] += int(first)
 
     def _unknown(self, name: str, dur: float) -> None:
         self.unknown_ops[name] += 1
@@ -575,6 +589,8 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         skipped.update(reader.skipped)
         main = Counter(s["tid"] for s in reader.steps).most_common(1)
         steps += [s for s in reader.steps if main and s["tid"] == main[0][0]]
+    if kind == "cpu":
+        frames.append(pd.DataFrame(_framework_rows(steps, cost)))
     rows = pd.concat(frames, ignore_index=True)
     step_us = np.array([s["end"] - s["start"] for s in steps])
     attributed = np.array([s["attributed_us"] for s in steps])
@@ -606,6 +622,30 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         op_overhead_us=overhead, unknown_ops=_by_time(unknown_ops, unknown_ms),
         unknown_kernels=_by_time(unknown_kernels, unknown_kernel_ms), skipped=dict(skipped),
         elapsed_s=time.monotonic() - start)
+
+
+def _framework_rows(steps: list[dict], cost_us: float) -> list[dict]:
+    """Each profiled step's framework time as a ``dispatch`` row per pass (module doc,
+    "Profiler steps"): the gaps before the pass's compute calls, less the profiler's cost
+    of the events recorded in them, over the framework calls the composer counts around
+    those calls on a CPU."""
+    table = CALLS[host_family(None, asynchronous=False)]
+    rows = []
+    for step in steps:
+        loose = np.sort(step["loose"])
+        gap, launches, last = {"fwd": 0.0, "bwd": 0.0}, {"fwd": 0, "bwd": 0}, step["start"]
+        for start, end, pass_, instance in sorted(step["calls"], key=lambda c: c[:2]):
+            if pass_ in gap:
+                events = np.searchsorted(loose, start) - np.searchsorted(loose, last)
+                gap[pass_] += max(start - last - cost_us * events, 0.0)
+                launches[pass_] += table.get(instance.op, (0, 0))[pass_ == "bwd"] if instance else 0
+            last = max(last, end)
+        # DDP's reducer hook per parameter tensor in each of its backwards, as decompose counts them
+        tensors = sum(i.shape["tensors"] for *_, i in step["calls"] if i and i.op == "optimizer_step")
+        launches["bwd"] += HOOK_CALLS_PER_TENSOR * tensors * step["ddp_forwards"]
+        rows += [{"op": "dispatch", "pass": p, "dtype": "float32", "latency_us": gap[p], "launches": launches[p]}
+                 for p in gap if gap[p] > 0 and launches[p] > 0]
+    return rows
 
 
 def _by_time(calls: Counter, ms: Counter) -> list[dict]:
@@ -647,25 +687,6 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, 
             else:
                 skipped[f"{inst.op} {pass_} calls without time"] += 1
     return pd.DataFrame(rows, columns=["op", "pass", "dtype", "latency_us"] if not rows else None)
-
-
-def traced_framework_us(path, hardware: str) -> float | None:
-    """The framework time per compute call that the CPU traces in a store measured.
-
-    Over every profiled step of the ``trace`` runs of ``hardware`` in the store at ``path``
-    (:func:`framework_us_per_call`). None when the store holds no such run (GPU traces are never charged this way).
-    """
-    step_us, attributed_us, calls = [], [], []
-    for run in store.run_files(path):
-        meta = store.read_run_metadata(run)
-        if meta.get("importer") != "trace" or meta.get("kind") != "cpu" or not meta.get("steps"):
-            continue
-        if meta.get("hardware", hardware) != hardware:
-            continue
-        step_us += np.subtract(meta["step_us"], meta["profiler_us"]).tolist()
-        attributed_us += meta["attributed_us"]
-        calls += meta["compute_instances"]
-    return framework_us_per_call(np.array(step_us), np.array(attributed_us), np.array(calls))
 
 
 def framework_us_per_call(step_us: np.ndarray, attributed_us: np.ndarray, calls: np.ndarray) -> float | None:
