@@ -139,6 +139,28 @@ def test_the_steps_framework_time_becomes_dispatch_rows_the_composer_reads_back(
     assert composed_us == pytest.approx(traced_us, rel=0.25)
 
 
+def test_framework_time_is_the_gaps_before_each_pass_less_the_profilers_cost(tmp_path):
+    """A hand-built CPU step, exactly: 100 us before the linear, 100 us before the layer
+    norm holding one unrecognised event (its recording cost taken off), and the time after
+    the last op (the optimizer's side of the step) not charged."""
+    def op(name, ts, dur, **args):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+        op("aten::linear", 100, 100, **{"Input Dims": [[8, 16], [32, 16], [32]], "Input type": ["float"] * 3}),
+        op("aten::view", 250, 10),
+        op("aten::layer_norm", 300, 50, **{"Input Dims": [[8, 32]], "Input type": ["float"]}),
+    ]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    report = import_trace([path], tmp_path / "out", hardware="local-cpu", profiler_cost_us=2.0)
+    rows = pd.read_parquet(report.run_file)
+    dispatch = rows[rows.op == "dispatch"].iloc[0]
+    assert len(rows[rows.op == "dispatch"]) == 1 and dispatch["pass"] == "fwd"  # no backward in this step
+    assert dispatch.latency_us == pytest.approx(100 + (100 - 2.0))
+    assert dispatch.launches == CALLS["cpu-eager"]["gemm"][0] + CALLS["cpu-eager"]["layernorm"][0]
+
+
 def test_cli_reads_files_then_settings(traces, tmp_path):
     out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "import-trace", *map(str, traces),
                           f"out={tmp_path}", "hardware=local-cpu", "--json"], capture_output=True, text=True)
