@@ -589,8 +589,9 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         skipped.update(reader.skipped)
         main = Counter(s["tid"] for s in reader.steps).most_common(1)
         steps += [s for s in reader.steps if main and s["tid"] == main[0][0]]
-    if kind == "cpu":
-        frames.append(pd.DataFrame(_framework_rows(steps, cost)))
+    framework = _framework_rows(steps, cost) if kind == "cpu" else []
+    if framework:
+        frames.append(pd.DataFrame(framework))
     rows = pd.concat(frames, ignore_index=True)
     step_us = np.array([s["end"] - s["start"] for s in steps])
     attributed = np.array([s["attributed_us"] for s in steps])
