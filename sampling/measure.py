@@ -10,6 +10,7 @@ kept). Nothing is written until every rank has finished; Ctrl-C, SIGTERM or
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -24,10 +25,12 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from predictor.core.errors import PrismError
+from predictor.core.files import writable
 from predictor.core.layout import _divisors, resolve_layout, validate_layout
 from predictor.core.profiles import load_model, section
 from predictor.core.specs import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
-from predictor.data.measurements import step_times, write_measurements
+from predictor.data.measurements import read_measurements, step_times, write_measurements
+from predictor.workload.memory import memory_per_gpu
 from sampling.launch import run_torchrun
 from sampling.runner import _device
 
@@ -154,6 +157,39 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
     return device, backend
 
 
+def _output(out, mc: MeasureConfig) -> Path:
+    """``out`` once the run's rows can be added to it and its traces written, checked before
+    the run rather than after it."""
+    path = writable("out", out)
+    if path.exists():
+        try:
+            read_measurements(path)
+        except PrismError as exc:
+            why = str(exc).split(": ", 1)[-1]  # read_measurements names the file as measured=
+            raise PrismError(f"out={path}: exists and is no measurement file to add to ({why}); give a new file "
+                             f"name or move it away", field="out") from None
+    if mc.trace_dir:
+        writable("measure.trace_dir", mc.trace_dir, folder=True)
+    return path
+
+
+def _fits_this_cpu(model: ModelConfig, par: ParallelConfig, world: int, threads: int) -> None:
+    """Refuse a CPU run this machine cannot hold: a core per thread of every rank (shared
+    cores time each other, not the layout), and the ranks' training memory within RAM
+    (:func:`~predictor.workload.memory.memory_per_gpu`, a lower bound: the CPU trains in fp32)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if world * threads > cores:
+        raise PrismError(f"parallel: dp·tp·pp = {world} rank(s) x measure.threads_per_rank={threads} need "
+                         f"{world * threads} cores, this machine has {cores}; lower parallel.dp, tp or pp",
+                         field="parallel")
+    need = world * memory_per_gpu(model, par).total
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > ram:
+        raise PrismError(f"model={model.name}: its {world} rank(s) need at least {need / 2**30:.0f} GiB to train, "
+                         f"this machine has {ram / 2**30:.0f} GiB; measure a smaller model here (model=tiny, small)",
+                         field="model")
+
+
 def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
     """Train ``cfg.model`` laid out as ``cfg.parallel`` on this machine, time every step
     and add the layout's rows to the Parquet file ``cfg.out``; see the module doc."""
@@ -169,6 +205,9 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
     check_layout(model, par)
     world = par.dp * par.tp * par.pp
     device, backend = _settings(mc, hw, world)
+    out = _output(out, mc)
+    if device == "cpu":
+        _fits_this_cpu(model, par, world, mc.threads_per_rank)
     lid = layout_id(model, par)
     measured_at = datetime.now(timezone.utc).isoformat()
 

@@ -140,6 +140,12 @@ def task_seconds(task: Task, repeats: int, warmup: int, hw: HardwareConfig) -> f
 
 def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     """Check a sampling config; raise :class:`PrismError` naming the field and the fix."""
+    if not sc.ops:
+        raise PrismError("sampling.ops=[]: names no op to sample; list some (sampling.ops=[gemm,attention]) or "
+                         "leave it out for the plan's own", field='sampling.ops')
+    if not sc.max_call_ms > 0:
+        raise PrismError(f"sampling.max_call_ms={sc.max_call_ms}: the longest call a plan may time, in ms; must be "
+                         f"positive, e.g. 50", field='sampling.max_call_ms')
     for op in sc.ops:
         if op not in OPS:
             raise PrismError(f"sampling.ops: {unknown_op_message(op)}", field='sampling.ops')

@@ -43,6 +43,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from predictor.core.errors import PrismError
+from predictor.core.files import writable
 from predictor.core.ops import OPS
 from predictor.core.profiles import section, this_cpu
 from predictor.core.specs import HardwareConfig, SamplingConfig
@@ -231,13 +232,11 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
     hw = section(cfg, "hardware", HardwareConfig)
     cluster = cluster_env()
     if cluster is not None:
-        output_dir = Path(cfg.output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
+        output_dir = writable("output_dir", cfg.output_dir, folder=True)  # made, and written to, before any work
         return _sample_cluster(sc, hw, cluster, output_dir, progress)
     plan = make_plan(sc, hw)
     device = _device(hw)
-    output_dir = Path(cfg.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = writable("output_dir", cfg.output_dir, folder=True)
     with store.writer_lock(output_dir) as note:
         if note:
             print(f"prism sample: note: {note}", file=sys.stderr)

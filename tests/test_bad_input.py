@@ -2,6 +2,7 @@
 before any work is done where the input can be checked up front."""
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ from predictor.core.layout import resolve_layout
 from predictor.core.profiles import REPO_ROOT, read_yaml
 from predictor.core.specs import ParallelConfig, RegressorConfig
 from predictor.data.measurements import layout_configs, read_measurements
+from predictor.latency.regressor import DEFAULT_QUANTILES
 
 JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
 
@@ -98,8 +100,29 @@ def test_training_refuses_latencies_that_are_no_measurement():
     rows = pd.DataFrame({"hardware": "local-cpu", "op": "gemm", "pass": "fwd", "m": 64, "n": 64, "k": 64,
                          "dtype": "float32", "latency_us": [10.0, -5.0, float("nan")], "origin": "sampled"})
     with pytest.raises(PrismError, match="latency_us") as exc:
-        train(rows, load_hardware("local-cpu"), RegressorConfig("xgboost", [0.1, 0.5, 0.9]))
+        train(rows, load_hardware("local-cpu"), RegressorConfig("xgboost", list(DEFAULT_QUANTILES)))
     assert "gemm/fwd 2" in str(exc.value)
+
+
+@pytest.mark.parametrize("quantiles, params, field", [
+    ([0.5], {}, "regressor.quantiles"),  # predictions draw from the 5%..95% levels
+    ([0.9, 0.1, 0.5], {}, "regressor.quantiles"),
+    ([*DEFAULT_QUANTILES[:-1], 1.5], {}, "regressor.quantiles"),
+    (list(DEFAULT_QUANTILES), {"max_depth": -1}, "regressor.params.max_depth"),
+    (list(DEFAULT_QUANTILES), {"learning_rate": "abc"}, "regressor.params.learning_rate"),
+    (list(DEFAULT_QUANTILES), {"multi_strategy": "foo"}, "regressor.params.multi_strategy"),
+    (list(DEFAULT_QUANTILES), {"n_estimators": 0}, "regressor.params.n_estimators"),
+    (list(DEFAULT_QUANTILES), {"calibration_fraction": 1.5}, "regressor.params.calibration_fraction"),
+    (list(DEFAULT_QUANTILES), {"depth": 3}, "regressor.params.depth"),
+])
+def test_regressor_settings_are_checked_before_any_fit(quantiles, params, field):
+    from predictor.core.profiles import load_hardware
+    from predictor.latency.artifacts import train
+    rows = pd.DataFrame({"hardware": "local-cpu", "op": "gemm", "pass": "fwd", "m": 64, "n": 64, "k": 64,
+                         "dtype": "float32", "latency_us": [10.0], "origin": "sampled"})
+    with pytest.raises(PrismError) as exc:
+        train(rows, load_hardware("local-cpu"), RegressorConfig("xgboost", quantiles, params))
+    assert exc.value.field == field and str(exc.value).count("\n") == 0
 
 
 def test_parallel_degrees_are_checked_before_dividing_the_gpus():
@@ -268,3 +291,102 @@ def test_a_tampered_compute_ceiling_is_named(tmp_path, ceiling):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(PrismError, match="gemm/bwd: compute_ceiling .* retrain with prism train"):
         ModelSet.load(folder, load_hardware("h100-sxm"))
+
+
+@pytest.mark.parametrize("damage, field", [
+    (lambda m: m.pop("models"), "models"),
+    (lambda m: m.update(tier="gold"), "tier"),
+    (lambda m: m.update(quantiles=[0.5]), "quantiles"),
+    (lambda m: m["models"]["gemm/fwd"].update(offsets=[0.0, 0.1]), "models.gemm/fwd.offsets"),
+    (lambda m: m["models"]["gemm/fwd"].update(offsets=["0"] * 7), "models.gemm/fwd.offsets"),
+    (lambda m: m["models"]["gemm/fwd"].update(offsets=[1e6] * 7), "models.gemm/fwd.offsets"),  # predicts nan
+    (lambda m: m["models"]["gemm/fwd"].pop("files"), "models.gemm/fwd"),
+])
+def test_a_damaged_manifest_is_named_at_load(tmp_path, damage, field):
+    import shutil
+
+    from predictor.core.profiles import load_hardware
+    from predictor.latency.artifacts import ModelSet
+    folder = tmp_path / "local-cpu"
+    shutil.copytree(REPO_ROOT / "models" / "local-cpu", folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    damage(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PrismError, match="retrain with prism train") as exc:
+        ModelSet.load(folder, load_hardware("local-cpu"))
+    assert exc.value.field == field
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["parallel.dp=4096"], "4096 rank.* need 4096 cores"),  # one core per rank, or the ranks time each other
+    (["model=llama3-405b"], "model=llama3-405b: its 1 rank.* GiB to train, this machine has"),
+    (["measure.trace_dir={text}"], "measure.trace_dir=.* is a file"),
+    (["out={text}"], "out=.*: exists and is no measurement file to add to"),
+])
+def test_measure_refuses_what_it_cannot_run_or_keep_before_the_run(tmp_path, capsys, overrides, message):
+    pytest.importorskip("torch")
+    text = tmp_path / "notes.txt"
+    text.write_text("not parquet")
+    args = [o.format(text=text) for o in overrides]
+    out = [] if any(a.startswith("out=") for a in args) else [f"out={tmp_path / 'm.parquet'}"]
+    assert main(["measure", "model=tiny", *args, *out]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert text.read_text() == "not parquet" and not (tmp_path / "m.parquet").exists()
+
+
+@pytest.mark.parametrize("verb, key", [("train", "models_dir"), ("sample", "output_dir")])
+def test_a_destination_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, verb, key):
+    if verb == "sample":
+        pytest.importorskip("torch")
+    text = tmp_path / "notes.txt"
+    text.write_text("kept")
+    extra = ["samples=" + str(REPO_ROOT / "samples" / "local-cpu")] if verb == "train" else []
+    assert main([verb, "hardware=local-cpu", *extra, f"{key}={text}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{key}={text}" in err and "is a file" in err and len(err.strip().splitlines()) == 1
+    assert text.read_text() == "kept"
+
+
+def test_a_microbench_table_cut_mid_quote_is_named(tmp_path):
+    import shutil
+
+    from predictor.data.importers.microbench import import_microbench
+    folder = tmp_path / "microbench"
+    shutil.copytree(REPO_ROOT / "data" / "microbench", folder)
+    table = folder / "op_gemm_xla_perf_table.csv"
+    table.write_text(table.read_text().splitlines()[0] + '\nrow,"cut mid quote\n')
+    with pytest.raises(PrismError, match="op_gemm_xla_perf_table.csv: not a readable CSV .*restore it"):
+        import_microbench(folder, "h100-sxm", tmp_path / "out")
+    with pytest.raises(PrismError, match="a file; give the folder"):
+        import_microbench(table, "h100-sxm", tmp_path / "out")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("hardware.variability.spatial_cv=5", "hardware.variability.spatial_cv=5.0: a coefficient of variation is a share"),
+    ("hardware.device.kind=tpu", "hardware.device.kind='tpu': choose gpu or cpu"),
+])
+def test_a_profile_value_no_device_has_is_named(capsys, override, message):
+    assert main(["predict", "model=tiny", "hardware=local-cpu", override]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_sequence_parallelism_needs_tp_to_divide_the_tokens(capsys):
+    assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8", "parallel.tp=8",
+                 "parallel.sequence_parallel=true", "model.seq_length=8191"]) == 2
+    assert "parallel.sequence_parallel: splits each rank's 8191 tokens over tp=8" in capsys.readouterr().err
+    assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8", "parallel.tp=8",
+                 "parallel.sequence_parallel=true", "model.seq_length=8192"]) == 0
+
+
+@pytest.mark.parametrize("override, field", [("sampling.ops=[]", "sampling.ops"),
+                                             ("sampling.max_call_ms=0", "sampling.max_call_ms")])
+def test_a_sampling_plan_that_measures_nothing_is_refused(override, field):
+    pytest.importorskip("torch")
+    from predictor.app.config import load_config
+    from predictor.core.profiles import section
+    from predictor.core.specs import HardwareConfig, SamplingConfig
+    from sampling.plan import make_plan
+    cfg = load_config(["hardware=local-cpu", override])
+    with pytest.raises(PrismError) as exc:
+        make_plan(section(cfg, "sampling", SamplingConfig), section(cfg, "hardware", HardwareConfig))
+    assert exc.value.field == field

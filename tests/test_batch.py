@@ -288,3 +288,11 @@ def test_help_prints_the_schema(capsys):
     assert schema_help() in text
     for c in COLUMNS:
         assert f"  {c.name}" in text
+
+
+def test_a_table_of_which_no_row_is_predicted_exits_with_an_error(runs, tmp_path, capsys):
+    src = _write(tmp_path / "all-bad.csv", runs.head(2).assign(gpu="no such accelerator"))
+    code, _, err = _cli(capsys, src, f"out={tmp_path / 'out.csv'}")
+    assert code == 2 and "none of the 2 rows was predicted" in err
+    written = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert len(written) == 2 and (written.pred_status != "ok").all()  # each row's reason is kept

@@ -56,6 +56,17 @@ def test_calibration_needs_three_layouts(uncalibrated):
         fit_calibration(one, hw, models)
 
 
+def test_steps_no_calibration_explains_are_refused_and_nothing_is_stored(uncalibrated):
+    hw, directory, models = uncalibrated
+    frame = read_measurements(MEASURED)
+    some = frame[frame.layout_id.isin(step_times(frame).layout_id.unique()[:4])].copy()
+    some["step_time_s"] *= 1000  # milliseconds written as seconds
+    before = (directory / "manifest.json").read_bytes()
+    with pytest.raises(PrismError, match="no calibration explains these steps.*step_time_s is in seconds"):
+        fit_calibration(some, hw, models, draws=50)
+    assert (directory / "manifest.json").read_bytes() == before
+
+
 def test_the_stored_calibration_is_used_by_default(uncalibrated):
     hw, directory, models = uncalibrated
     models.save_calibration(directory, Calibration(1.3, 50.0, 500.0))

@@ -1,11 +1,13 @@
 import json
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from predictor.analyses.variability import AnalysisConfig
 from predictor.app.cli import main
 from predictor.app.config import _PLAIN, _parse, compose, load_config
 from predictor.app.config_text import read_comments
@@ -47,11 +49,24 @@ def test_required_groups_and_defaults_compose():
     ("sampling.budget_s", "malformed override 'sampling.budget_s'"),
     ("sampling.ops=[gemm,", "malformed override"),
     ("sampling.bogus=1", "sampling.bogus: no such setting"),
+    ("parallel.tpp=2", "parallel.tpp: no such setting; did you mean parallel.tp?"),
+    ("=8", "a setting without its key"),
     ("hardware=nope", "hardware=nope: no conf/hardware/nope.yaml"),
 ])
 def test_bad_overrides_name_the_field(override, names):
     with pytest.raises(PrismError, match=names.replace("[", r"\[")):
         load_config([override])
+
+
+@pytest.mark.parametrize("override, schema, message", [
+    ("+parallel.tpp=2", "parallel", "parallel.tpp: no such setting; did you mean parallel.tp?"),
+    ("hardware.memory.capacity_gib=abc", "hardware", "hardware.memory.capacity_gib: 'abc' is not a number"),
+    ("analysis.thresholds=abc", "analysis", "analysis.thresholds: 'abc' is not a list"),
+])
+def test_a_section_names_the_nested_setting_and_what_it_takes(override, schema, message):
+    with pytest.raises(PrismError, match=re.escape(message)):
+        section(load_config([override]), schema,
+                {"parallel": ParallelConfig, "hardware": HardwareConfig, "analysis": AnalysisConfig}[schema])
 
 
 def test_wrong_type_names_the_key():

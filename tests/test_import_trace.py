@@ -161,6 +161,18 @@ def test_framework_time_is_the_gaps_before_each_pass_less_the_profilers_cost(tmp
     assert dispatch.launches == CALLS["cpu-eager"]["gemm"][0] + CALLS["cpu-eager"]["layernorm"][0]
 
 
+def test_a_call_of_a_negative_size_is_skipped_and_counted(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+               "args": {"Input Dims": [[8, 16], [-32, 16], [32]], "Input type": ["float"] * 3}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+               "args": {"Input Dims": [[8, 16], [32, 16], [32]], "Input type": ["float"] * 3}}]
+    path = tmp_path / "neg.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    report = import_trace([path], tmp_path / "out", hardware="local-cpu", profiler_cost_us=0.0)
+    rows = pd.read_parquet(report.run_file)
+    assert list(rows.n) == [32] and report.skipped == {"gemm calls with a non-positive size in their shape": 1}
+
+
 def test_cli_reads_files_then_settings(traces, tmp_path):
     out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "import-trace", *map(str, traces),
                           f"out={tmp_path}", "hardware=local-cpu", "--json"], capture_output=True, text=True)
@@ -175,6 +187,9 @@ def test_cli_reads_files_then_settings(traces, tmp_path):
 def test_cpu_trace_needs_a_hardware(traces, tmp_path):
     with pytest.raises(PrismError, match="hardware=NAME is required"):
         import_trace(traces[:1], tmp_path)
+    with pytest.raises(PrismError, match="hardware=h100-sxm: a GPU profile, but .* is a CPU trace"):
+        import_trace(traces[:1], tmp_path / "gpu", hardware="h100-sxm")  # CPU op times stored as an H100's
+    assert not (tmp_path / "gpu").exists()
 
 
 # -- bad input: one clear error each -------------------------------------------------------
@@ -187,6 +202,9 @@ def test_cpu_trace_needs_a_hardware(traces, tmp_path):
     ('{"displayTimeUnit": "ms", "otherData": {}}', "without a traceEvents array"),
     ('{"traceEvents": [1, 2]}', "not an event object"),
     ('{"traceEvents": [{"ph": "X", "cat": "blink", "name": "Paint", "ts": 1, "dur": 2}]}', "without PyTorch operator"),
+    ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, '
+     '"args": {"Input Dims": "oops"}}]}', "event 1 .'aten::mm'. is malformed"),
+    ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": "abc", "dur": 2}]}', "malformed"),
 ])
 def test_bad_files_give_one_clear_error(tmp_path, text, message):
     path = tmp_path / "trace.json"

@@ -59,7 +59,7 @@ def test_validate_names_a_missing_file_and_a_foreign_hardware(tmp_path, cpu_env)
     missing = run(f"measured={tmp_path / 'none.parquet'}", "hardware=local-cpu")
     assert missing.returncode == 2 and "measured=" in missing.stderr and "prism measure" in missing.stderr
     foreign = run(f"measured={ROOT / 'measurements' / 'local-cpu-suite.parquet'}", "hardware=a100-sxm4-80gb")
-    assert foreign.returncode == 2 and "validate with hardware=local-cpu" in foreign.stderr
+    assert foreign.returncode == 2 and "give hardware=local-cpu" in foreign.stderr
 
 
 def test_validate_published_reports_coverage_and_draws_reliability(tmp_path, reference_data, cpu_env):

@@ -20,6 +20,11 @@ from predictor.workload.decompose import Workload
 
 #: Where a fit starts: compute at its sampled speed, 5 us of framework time per op and per tp collective.
 START = Calibration(1.0, 5.0, 5.0)
+#: The fit's bounds, in the order of the Calibration's numbers: they keep a poor fit physical.
+LOW, HIGH = (0.25, 0.01, 0.01), (4.0, 1e4, 1e4)
+#: A fit that still misses the measured steps by a factor of two (rms of the log error) explains
+#: nothing: the steps are not of these models' machine, or not in seconds.
+MAX_RMS_LOG_ERROR = float(np.log(2.0))
 
 
 def _fit(works: list[Workload], medians: np.ndarray, models, draws: int, start: Calibration = START,
@@ -33,8 +38,8 @@ def _fit(works: list[Workload], medians: np.ndarray, models, draws: int, start: 
                 for w in works]
         return np.log(np.asarray(pred) / medians)
 
-    # log-parameters keep every factor positive; bounds keep a poor fit physical
-    low, high = np.log([0.25, 0.01, 0.01]), np.log([4.0, 1e4, 1e4])
+    # log-parameters keep every factor positive
+    low, high = np.log(LOW), np.log(HIGH)
     x0 = np.clip(np.log([start.compute_scale, start.op_overhead_us, start.tp_overhead_us]), low, high)
     fit = least_squares(residuals, x0=x0, diff_step=1e-3, bounds=(low, high))
     return Calibration(*(float(v) for v in np.exp(fit.x)), layouts=len(works),
@@ -53,7 +58,18 @@ def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: i
     if len(works) < 3:
         raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
                          f"measured layouts (prism measure ... out=FILE, several times)", field='measured')
-    return _fit(works, medians, models, draws)
+    cal = _fit(works, medians, models, draws)
+    numbers = {"compute_scale": cal.compute_scale, "op_overhead_us": cal.op_overhead_us,
+               "tp_overhead_us": cal.tp_overhead_us}
+    pinned = [f"{k}={v:g}" for (k, v), lo, hi in zip(numbers.items(), LOW, HIGH)
+              if np.isclose(v, hi, rtol=1e-3) or (k == "compute_scale" and np.isclose(v, lo, rtol=1e-3))]
+    if pinned or cal.rms_log_error > MAX_RMS_LOG_ERROR:
+        how = "reached its bound " + ", ".join(pinned) if pinned else "stopped"
+        raise PrismError(f"measured: no calibration explains these steps (the fit {how} "
+                         f"with an rms log error of {cal.rms_log_error:.2f}, a typical miss of "
+                         f"x{np.exp(cal.rms_log_error):.1f}); check that step_time_s is in seconds and that the "
+                         f"steps were measured on {hw.name}, the models' machine; nothing stored", field='measured')
+    return cal
 
 
 def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100,

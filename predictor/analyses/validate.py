@@ -33,7 +33,7 @@ from predictor.analyses.doubt import COVERAGES, doubt_of, predict_runs, shipped_
 from predictor.analyses.predict import predictive_report
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig
-from predictor.data.measurements import measured_workloads
+from predictor.data.measurements import measured_on, measured_workloads
 from predictor.engine.compose import compose
 from predictor.engine.draws import cdf_at
 from predictor.latency.artifacts import ModelSet, evidence_tier
@@ -103,10 +103,7 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet 
     without that layout, :func:`predictor.analyses.calibrate.cross_validate`); by default every
     layout uses the calibration stored with ``models``, if any.
     """
-    other = sorted(set(measured.hardware) - {hardware.name})
-    if other:
-        raise PrismError(f"hardware={hardware.name}: the file was measured on {', '.join(other)}; "
-                         f"validate with hardware={other[0]}", field='hardware')
+    measured_on(measured, hardware)
     scores, meas, pred = [], {}, {}
     cache = QuantileCache(models, hardware)
     tier, doubt_model = evidence_tier(models), shipped_model()

@@ -44,6 +44,7 @@ import numpy as np
 
 from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
 from predictor.analyses.predict import (
+    MAX_GPUS,
     SECONDS_PER_DAY,
     check_gpus,
     check_train_tokens,
@@ -123,8 +124,8 @@ def check_analysis(a: AnalysisConfig) -> AnalysisConfig:
         ("runs", whole(a.runs, 100), "must be a whole number of at least 100, e.g. analysis.runs=4000"),
         ("thresholds", listed(a.thresholds, lambda x: real(x, 0) and x > 0),
          "must be a list of positive slowdowns, e.g. analysis.thresholds=[0.05,0.1,0.2]"),
-        ("scales", listed(a.scales, lambda x: whole(x, 1)),
-         "must be a list of GPU counts, e.g. analysis.scales=[64,512,4096]"),
+        ("scales", listed(a.scales, lambda x: whole(x, 1) and x <= MAX_GPUS),
+         f"must be a list of GPU counts up to {MAX_GPUS:,}, e.g. analysis.scales=[64,512,4096]"),
         ("top_ops", whole(a.top_ops, 1), "must be a whole number of at least 1"),
         ("slow_nodes", a.slow_nodes is None or whole(a.slow_nodes, 0), "must be a whole number of nodes, 0 or more"),
         ("slow_factor", real(a.slow_factor, 1), "must be a finite number, 1 or more, e.g. analysis.slow_factor=1.10 "

@@ -21,6 +21,7 @@ from importlib import import_module
 from pathlib import Path
 
 from predictor.core.errors import PrismError
+from predictor.core.files import writable
 from predictor.data.runs_table import schema_help
 
 #: Shapes below which a trained model is reported as thin (prism train's note).
@@ -271,6 +272,7 @@ def _train(args) -> int:
     hw, samples = _hardware_and_samples(cfg)
     rc = section(cfg, "regressor", RegressorConfig)
     fit = _flag(cfg, "fit_variability")
+    root = writable("models_dir", cfg.models_dir or TRAINED_MODELS, folder=True)  # the shipped models/ when unnamed
     t0 = time.perf_counter()
     models = train(samples, hw, rc, n_jobs=2)
     # Off by default: on this CPU the fitted sigmas put the within-run spread within 5% of the
@@ -278,7 +280,6 @@ def _train(args) -> int:
     # already in the operator models' quantiles, so it counts twice). None keeps the cited figures.
     models.variability = fit_variability(samples, hw) if fit else None
     elapsed = time.perf_counter() - t0
-    root = Path(cfg.models_dir or TRAINED_MODELS)  # the shipped models/ only when named
     directory = models.save(root / hw.name)
     rows = [{"op": op, "pass": p, "rows": m.info["rows"], "shapes": m.info["shapes"],
              "calibration_shapes": m.info["calibration_shapes"],
@@ -446,7 +447,13 @@ def _predict_batch(args) -> int:
     report = predict_batch(args.path, settings["out"], draws=numbers["draws"], seed=numbers["seed"],
                            models_root=settings["models_dir"], progress=sys.stderr.isatty() and not as_json)
     print(_json(asdict(report)) if as_json else report.format())
-    return 130 if report.status == "interrupted" else 0
+    if report.status == "interrupted":
+        return 130
+    if report.rows and not report.predicted:  # a whole-table problem: say so in the exit status too
+        print(f"prism predict-batch: error: none of the {report.rows} rows was predicted; each row's reason is in "
+              f"the status column of {report.out}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _measure(args) -> int:
@@ -460,11 +467,13 @@ def _measured(cfg):
     """The hardware and measured rows of a verb that reads ``measured=FILE``."""
     from predictor.core.profiles import section
     from predictor.core.specs import HardwareConfig
-    from predictor.data.measurements import read_measurements
+    from predictor.data.measurements import measured_on, read_measurements
     if not cfg.measured:
         raise PrismError("measured=FILE.parquet is required: a file written by `prism measure` (or, for validate, "
                          "published=TABLE.csv: a table of published runs)", field="measured")
-    return section(cfg, "hardware", HardwareConfig), read_measurements(cfg.measured)
+    hw, frame = section(cfg, "hardware", HardwareConfig), read_measurements(cfg.measured)
+    measured_on(frame, hw)  # before its models are looked for
+    return hw, frame
 
 
 def _validate_published(cfg) -> int:
@@ -799,12 +808,19 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt  # SIGTERM (a scheduler's kill) stops as cleanly as Ctrl-C
 
 
+def _flags_first(argv: list[str]) -> list[str]:
+    """``argv`` with the verb's flags before its key=value words: argparse stops reading
+    those at the first flag, so ``prism predict model=x --json gpus=8`` would refuse gpus=8."""
+    verb, rest = argv[:1], argv[1:]
+    return verb + [a for a in rest if a.startswith("-")] + [a for a in rest if not a.startswith("-")]
+
+
 def main(argv=None) -> int:
     # PRISM's arrays are small: the BLAS thread pools numpy and scipy start (OpenBLAS, a
     # thread per core each) only cost start-up and shutdown, 0.1 s of a 0.6 s prism predict
     # on 2 busy cores. Set before numpy loads; a user's own setting stands.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_flags_first(sys.argv[1:] if argv is None else list(argv)))
     signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.run(args)

@@ -24,6 +24,7 @@ result against Hydra itself: the same values read, the same configuration compos
 """
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,8 @@ def _plain(value: str):
 
 
 def _parse(text: str) -> Setting:
+    if text.startswith("="):
+        raise PrismError(f"{text!r}: a setting without its key; write key=value, e.g. gpus=8")
     plain = _PLAIN.fullmatch(text)
     if plain:
         return Setting(plain["key"], text, _plain(plain["value"]))
@@ -175,21 +178,29 @@ def _apply(setting: Setting, cfg: DictConfig) -> None:
         try:
             OmegaConf.update(cfg, setting.key, setting.value, merge=True)
         except OmegaConfBaseException as exc:
-            raise _error(f"could not set {setting.text}: {exc}", exc) from None
+            raise _error(f"could not set {setting.text}: {exc}", exc, cfg) from None
         return
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.errors import HydraException
     try:
         ConfigLoaderImpl._apply_overrides_to_config([setting.hydra], cfg)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise _error(str(exc), exc.__cause__) from None
+        raise _error(str(exc), exc.__cause__, cfg) from None
 
 
-def _error(message: str, cause) -> PrismError:
-    """One line for a setting that could not be set; a key that is not there named as such."""
+def _error(message: str, cause, cfg: DictConfig) -> PrismError:
+    """One line for a setting that could not be set; a key that is not there named as such,
+    with the settings of its section it may have meant."""
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
-        return PrismError(f"{cause.full_key}: no such setting; `prism <verb> --show-config` lists the settings "
-                          f"(to add a new key anyway: +{cause.full_key}=...)", field=cause.full_key)
+        key = cause.full_key
+        section, _, name = key.rpartition(".")
+        node = OmegaConf.select(cfg, section) if section else cfg
+        known = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = (f"did you mean {section + '.' if section else ''}{near[0]}?" if near else
+                f"{section or 'the configuration'} has {', '.join(known)}" if known else "")
+        return PrismError(f"{key}: no such setting; {hint + '; ' if hint else ''}`prism <verb> --show-config` "
+                          f"lists the settings", field=key)
     return PrismError(f"configuration: {' '.join(message.split())}")
 
 

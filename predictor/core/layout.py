@@ -130,6 +130,10 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     if seq % par.cp:
         raise PrismError(f"parallel.cp={par.cp}: does not divide the sequence length {seq}; "
                          f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}", field='parallel.cp')
+    if par.sequence_parallel is True and par.tp > 1 and (seq // par.cp) % par.tp:
+        raise PrismError(f"parallel.sequence_parallel: splits each rank's {seq // par.cp} tokens over tp={par.tp} "
+                         f"ranks, which does not divide them (Megatron refuses it); pick a sequence length that "
+                         f"tp·cp divides or sequence_parallel=false", field='parallel.sequence_parallel')
     if model.num_experts or par.ep > 1 or par.etp > 1:
         _validate_experts(model, par)
     if gpus is not None:

@@ -10,6 +10,7 @@ Hydra: composing overrides is the command line's business (:mod:`predictor.app.c
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 import platform
@@ -20,7 +21,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
@@ -54,12 +55,44 @@ def section(cfg: DictConfig, name: str, schema: type):
         elif isinstance(exc, ValidationError) and key and "is not a valid bool" in msg:
             msg = f"{getattr(exc, 'value', '?')!r} is not true or false"
         elif isinstance(exc, ValidationError) and key and "could not be converted" in msg:
-            kind = next((f.type for f in dataclasses.fields(schema) if f.name == key.split(".")[0]), None)
             want = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(
-                getattr(kind, "__name__", str(kind)), "another type")
+                _field_type(schema, key), "of the type this setting takes")
             msg = f"{getattr(exc, 'value', '?')!r} is not {want}"
+        elif "ListConfig" in msg and key:  # a single value where the setting takes a list
+            msg = f"{getattr(exc, 'value', None) or 'a single value'!r} is not a list; write it in brackets, [a,b]"
+        elif isinstance(exc, ConfigKeyError) and key:
+            parent, _, leaf = key.rpartition(".")
+            known = _field_names(schema, parent)
+            near = difflib.get_close_matches(leaf, known, n=1)
+            msg = (f"no such setting; did you mean {name}.{parent + '.' if parent else ''}{near[0]}?" if near
+                   else f"no such setting; {name}{'.' + parent if parent else ''} has {', '.join(known)}")
         raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}",
                          field=f"{name}.{key}" if key else name) from None
+
+
+def _schema_at(schema: type, path: str):
+    """The dataclass (or type) that the dotted ``path`` under ``schema`` names, or None."""
+    for part in filter(None, path.split(".")):
+        fields = {f.name: f.type for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
+        schema = fields.get(part)
+        if isinstance(schema, str):  # postponed annotations: resolve the class by name
+            schema = next((c for c in _spec_classes() if c.__name__ == schema), schema)
+    return schema
+
+
+def _field_type(schema: type, key: str) -> str:
+    kind = _schema_at(schema, key)
+    return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+
+
+def _field_names(schema: type, path: str) -> list[str]:
+    node = _schema_at(schema, path)
+    return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
+
+
+def _spec_classes():
+    from predictor.core import specs
+    return [c for c in vars(specs).values() if dataclasses.is_dataclass(c)]
 
 
 def read_yaml(path: Path) -> dict:

@@ -119,6 +119,10 @@ class ModelConfig:
                                  field=f"model.{key}")
 
 
+#: What a device can be: an accelerator the host drives asynchronously, or the host itself.
+DEVICE_KINDS = ("gpu", "cpu")
+
+
 @dataclass
 class DeviceSpec:
     kind: str  # gpu | cpu
@@ -215,6 +219,9 @@ class HardwareConfig:
     models_from: str | None = None
 
     def __post_init__(self):
+        if self.device.kind not in DEVICE_KINDS:
+            raise PrismError(f"hardware.device.kind={self.device.kind!r}: choose {' or '.join(DEVICE_KINDS)}",
+                             field="hardware.device.kind")
         for dtype, peak in self.peak_flops.items():
             if peak is not None:  # null: the device has no such precision
                 check_number(f"hardware.peak_flops.{dtype}", peak)
@@ -249,6 +256,10 @@ class HardwareConfig:
         spread = self.variability
         for key in ("spatial_cv", "temporal_cv", "comm_regime_cv", "interruptions_per_gpu_day", "restart_cost_min"):
             check_number(f"hardware.variability.{key}", getattr(spread, key), zero=True)
+        for key in ("spatial_cv", "temporal_cv", "comm_regime_cv"):
+            if getattr(spread, key) >= 1:  # a share, not percent: 5 would spread steps over 100x
+                raise PrismError(f"hardware.variability.{key}={getattr(spread, key)}: a coefficient of variation is "
+                                 f"a share below 1 (0.03 for 3%)", field=f"hardware.variability.{key}")
         check_number("hardware.variability.checkpoint_interval_min", spread.checkpoint_interval_min)
         for key in ("dispatch_us", "autograd_us", "launch_us", "collective_launch_us", "dtensor_us"):
             check_number(f"hardware.host.{key}", getattr(self.host, key), zero=True)

@@ -64,6 +64,15 @@ def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
     return path
 
 
+def measured_on(measured: pd.DataFrame, hw) -> None:
+    """One error naming ``hardware`` unless every row of ``measured`` was measured on ``hw``:
+    steps of one machine say nothing of another's models."""
+    other = sorted(set(measured.hardware) - {hw.name})
+    if other:
+        raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; "
+                         f"give hardware={other[0]}", field='hardware')
+
+
 def read_measurements(path) -> pd.DataFrame:
     """Every row of a measurement file, checked (one clear error naming file and column)."""
     path = Path(path)

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
 from predictor.core.files import writable, write_atomically
-from predictor.core.ops import OPS, SHAPE_COLUMNS, unknown_op_message
+from predictor.core.ops import DTYPE_BYTES, OPS, SHAPE_COLUMNS, unknown_op_message
 
 METADATA_KEY = b"prism"
 _PARTS_SUFFIX = ".parts"
@@ -338,6 +338,17 @@ def _check_rows(f: Path, df: pd.DataFrame) -> None:
             raise PrismError(f"{f}: column {column!r} holds text ({text.iloc[0]!r} in {len(text)} row(s)); it must "
                              f"be numeric", field=str(f))
         df[column] = values  # numbers written as text ('12.5'): read as the numbers they are
+    if "dtype" in df:
+        unknown = sorted(set(df["dtype"].dropna().astype(str)) - set(DTYPE_BYTES))
+        if unknown:
+            raise PrismError(f"{f}: column 'dtype': {unknown[0]!r} is no precision PRISM knows; choose one of "
+                             f"{', '.join(DTYPE_BYTES)}", field=str(f))
+    for op, rows in df.groupby("op"):
+        for column in (c for c in OPS[op].shape if c in rows and SHAPE_COLUMNS[c] == "int64"):
+            bad = rows[column][rows[column] <= 0]
+            if len(bad):
+                raise PrismError(f"{f}: column {column!r}: {len(bad)} {op} row(s) with {column}={bad.iloc[0]:g}; a "
+                                 f"shape is a positive size: drop those rows or sample again", field=str(f))
 
 
 def read_samples(path, ops=None) -> pd.DataFrame:

@@ -38,7 +38,7 @@ from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.backward_entry import origins, without_entry
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
-from predictor.latency.regressor import QuantileXGBRegressor, xgb
+from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, xgb
 from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
 
 if TYPE_CHECKING:  # pandas, scikit-learn and joblib are imported where used: prism predict needs none
@@ -180,6 +180,43 @@ def _ceilings(ceiling: dict[str, float], dtypes: np.ndarray) -> np.ndarray:
     return np.array([ceiling.get(d, by_width.get(w, np.inf)) for d, w in zip(names, width(names))], float)[which]
 
 
+#: The largest conformal shift a trained model's quantile gets (log-latency units: e^10 is
+#: 22,000x); a larger one is a damaged manifest, whose predictions would overflow.
+MAX_OFFSET = 10.0
+
+
+def _check_manifest(path: Path, manifest: dict) -> None:
+    """One error naming the manifest and its field where :meth:`ModelSet.load` could not
+    use it (a file edited by hand or by another tool: every figure would be wrong or a
+    traceback)."""
+    def fail(what: str, field: str):
+        raise PrismError(f"{path}: {what}; retrain with prism train", field=field)
+
+    quantiles = manifest.get("quantiles")
+    if (not isinstance(quantiles, list) or not all(isinstance(a, (int, float)) and not isinstance(a, bool)
+                                                    for a in quantiles)
+            or quantiles != sorted(set(quantiles)) or not set(DEFAULT_QUANTILES) <= set(quantiles)):
+        fail(f"quantiles {quantiles!r} are not increasing levels including {list(DEFAULT_QUANTILES)}", "quantiles")
+    if manifest.get("tier", TIERS[0]) not in TIERS:
+        fail(f"tier {manifest.get('tier')!r} is none of {', '.join(TIERS)}", "tier")
+    if not isinstance(manifest.get("floor_fingerprint"), str):
+        fail("no floor_fingerprint", "floor_fingerprint")
+    entries = manifest.get("models")
+    if not isinstance(entries, dict):
+        fail(f"'models' is {type(entries).__name__}, not the map of trained models", "models")
+    for key, entry in entries.items():
+        if not isinstance(entry, dict) or entry.get("op") not in OPS or not isinstance(entry.get("files"), dict) \
+                or not all(isinstance(f, dict) and {"file", "sha256"} <= set(f) for f in entry["files"].values()):
+            fail(f"models.{key} is not an entry prism train writes (op, pass, files with file and sha256)",
+                 f"models.{key}")
+        offsets = entry.get("offsets")
+        if (not isinstance(offsets, list) or len(offsets) != len(quantiles)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_OFFSET
+                           for v in offsets)):
+            fail(f"models.{key}.offsets {offsets!r} are not {len(quantiles)} finite shifts within +-{MAX_OFFSET:g}",
+                 f"models.{key}.offsets")
+
+
 def _is_ceiling(value) -> bool:
     """Whether a manifest's ``compute_ceiling`` is absent (a set saved before it) or as
     :func:`compute_ceiling` writes it."""
@@ -240,6 +277,15 @@ class ModelSet:
         self.manifest = manifest or {}
         self.variability = variability  # sigmas fitted on the samples' repeats (variability.json), if any
         self.directory = directory  # the folder they were loaded from (None: built in memory)
+
+    @property
+    def where(self) -> str:
+        """Where the models came from, as the evidence names them: their folder (relative to
+        the project where it lies inside it), or ``models/<hardware>`` for a set built in memory."""
+        if self.directory is None:
+            return f"models/{self.manifest.get('hardware', self.hw.name)}"
+        path = Path(self.directory).resolve()
+        return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
     def with_hardware(self, hw: HardwareConfig) -> ModelSet:
         """The same models queried for ``hw``: a copy of their profile with another network
@@ -331,6 +377,7 @@ class ModelSet:
             raise PrismError(f"{path}: format {manifest.get('format')} (boosters {manifest.get('boosters')}), this "
                              f"PRISM reads format {FORMAT_VERSION} ({BOOSTER_FORMAT}); retrain with prism train",
                              field=str(path))
+        _check_manifest(path, manifest)
         if manifest.get("hardware") != hw.name:
             raise PrismError(f"{path}: made for hardware {manifest.get('hardware')!r}, not {hw.name!r}; "
                              f"retrain with prism train", field=str(path))
@@ -460,6 +507,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
     import joblib
 
+    check_settings(rc.quantiles, dict(rc.params))  # before any work: a bad setting fails in every fit
     rows = samples[samples["hardware"] == hw.name]
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"

@@ -86,7 +86,7 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
     evidence: list[Evidence | None] = [None] * len(calls)
     own_network = models is not None and models.manifest.get("collective_network") == hw.network.name
     intra_only = models is not None and models.manifest.get("collective_scope") == "intra-node"
-    model = Evidence(Source.MODEL, f"models/{models.manifest.get('hardware', hw.name)}") if models is not None else None
+    model = Evidence(Source.MODEL, models.where) if models is not None else None
     by_op: dict[tuple, list[int]] = {}
     for i, c in enumerate(calls):
         by_op.setdefault((c.op, c.pass_), []).append(i)
@@ -110,7 +110,7 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
             q = models.models[(stand_in, pass_)].predict(_rows(frame, keep), models.hw)
             out[idx[keep]] = q[:, [models.quantiles.index(a) for a in levels]] * frame[times][keep][:, None]
             for i in idx[keep]:
-                evidence[i] = Evidence(Source.MODEL, f"models/{models.manifest.get('hardware', hw.name)} ({stand_in})")
+                evidence[i] = Evidence(Source.MODEL, f"{models.where} ({stand_in})")
             modelled = np.ones(len(idx), bool)
         source = (Source.HOST_PRIOR if OPS[op].host else Source.NETWORK_PRIOR if collective
                   else Source.ROOFLINE_PRIOR)

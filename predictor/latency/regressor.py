@@ -18,6 +18,8 @@ from importlib import import_module
 
 import numpy as np
 
+from predictor.core.errors import PrismError
+
 
 def _import_xgboost():
     """xgboost, imported without its scikit-learn API unless scikit-learn is loaded already.
@@ -41,6 +43,48 @@ def _import_xgboost():
 xgb = _import_xgboost()
 
 DEFAULT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+#: What each setting of :class:`QuantileXGBRegressor` (``regressor.params``) must be.
+PARAMS = {
+    "n_estimators": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
+    "max_depth": ("an integer 1..32", lambda v: _integer(v) and 1 <= v <= 32),
+    "learning_rate": ("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
+    "min_child_weight": ("a number >= 0", lambda v: _number(v) and v >= 0),
+    "subsample": ("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
+    "multi_strategy": ("multi_output_tree or one_output_per_tree",
+                       lambda v: v in ("multi_output_tree", "one_output_per_tree")),
+    "median_rounds": ("an integer >= 0", lambda v: _integer(v) and v >= 0),
+    "spread_estimators": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
+    "spread_max_depth": ("an integer 1..32", lambda v: _integer(v) and 1 <= v <= 32),
+    "calibration_fraction": ("a share in [0, 0.5]", lambda v: _number(v) and 0 <= v <= 0.5),
+    "random_state": ("an integer", lambda v: _integer(v)),
+    "n_jobs": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
+}
+
+
+def _integer(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
+def check_settings(quantiles, params: dict) -> None:
+    """One :class:`PrismError` naming ``regressor.quantiles`` or ``regressor.params.<key>``
+    unless the learner can be built from them. The composer draws from the quantile levels
+    of :data:`DEFAULT_QUANTILES`, so a model set must predict at least those."""
+    q = list(quantiles) if isinstance(quantiles, (list, tuple)) else None
+    if (not q or not all(_number(a) and 0 < a < 1 for a in q) or list(np.sort(q)) != q or len(set(q)) != len(q)
+            or not set(DEFAULT_QUANTILES) <= set(q)):
+        raise PrismError(f"regressor.quantiles={quantiles}: must be increasing levels in (0, 1) that include "
+                         f"{list(DEFAULT_QUANTILES)} (the levels predictions draw from)", field="regressor.quantiles")
+    for key, value in params.items():
+        if key not in PARAMS:
+            raise PrismError(f"regressor.params.{key}: no such setting; choose from {', '.join(PARAMS)}",
+                             field=f"regressor.params.{key}")
+        what, ok = PARAMS[key]
+        if not ok(value):
+            raise PrismError(f"regressor.params.{key}={value!r}: must be {what}", field=f"regressor.params.{key}")
 _MIN_CALIBRATION_GROUPS = 5
 
 

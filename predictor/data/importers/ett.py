@@ -65,6 +65,7 @@ from predictor.core.ops import DTYPE_BYTES, OPS, SHAPE_COLUMNS
 from predictor.core.profiles import load_hardware, match_hardware
 from predictor.core.specs import HardwareConfig
 from predictor.data import store
+from predictor.data.importers import read_csv
 from predictor.latency.features import floor_us
 
 ETT_REPOSITORY = "https://github.com/DebarghaG/estimate-train-time"
@@ -366,14 +367,7 @@ def _cluster_dir(path) -> Path:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
-        raise PrismError(f"{path}: not a readable CSV ({' '.join(str(exc).split())}); "
-                         f"restore the file from the ETT artifact or move it out of the folder",
-                         field=str(path)) from None
-    df.columns = [str(c).strip() for c in df.columns]
-    return df
+    return read_csv(path, "restore the file from the ETT artifact or move it out of the folder")
 
 
 def _require(df: pd.DataFrame, path: Path, columns, function: str) -> None:

@@ -47,6 +47,7 @@ from predictor.core.errors import PrismError
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import HardwareConfig
 from predictor.data import store
+from predictor.data.importers import read_csv
 
 #: Hardware profile -> the keys its rows carry in each source (``xla``: the GEMM table;
 #: ``xla_collectives``: the collective table where its key differs).
@@ -86,7 +87,7 @@ def _read(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:
     if not path.exists():
         raise PrismError(f"{path}: missing; point the import at the microbench folder "
                          f"(data/microbench)", field=str(path))
-    frame = pd.read_csv(path)
+    frame = read_csv(path, "restore it from data/microbench (git checkout data/microbench)")
     missing = [c for c in needed if c not in frame]
     if missing:
         raise PrismError(f"{path}: columns {missing} are missing; is this the published layout?", field=str(path))
@@ -161,6 +162,9 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
         raise PrismError(f"hardware={hardware}: no published microbenchmarks for it; those with some: "
                          f"{', '.join(SOURCES)}", field='hardware')
     source_dir, keys, hw = Path(source_dir), SOURCES[hardware], load_hardware(hardware)
+    if not source_dir.is_dir():
+        raise PrismError(f"{source_dir}: {'a file' if source_dir.exists() else 'no such folder'}; give the folder of "
+                         f"the published microbenchmark tables (data/microbench)", field=str(source_dir))
     left_out: dict = {}
     frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv",
                               ("device_key", "b", "m", "n", "k", "dtype", "achieved_flops_per_s", "time_us_derived")),

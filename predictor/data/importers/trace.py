@@ -322,11 +322,16 @@ class _TraceReader:
             if e.get("ph") != "X":
                 continue
             cat = e.get("cat")
-            if cat in _KERNEL_CATS:
-                self.kernels.append((e.get("args", {}).get("External id"), e.get("name", "?"), float(e["dur"])))
-            elif cat in ("cpu_op", "user_annotation", "python_function"):
-                saw_op = True
-                self._cpu_event(e)
+            try:
+                if cat in _KERNEL_CATS:
+                    self.kernels.append((e.get("args", {}).get("External id"), e.get("name", "?"), float(e["dur"])))
+                elif cat in ("cpu_op", "user_annotation", "python_function"):
+                    saw_op = True
+                    self._cpu_event(e)
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+                raise PrismError(f"{self.path}: event {self.events} ({e.get('name')!r}) is malformed ({exc!r}); "
+                                 f"export the trace again with torch.profiler (export_chrome_trace)",
+                                 field=str(self.path)) from None
         if not saw_op:
             raise PrismError(f"{self.path}: a Chrome trace without PyTorch operator events (cpu_op); not a "
                              f"PyTorch profiler trace, or one recorded without ProfilerActivity.CPU",
@@ -576,10 +581,17 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         recorded = metadata.get("prism_profiler_cost_us")
         profiler_cost_us = float(recorded) if recorded is not None else None
     cost = (profiler_cost_us or 0.0) if kind == "cpu" else 0.0  # kernel times do not include it
+    profile = load_hardware(hardware)
+    if profile.device.kind != kind:  # CPU op times are no GPU's kernel times, nor the reverse
+        why = "its ops launched GPU kernels" if kind == "gpu" else "no GPU kernels in it"
+        example = ", e.g. hardware=local-cpu" if kind == "cpu" else ""
+        raise PrismError(f"hardware={hardware}: a {profile.device.kind.upper()} profile, but {paths[0]} is a "
+                         f"{kind.upper()} trace ({why}); give the profile of the machine traced{example}",
+                         field='hardware')
     world = int((metadata.get("distributedInfo") or {}).get("world_size", len(readers)))
     hosts = {r.metadata.get("host_name") for r in readers}
     # GPUs per host from the profile; a CPU job traced on one host has every rank there
-    ranks_per_host = load_hardware(hardware).node.gpus_per_node if kind == "gpu" or len(hosts) > 1 else world
+    ranks_per_host = profile.node.gpus_per_node if kind == "gpu" or len(hosts) > 1 else world
     unknown_ops, unknown_ms, unknown_kernels, unknown_kernel_ms, skipped = (Counter() for _ in range(5))
     frames, steps = [], []
     for reader in readers:
@@ -672,6 +684,10 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, 
             skipped[f"{inst.op} calls whose shape the trace does not give"] += 1
             continue
         shape = dict(inst.shape)
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0 and c in store.SHAPE_COLUMNS
+               for c, v in shape.items() if c not in ("params", "tensors")):  # filled in as the trace is read
+            skipped[f"{inst.op} calls with a non-positive size in their shape"] += 1
+            continue
         if shape.get("group_size", 1) is None:
             if group is None:
                 skipped["gloo collectives of a job with several process groups (group unknown)"] += 1
