@@ -19,6 +19,7 @@ from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.data.measurements import COLUMNS, layout_configs, read_measurements  # noqa: E402
 from sampling.launch import run_torchrun  # noqa: E402
 from sampling.measure import layout_id, measure  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
 
 QUICK = ["model=tiny", "measure.steps=3", "measure.warmup=1"]
 
@@ -60,10 +61,11 @@ def test_two_ranks_each_time_every_step(tmp_path, axis, lid):
 
 def test_a_timeout_stops_the_run_and_keeps_the_file(tmp_path):
     out = tmp_path / "m.parquet"
-    out.write_bytes(b"kept")
+    kept = (ROOT / "measurements" / "local-cpu-suite.parquet").read_bytes()  # earlier layouts, to be kept
+    out.write_bytes(kept)
     with pytest.raises(PrismError, match="measure.timeout_s"):
         run(tmp_path, "measure.timeout_s=0.5")
-    assert out.read_bytes() == b"kept"
+    assert out.read_bytes() == kept
 
 
 @pytest.mark.parametrize("override, field", [
