@@ -257,9 +257,9 @@ def test_errors_name_the_field():
     assert err.value.field == "parallel.schedule"
     with pytest.raises(PrismError, match="parallel.vpp"):
         pipeline_time(np.ones((2, 2, 4, 3)), np.ones((2, 2, 4, 3)), schedule="1f1b", vpp=2)
-    with pytest.raises(PrismError, match="micro-batches = 3"):
+    with pytest.raises(PrismError, match="parallel.global_batch_size: gives 3 micro-batches"):
         pipeline_time(np.ones((2, 2, 3, 1)), np.ones((2, 2, 3, 1)), schedule="interleaved", vpp=2)
-    with pytest.raises(PrismError, match="micro-batches = 0"):
+    with pytest.raises(PrismError, match="parallel.global_batch_size: gives 0 micro-batches"):
         pipeline_time(np.ones((2, 0, 1)), np.ones((2, 0, 1)))
     with pytest.raises(PrismError, match="parallel.vpp"):
         pipeline_time(np.ones((2, 2, 4, 3)), np.ones((2, 2, 4, 3)), schedule="interleaved", vpp=3)

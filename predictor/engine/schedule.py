@@ -102,18 +102,16 @@ def _check_schedule(schedule: str, pp: int, m: int, vpp: int) -> str:
     if pp < 1:
         raise PrismError(f"parallel.pp={pp}: needs at least one pipeline stage", field='parallel.pp')
     if m < 1:
-        raise PrismError(f"number of micro-batches = {m}: needs at least one micro-batch "
-                         f"(global_batch_size / (micro_batch_size · dp))",
-                         field="parallel.global_batch_size")
+        raise PrismError(f"parallel.global_batch_size: gives {m} micro-batches (global_batch_size / "
+                         f"(micro_batch_size · dp)); a step needs at least one", field="parallel.global_batch_size")
     if vpp < 1:
         raise PrismError(f"parallel.vpp={vpp}: must be at least 1", field='parallel.vpp')
     if name != "interleaved" and vpp != 1:
         raise PrismError(f"parallel.vpp={vpp} with parallel.schedule={name!r}: model chunks (vpp > 1) "
                          f"need parallel.schedule='interleaved', or set parallel.vpp=1", field='parallel.vpp')
     if name == "interleaved" and m % pp != 0:
-        raise PrismError(f"number of micro-batches = {m} with parallel.schedule='interleaved' and "
-                         f"parallel.pp={pp}: the interleaved 1F1B schedule needs the micro-batch count to "
-                         f"be a multiple of pp (Megatron-LM refuses it otherwise); change "
+        raise PrismError(f"parallel.global_batch_size: gives {m} micro-batches, and parallel.schedule='interleaved' "
+                         f"with parallel.pp={pp} needs a multiple of pp (Megatron-LM refuses it otherwise); change "
                          f"global_batch_size or micro_batch_size, or use parallel.schedule='1f1b'",
                          field="parallel.global_batch_size")
     return name
