@@ -293,6 +293,15 @@ def test_gpu_trace_times_ops_by_their_kernels(tmp_path):
     assert report.op_overhead_us is None  # GPU steps are not charged to CPU framework time
 
 
+def test_an_empty_file_or_one_given_twice_is_named(traces, tmp_path):
+    empty = tmp_path / "rank0.json"
+    empty.write_text("")
+    with pytest.raises(PrismError, match="an empty file; export the trace again"):
+        import_trace([empty], tmp_path / "out", hardware="local-cpu")
+    with pytest.raises(PrismError, match="given twice"):
+        import_trace([traces[0], traces[0]], tmp_path / "out", hardware="local-cpu")
+
+
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(PrismError, match="no such trace file"):
         import_trace([tmp_path / "rank0.json"], tmp_path / "out", hardware="local-cpu")

@@ -50,6 +50,9 @@ class TraceStream:
         if not self.path.is_file():
             raise PrismError(f"{self.path}: no such trace file; pass the JSON files torch.profiler exported",
                              field=str(self.path))
+        if self.path.stat().st_size == 0:
+            raise PrismError(f"{self.path}: an empty file; export the trace again (prof.export_chrome_trace)",
+                             field=str(self.path))
         opener = gzip.open if self.path.suffix == ".gz" else open
         try:
             with opener(self.path, "rb") as raw:

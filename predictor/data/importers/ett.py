@@ -355,8 +355,8 @@ class ImportReport:
 def _cluster_dir(path) -> Path:
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise PrismError(f"{path}: no such folder; pass an ETT cluster folder, e.g. data/ett/Perlmutter",
-                         field=str(path))
+        raise PrismError(f"{path}: {'a file, not a folder' if root.exists() else 'no such folder'}; pass an ETT "
+                         f"cluster folder, e.g. data/ett/Perlmutter", field=str(path))
     if not (root / "operator").is_dir() and not (root / "nccl").is_dir():
         clusters = sorted(p.name for p in root.iterdir()
                           if p.is_dir() and ((p / "operator").is_dir() or (p / "nccl").is_dir()))

@@ -554,6 +554,9 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
 
     start = time.monotonic()
     paths = [Path(p) for p in paths]
+    twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
+    if twice:
+        raise PrismError(f"import-trace: {twice[0]} given twice; pass each rank's file once", field=twice[0])
     if not paths:
         raise PrismError("import-trace: no trace files given; pass the JSON files torch.profiler exported",
                          field='import-trace')
