@@ -52,6 +52,12 @@ def test_a_missing_empty_or_headless_file_is_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_an_output_named_as_another_format_is_refused(runs, tmp_path, capsys):
+    src = _write(tmp_path / "in.csv", runs.head(1))
+    assert "written as a CSV table; name the file .csv" in _refused(capsys, src, f"out={tmp_path / 'p.parquet'}")
+    assert not (tmp_path / "p.parquet").exists()
+
+
 def test_a_file_that_is_not_utf8_csv_is_one_line(runs, tmp_path, capsys):
     out = tmp_path / "out.csv"
     text = runs.head(3).assign(model="GPT 3.6B ünïcode").to_csv(index=False)

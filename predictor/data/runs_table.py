@@ -257,6 +257,9 @@ def check_output(out, table: Path) -> Path:
                          f"out={p.with_name(p.stem + '.predicted.csv')}", field="out")
     if p.is_dir():
         raise PrismError(f"out={out}: is a folder; give a file in it, e.g. out={p / 'predicted.csv'}", field="out")
+    if p.suffix.lower() != ".csv":  # what is written is a CSV table, whatever the name says
+        raise PrismError(f"out={out}: the predictions are written as a CSV table; name the file .csv, e.g. "
+                         f"out={p.with_suffix('.csv')}", field="out")
     writable("out", p, create=False)
     if p.exists() and not os.access(p, os.W_OK):
         raise PrismError(f"out={out}: exists and is read-only; make it writable or write elsewhere", field="out")
