@@ -390,3 +390,8 @@ def test_a_sampling_plan_that_measures_nothing_is_refused(override, field):
     with pytest.raises(PrismError) as exc:
         make_plan(section(cfg, "sampling", SamplingConfig), section(cfg, "hardware", HardwareConfig))
     assert exc.value.field == field
+
+
+def test_an_unknown_moe_dispatcher_is_named_on_a_dense_model_too(capsys):
+    assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8", "parallel.moe_dispatcher=foo"]) == 2
+    assert "parallel.moe_dispatcher='foo': unknown; choose one of" in capsys.readouterr().err

@@ -93,6 +93,9 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     if par.attention not in ATTENTIONS:
         raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash or unfused",
                          field='parallel.attention')
+    if par.moe_dispatcher not in DISPATCHERS:  # a typo is named on a dense model too, where it does nothing yet
+        raise PrismError(f"parallel.moe_dispatcher={par.moe_dispatcher!r}: unknown; choose one of: "
+                         f"{', '.join(DISPATCHERS)}", field="parallel.moe_dispatcher")
     tp, name = par.tp, model.name
     if model.num_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "
@@ -177,9 +180,6 @@ def _validate_experts(model: ModelConfig, par: ParallelConfig) -> None:
         raise PrismError(f"parallel.sequence_parallel=False: Megatron-Core requires sequence parallelism with "
                          f"expert and tensor parallelism together (tp={par.tp}, ep={ep}); set "
                          f"parallel.sequence_parallel=true", field="parallel.sequence_parallel")
-    if par.moe_dispatcher not in DISPATCHERS:
-        raise PrismError(f"parallel.moe_dispatcher={par.moe_dispatcher!r}: unknown; choose one of: "
-                         f"{', '.join(DISPATCHERS)}", field="parallel.moe_dispatcher")
     check_number("parallel.moe_capacity_factor", par.moe_capacity_factor, zero=True)
     if 0 < par.moe_capacity_factor < 1:
         raise PrismError(f"parallel.moe_capacity_factor={par.moe_capacity_factor}: below 1 drops tokens even "
