@@ -15,6 +15,7 @@ import functools
 import os
 import platform
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -73,26 +74,17 @@ def section(cfg: DictConfig, name: str, schema: type):
 def _schema_at(schema: type, path: str):
     """The dataclass (or type) that the dotted ``path`` under ``schema`` names, or None."""
     for part in filter(None, path.split(".")):
-        fields = {f.name: f.type for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
-        schema = fields.get(part)
-        if isinstance(schema, str):  # postponed annotations: resolve the class by name
-            schema = next((c for c in _spec_classes() if c.__name__ == schema), schema)
+        schema = typing.get_type_hints(schema).get(part) if dataclasses.is_dataclass(schema) else None
     return schema
 
 
 def _field_type(schema: type, key: str) -> str:
-    kind = _schema_at(schema, key)
-    return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    return getattr(_schema_at(schema, key), "__name__", "")
 
 
 def _field_names(schema: type, path: str) -> list[str]:
     node = _schema_at(schema, path)
     return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
-
-
-def _spec_classes():
-    from predictor.core import specs
-    return [c for c in vars(specs).values() if dataclasses.is_dataclass(c)]
 
 
 def read_yaml(path: Path) -> dict:

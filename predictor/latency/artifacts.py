@@ -38,7 +38,7 @@ from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.backward_entry import origins, without_entry
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
-from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, xgb
+from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, valid_levels, xgb
 from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
 
 if TYPE_CHECKING:  # pandas, scikit-learn and joblib are imported where used: prism predict needs none
@@ -193,9 +193,7 @@ def _check_manifest(path: Path, manifest: dict) -> None:
         raise PrismError(f"{path}: {what}; retrain with prism train", field=field)
 
     quantiles = manifest.get("quantiles")
-    if (not isinstance(quantiles, list) or not all(isinstance(a, (int, float)) and not isinstance(a, bool)
-                                                    for a in quantiles)
-            or quantiles != sorted(set(quantiles)) or not set(DEFAULT_QUANTILES) <= set(quantiles)):
+    if not valid_levels(quantiles):
         fail(f"quantiles {quantiles!r} are not increasing levels including {list(DEFAULT_QUANTILES)}", "quantiles")
     if manifest.get("tier", TIERS[0]) not in TIERS:
         fail(f"tier {manifest.get('tier')!r} is none of {', '.join(TIERS)}", "tier")

@@ -69,13 +69,19 @@ def _number(v) -> bool:
     return isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and bool(np.isfinite(v))
 
 
+def valid_levels(quantiles) -> bool:
+    """Whether ``quantiles`` are increasing levels in (0, 1) that hold every level of
+    :data:`DEFAULT_QUANTILES` (those the composer draws from)."""
+    q = list(quantiles) if isinstance(quantiles, (list, tuple)) else None
+    return (bool(q) and all(_number(a) and 0 < a < 1 for a in q) and q == sorted(set(q))
+            and set(DEFAULT_QUANTILES) <= set(q))
+
+
 def check_settings(quantiles, params: dict) -> None:
     """One :class:`PrismError` naming ``regressor.quantiles`` or ``regressor.params.<key>``
     unless the learner can be built from them. The composer draws from the quantile levels
     of :data:`DEFAULT_QUANTILES`, so a model set must predict at least those."""
-    q = list(quantiles) if isinstance(quantiles, (list, tuple)) else None
-    if (not q or not all(_number(a) and 0 < a < 1 for a in q) or list(np.sort(q)) != q or len(set(q)) != len(q)
-            or not set(DEFAULT_QUANTILES) <= set(q)):
+    if not valid_levels(quantiles):
         raise PrismError(f"regressor.quantiles={quantiles}: must be increasing levels in (0, 1) that include "
                          f"{list(DEFAULT_QUANTILES)} (the levels predictions draw from)", field="regressor.quantiles")
     for key, value in params.items():
