@@ -36,6 +36,8 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -55,6 +57,8 @@ from sampling.collectives import _sync
 from sampling.launch import report_progress, worker_main
 from sampling.model import Transformer
 
+#: Steps per profiler cycle of :func:`trace_steps`: one untraced, one warm-up, one recorded.
+CYCLE = 3
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 #: Megatron-style TP plan of a block: column-parallel into the sharded inner width,
 #: row-parallel back out (its all-reduce restores the replicated residual stream).
@@ -171,8 +175,8 @@ def profiler_cost_us(calls: int = 4000, rounds: int = 3) -> float:
     return float(sorted(costs)[len(costs) // 2])
 
 
-def trace_steps(trainer: Trainer, device: torch.device, folder: Path, rank: int, steps: int) -> None:
-    """Profile ``steps`` more steps, one profiler cycle each (see the module doc)."""
+def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, rank: int, steps: int) -> None:
+    """Profile ``steps`` more runs of ``step``, one profiler cycle each (see the module doc)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -184,14 +188,14 @@ def trace_steps(trainer: Trainer, device: torch.device, folder: Path, rank: int,
         os.replace(tmp, path)
         written.append(path)
 
+    # one-step cycles on purpose: torch's note that each cycle clears the last one's events
+    warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
     cost = json.dumps(profiler_cost_us())
-    cycle = schedule(wait=1, warmup=1, active=1, repeat=steps)
+    cycle = schedule(wait=1, warmup=1, active=1, repeat=steps)  # CYCLE calls of step
     with profile(activities=activities, record_shapes=True, schedule=cycle, on_trace_ready=export) as prof:
-        for _ in range(3 * steps):
+        for _ in range(CYCLE * steps):
             prof.add_metadata_json("prism_profiler_cost_us", cost)  # for prism import-trace
-            dist.barrier()
-            trainer.step()
-            _sync(device)
+            step()
             prof.step()
 
 
@@ -220,7 +224,11 @@ def run_job(job: dict) -> list[float]:
             report_progress(job, i + 1)
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_time_s": times}))
     if job.get("trace_dir"):
-        trace_steps(trainer, device, Path(job["trace_dir"]), rank, job["trace_steps"])
+        def step() -> None:
+            dist.barrier()
+            trainer.step()
+            _sync(device)
+        trace_steps(step, device, Path(job["trace_dir"]), rank, job["trace_steps"])
     dist.destroy_process_group()
     return times
 

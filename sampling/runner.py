@@ -31,6 +31,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -48,8 +49,10 @@ from predictor.core.ops import OPS
 from predictor.core.profiles import section, this_cpu
 from predictor.core.specs import HardwareConfig, SamplingConfig
 from predictor.data import store
+from predictor.latency.backward_entry import FRAMEWORK
 from sampling import kernels
 from sampling.collectives import time_collectives
+from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
 from sampling.plan import Plan, Task, make_plan, task_key
 from sampling.timers import make_timer
@@ -57,6 +60,9 @@ from sampling.timers import make_timer
 #: What the collective job may take beyond its share of the budget: torchrun's start and
 #: the message size under way at the deadline.
 COLLECTIVE_GRACE_S = 120
+#: The key of a CPU's in-situ framework sample (:mod:`sampling.framework`) among the tasks
+#: a store holds: one per store and hardware, taken with the plan's ``dispatch``.
+FRAMEWORK_TASK = ("framework",)
 
 
 @dataclass
@@ -117,6 +123,8 @@ def _stored_keys(df: pd.DataFrame, repeats: int) -> set:
             values = values if isinstance(values, tuple) else (values,)
             if n >= repeats:
                 keys.add(task_key(op, pass_, dtype, dict(zip(cols, values)), tuple(values[len(cols):]) or (1, 1)))
+    if "origin" in df and (df["origin"] == FRAMEWORK).any():
+        keys.add(FRAMEWORK_TASK)
     return keys
 
 
@@ -208,6 +216,23 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
     return "end-of-plan"
 
 
+def _sample_framework(sc: SamplingConfig, writer, base: dict, failures: list, progress: bool) -> None:
+    """A CPU's framework time, measured in the reference model's steps (:mod:`sampling.framework`)."""
+    if progress:
+        print(f"prism sample: framework time: {sc.repeats} profiled steps of the reference model at "
+              f"{len(LAYERS)} depths", file=sys.stderr)
+    try:
+        rows = framework_rows(sc.repeats, sc.seed)
+    except (RuntimeError, OSError, PrismError) as exc:  # the ops' samples stand without it
+        failures.append({"task": "framework", "error": str(exc).splitlines()[0]})
+        return
+    now, seen = datetime.now(timezone.utc), Counter()
+    for row in rows:
+        key = (row["pass"], row["launches"])
+        writer.add([dict(base, **row, repeat=seen[key], timestamp=now)])
+        seen[key] += 1
+
+
 def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resumed: int) -> dict:
     """A run's metadata at its start (``ended`` and ``elapsed_s`` are set as it ends)."""
     return {
@@ -250,11 +275,12 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
     done, spent = _done_tasks(output_dir, plan, hw.name, sc.repeats)
     todo_compute = [t for t in plan.compute if t.key not in done]
     todo_coll = [t for t in plan.collectives if t.key not in done]
+    framework = device.type == "cpu" and "dispatch" in sc.ops and FRAMEWORK_TASK not in done
     resumed = len(plan.compute) + len(plan.collectives) - len(todo_compute) - len(todo_coll)
     budget = sc.budget_s - spent
-    if not (todo_compute or todo_coll) or budget <= 0:
+    if not (todo_compute or todo_coll or framework) or budget <= 0:
         return SamplingReport(None, "nothing-to-do", plan.plan_id, 0, 0.0, resumed_tasks=resumed,
-                              remaining_tasks=len(todo_compute) + len(todo_coll), recovered=recovered)
+                              remaining_tasks=len(todo_compute) + len(todo_coll) + framework, recovered=recovered)
 
     torch.manual_seed(sc.seed)
     timer = make_timer(device, sc.threads, hw.memory.l2_bytes)
@@ -276,6 +302,8 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
             except PrismError as exc:  # the compute ops are still worth their share
                 failures.append({"task": "collectives", "error": str(exc)})
         ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline_wall, failures, progress)
+        if ended == "end-of-plan" and framework:
+            _sample_framework(sc, writer, base, failures, progress)
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:
@@ -291,7 +319,8 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         report.shapes_per_op = {op: int(g[list(OPS[op].shape)].drop_duplicates().shape[0])
                                 for op, g in df.groupby("op")}
         stored = _stored_keys(df, sc.repeats)
-    report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll)
+    report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll) + (
+        framework and FRAMEWORK_TASK not in stored)
     if ended != "interrupted":
         report.status = "budget" if report.remaining_tasks else "complete"
     return report

@@ -43,6 +43,20 @@ def test_sample_writes_every_repeat_with_the_contract_columns(tmp_path, cpu_env)
     assert meta["repeats"] == 10 and meta["versions"]["torch"] and meta["calibration"]["matmul_flops"] > 0
 
 
+def test_a_cpu_s_framework_time_is_sampled_once_per_store(tmp_path, cpu_env):
+    """With dispatch in the plan, a CPU run also samples the reference model's framework
+    time in situ (sampling.framework); a store that holds it does not sample it again."""
+    args = ["sample", *SMALL_PLAN, "sampling.ops=[dispatch]", "sampling.repeats=2", f"output_dir={tmp_path}", "--json"]
+    out = _prism(args, cpu_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    df = store.read_samples(tmp_path)
+    framework = df[df.origin == "framework"]
+    assert set(framework.op) == {"dispatch"} and set(framework["pass"]) == {"fwd", "bwd"}
+    assert (df[df.origin == "sampled"].op == "dispatch").all()
+    again = json.loads(_prism(args, cpu_env, timeout=300).stdout)
+    assert again["status"] == "nothing-to-do" and len(store.run_files(tmp_path)) == 1
+
+
 def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     args = ["sample", *SMALL_PLAN, "sampling.shapes_per_op=12",
             "sampling.ops=[gemm,attention,layernorm]", f"output_dir={tmp_path}"]

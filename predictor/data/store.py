@@ -59,7 +59,7 @@ SCHEMA = pa.schema(
         ("timestamp", pa.timestamp("us", tz="UTC")),
         ("torch_version", pa.string()),
         ("backend", pa.string()),
-        ("origin", pa.string()),  # sampled | ett | trace
+        ("origin", pa.string()),  # sampled | framework | ett | trace | microbench:...
         ("rank", pa.int32()),  # the rank that timed the row (a collective: its group's lowest); null: one process
     ]
 )

@@ -14,7 +14,7 @@ Theil-Sen line through each length's median, per sampling run (another machine, 
 entry). :func:`without_entry` takes it off the compute ops' backward samples of that run
 before their regressors are fitted (and before they are scored: ``prism evaluate``); the
 composer then puts it back once per backward, as the pass's host work is one ``dispatch``
-call whose ``launches`` are every node it runs (:func:`predictor.workload.host.one_backward`),
+call whose ``launches`` are every node it runs (:func:`predictor.workload.host.one_dispatch`),
 whose samples hold the entry once. CUDA-event samples (a GPU) hold no host time: untouched.
 """
 from __future__ import annotations
@@ -31,6 +31,12 @@ if TYPE_CHECKING:  # pandas only where samples are trained on: prism predict nee
 #: A corrected sample keeps at least this part of what was timed (an entry fitted too large
 #: must not leave a kernel at no time).
 FLOOR = 0.1
+#: ``origin`` of the framework time ``prism sample`` measures in situ on a CPU
+#: (:mod:`sampling.framework`).
+FRAMEWORK = "framework"
+#: Origins of ``dispatch`` rows timed inside real training steps: a CPU's framework time
+#: as the reference model spends it, or as an imported trace's steps did.
+IN_SITU = (FRAMEWORK, "trace")
 #: Fewest distinct lengths of the dispatch backward samples that fit a line.
 MIN_LENGTHS = 3
 #: Backward samples that are one ``autograd.grad`` call: the compute ops whose backward
@@ -70,6 +76,19 @@ def without_entry(rows: pd.DataFrame, asynchronous: bool) -> tuple[pd.DataFrame,
     latency = rows["latency_us"].to_numpy(float)
     corrected = np.maximum(latency - entry.fillna(0.0).to_numpy(), FLOOR * latency)
     return rows.assign(latency_us=np.where(replayed.to_numpy(), corrected, latency)), entries
+
+
+def in_situ_host(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` without the chained ``dispatch`` samples where dispatch rows timed inside
+    training steps (:data:`IN_SITU`) describe the host: those are its framework time, and a
+    chain of one kind of call prices the calls of a real model at a quarter of their cost
+    (:mod:`sampling.framework`). The chain's backward samples have given the autograd
+    entry before this (:func:`without_entry`)."""
+    origin = origins(rows)
+    dispatch = rows["op"] == "dispatch"
+    if not (dispatch & origin.isin(IN_SITU)).any():
+        return rows
+    return rows[~(dispatch & (origin == "sampled"))]
 
 
 def origins(rows: pd.DataFrame) -> pd.Series:

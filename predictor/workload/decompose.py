@@ -41,7 +41,7 @@ from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.host import host_calls, host_family, one_backward, step_host_calls
+from predictor.workload.host import host_calls, host_family, one_dispatch, step_host_calls
 from predictor.workload.layers import (
     dispatch_bytes,
     layer_ops,
@@ -385,7 +385,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             st.step += optimizer
             st.backward += hooks
             if not hw.host.asynchronous:
-                st.backward = one_backward(st.backward)
+                # a recomputed forward's calls are one forward pass inside the backward
+                st.forward = one_dispatch(st.forward, "fwd")
+                st.backward = one_dispatch(one_dispatch(st.backward, "bwd"), "fwd")
             built[key] = st
         twin = built[key]
         stages.append(StageWork(i, layers, list(twin.forward), list(twin.backward), twin.p2p, list(twin.step)))

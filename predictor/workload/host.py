@@ -137,14 +137,18 @@ def _host_key(op: str, pass_: str, shape: tuple) -> Call:
     return Call(op, pass_, shape)
 
 
-def one_backward(calls: list[Call]) -> list[Call]:
-    """A synchronous host's backward pass (a CPU): its ``dispatch`` calls as one, whose
-    ``launches`` are all of theirs. The pass is one ``backward()``: the autograd engine is
-    entered once and runs every node, as one ``dispatch`` backward sample does (its
-    entry is taken off the ops' own backward samples: :mod:`predictor.latency.backward_entry`)."""
-    nodes = sum(c.count * c.shape_dict["launches"] for c in calls if c.op == "dispatch" and c.pass_ == "bwd")
-    rest = [c for c in calls if not (c.op == "dispatch" and c.pass_ == "bwd")]
-    return rest + [_counted(_host_key("dispatch", "bwd", (("launches", max(1, nodes)),)), 1)]
+def one_dispatch(calls: list[Call], pass_: str) -> list[Call]:
+    """A synchronous host's pass (a CPU): its ``dispatch`` calls as one, whose ``launches``
+    are all of theirs, as a CPU's framework time is sampled (:mod:`sampling.framework`: the
+    gaps of a pass, over the calls counted around its ops). A backward is one
+    ``backward()``: the autograd engine is entered once and runs every node, as one
+    ``dispatch`` backward sample does (its entry is taken off the ops' own backward samples:
+    :mod:`predictor.latency.backward_entry`)."""
+    launches = sum(c.count * c.shape_dict["launches"] for c in calls if c.op == "dispatch" and c.pass_ == pass_)
+    rest = [c for c in calls if not (c.op == "dispatch" and c.pass_ == pass_)]
+    if pass_ == "fwd" and not launches:
+        return rest
+    return rest + [_counted(_host_key("dispatch", pass_, (("launches", max(1, launches)),)), 1)]
 
 
 def step_host_calls(tensors: int, family: str, dp_group: int) -> tuple[list[Call], list[Call]]:

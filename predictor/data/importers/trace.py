@@ -602,8 +602,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         unknown_ops.update(reader.unknown_ops)
         unknown_ms.update(reader.unknown_ms)
         skipped.update(reader.skipped)
-        main = Counter(s["tid"] for s in reader.steps).most_common(1)
-        steps += [s for s in reader.steps if main and s["tid"] == main[0][0]]
+        steps += _main_thread_steps(reader)
     framework = _framework_rows(steps, cost) if kind == "cpu" else []
     if framework:
         frames.append(pd.DataFrame(framework))
@@ -638,6 +637,25 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         op_overhead_us=overhead, unknown_ops=_by_time(unknown_ops, unknown_ms),
         unknown_kernels=_by_time(unknown_kernels, unknown_kernel_ms), skipped=dict(skipped),
         elapsed_s=time.monotonic() - start)
+
+
+def _main_thread_steps(reader: _TraceReader) -> list[dict]:
+    """The profiled steps of the thread that ran the training loop (the one with most)."""
+    main = Counter(s["tid"] for s in reader.steps).most_common(1)
+    return [s for s in reader.steps if main and s["tid"] == main[0][0]]
+
+
+def framework_samples(paths) -> list[dict]:
+    """The ``dispatch`` rows (op, pass, dtype, latency_us, launches) of CPU traces that
+    ``prism measure``'s tracing wrote (the profiler's cost in their metadata): the host side
+    of each profiled step, as :func:`import_trace` stores it (module doc, "Profiler steps").
+    ``prism sample`` samples a CPU's framework time with it (:mod:`sampling.framework`)."""
+    rows = []
+    for path in paths:
+        reader = _TraceReader(Path(path))
+        reader.read()
+        rows += _framework_rows(_main_thread_steps(reader), float(reader.metadata["prism_profiler_cost_us"]))
+    return rows
 
 
 def _framework_rows(steps: list[dict], cost_us: float) -> list[dict]:

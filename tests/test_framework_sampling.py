@@ -1,0 +1,39 @@
+"""A CPU's framework time sampled in situ (sampling.framework): real profiled steps of the
+reference model on this CPU, and how training takes them over from the call chain."""
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+
+from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E402
+from sampling.framework import LAYERS, framework_rows  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return pd.DataFrame(framework_rows(steps=3))
+
+
+def test_each_profiled_step_gives_a_dispatch_row_per_pass(rows):
+    assert set(rows.op) == {"dispatch"} and (rows.origin == FRAMEWORK).all()
+    assert (rows.latency_us > 0).all() and (rows.launches > 0).all()
+    assert rows.groupby("pass").size().to_dict() == {"bwd": 3 * len(LAYERS), "fwd": 3 * len(LAYERS)}
+
+
+def test_deeper_models_count_more_calls_and_take_longer(rows):
+    for _, g in rows.groupby("pass"):
+        medians = g.groupby("launches").latency_us.median()
+        assert len(medians) == len(LAYERS)
+        # eight layers make eight times a layer's calls: far more time than one layer's
+        assert medians.iloc[-1] > 2 * medians.iloc[0]
+
+
+def test_in_situ_rows_replace_the_chain_in_the_dispatch_model(rows):
+    chain = pd.DataFrame({"op": ["dispatch", "dispatch", "gemm"], "pass": ["fwd", "bwd", "fwd"],
+                          "launches": [1.0, 256.0, None], "latency_us": [5.0, 900.0, 40.0],
+                          "origin": ["sampled"] * 3})
+    assert in_situ_host(chain) is chain  # no in-situ rows: the chain is the dispatch model
+    both = pd.concat([chain, rows], ignore_index=True)
+    kept = in_situ_host(both)
+    assert (kept[kept.op == "dispatch"].origin == FRAMEWORK).all()
+    assert len(kept) == len(rows) + 1  # the gemm stays
