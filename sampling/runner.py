@@ -226,11 +226,12 @@ def _sample_framework(sc: SamplingConfig, writer, base: dict, failures: list, pr
     except (RuntimeError, OSError, PrismError) as exc:  # the ops' samples stand without it
         failures.append({"task": "framework", "error": str(exc).splitlines()[0]})
         return
-    now, seen = datetime.now(timezone.utc), Counter()
+    now, seen, out = datetime.now(timezone.utc), Counter(), []
     for row in rows:
         key = (row["pass"], row["launches"])
-        writer.add([dict(base, **row, repeat=seen[key], timestamp=now)])
+        out.append(dict(base, **row, repeat=seen[key], timestamp=now))
         seen[key] += 1
+    writer.add(out)
 
 
 def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resumed: int) -> dict:

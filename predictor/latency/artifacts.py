@@ -35,7 +35,7 @@ from predictor.core.files import write_atomically
 from predictor.core.ops import COLLECTIVE_OPS, HOST_OPS, OPS, dtype_bytes
 from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
-from predictor.latency.backward_entry import in_situ_host, origins, without_entry
+from predictor.latency.backward_entry import as_trained, origins
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, valid_levels, xgb
@@ -516,8 +516,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         raise PrismError(f"samples: latency_us is empty, non-positive or infinite in {int(bad.sum())} row(s) "
                          f"({where}); a sample is a measured time: drop those rows or sample again",
                          field="latency_us")
-    rows, entries = without_entry(rows, hw.host.asynchronous)  # once per backward, not per op
-    rows = in_situ_host(rows)
+    rows, entries = as_trained(rows, hw.host.asynchronous)  # the entry once per backward, not per op
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)

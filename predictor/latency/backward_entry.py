@@ -91,6 +91,14 @@ def in_situ_host(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[~(dispatch & (origin == "sampled"))]
 
 
+def as_trained(rows: pd.DataFrame, asynchronous: bool) -> tuple[pd.DataFrame, dict[str, float]]:
+    """``rows`` as their models are fitted and scored: each run's autograd entry taken off
+    (:func:`without_entry`), then the chain's dispatch samples left out where in-situ rows
+    describe the host (:func:`in_situ_host`); and the entries."""
+    rows, entries = without_entry(rows, asynchronous)
+    return in_situ_host(rows), entries
+
+
 def origins(rows: pd.DataFrame) -> pd.Series:
     """Each row's ``origin``: "sampled" (``prism sample``'s own, and rows of stores older than
     the column) or where it was imported from."""

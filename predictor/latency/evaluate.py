@@ -14,7 +14,7 @@ import pandas as pd
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS
 from predictor.latency.artifacts import ModelSet, data_hash, shape_groups
-from predictor.latency.backward_entry import in_situ_host, without_entry
+from predictor.latency.backward_entry import as_trained
 
 COLUMNS = ["op", "pass", "group", "network", "n", "rows", "mape_median", "pinball", "coverage_80", "coverage_90"]
 
@@ -44,9 +44,9 @@ def metrics(rows: pd.DataFrame, quantiles: np.ndarray, levels, groups: np.ndarra
 
 def _as_trained(models: ModelSet, samples: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``samples`` the way ``prism train`` reads them for the models' hardware."""
-    rows, _ = without_entry(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)],
-                            models.hw.host.asynchronous)
-    return in_situ_host(rows)
+    rows, _ = as_trained(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)],
+                         models.hw.host.asynchronous)
+    return rows
 
 
 def trained_on(models: ModelSet, samples: pd.DataFrame) -> bool:

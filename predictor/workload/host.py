@@ -146,7 +146,7 @@ def one_dispatch(calls: list[Call], pass_: str) -> list[Call]:
     :mod:`predictor.latency.backward_entry`)."""
     launches = sum(c.count * c.shape_dict["launches"] for c in calls if c.op == "dispatch" and c.pass_ == pass_)
     rest = [c for c in calls if not (c.op == "dispatch" and c.pass_ == pass_)]
-    if pass_ == "fwd" and not launches:
+    if pass_ == "fwd" and not launches:  # a backward pays the engine's entry even with no counted call
         return rest
     return rest + [_counted(_host_key("dispatch", pass_, (("launches", max(1, launches)),)), 1)]
 
