@@ -3,6 +3,11 @@
     python benchmarks/validation_suite.py                       # this CPU, ~15 min
     python benchmarks/validation_suite.py --calibration-from runs/suite-A   # a later run
     python benchmarks/validation_suite.py --hardware h100-sxm   # on a GPU host (1-GPU layouts)
+    python benchmarks/validation_suite.py --hardware h200 --stages sample,measure --out runs/h200
+    python benchmarks/validation_suite.py --hardware h200 --stages train,validate --out runs/h200
+
+``--stages`` splits the suite between machines: a lent GPU samples and measures, and the
+folder comes back to train and validate where time costs nothing.
 
 Every stage is the user-facing command (`prism sample`, `prism train`, `prism measure`,
 `prism validate`, `prism calibrate`), run into one fresh folder (``--out``, default
@@ -55,6 +60,12 @@ CPU_LAYOUTS = [
     ["model=tiny", "model.seq_length=256", "parallel.micro_batch_size=2", "parallel.tp=2"],
     ["model=small", "parallel.pp=2", "parallel.global_batch_size=8"],
 ]
+#: One lent GPU's sample: its training precision, no collectives (one rank), and the shapes
+#: of the GPU layouts' models first.
+GPU_SAMPLING = ["sampling.dtypes=[bfloat16]", "sampling.targets=[small,gpt3-1.3b,llama3-8b,tiny-moe]",
+                "sampling.ops=[gemm,bmm,attention,softmax,masked_fill,rmsnorm,layernorm,rope,swiglu,gelu,"
+                "residual_add,embedding,cross_entropy,optimizer_step,dispatch,router,permute,unpermute,"
+                "grouped_gemm,quantize]"]
 #: One lent GPU: single-device layouts across model sizes, sequence lengths, micro-batches.
 GPU_LAYOUTS = [
     ["model=small"],
@@ -66,13 +77,19 @@ GPU_LAYOUTS = [
 ]
 
 
-def prism(*args: str, capture: bool = False) -> str:
-    """Run one `prism` verb in a fresh interpreter; stop the suite if it fails."""
+STAGES = ("sample", "train", "measure", "validate")
+
+
+def prism(*args: str, capture: bool = False, stop: bool = True) -> str:
+    """Run one `prism` verb in a fresh interpreter; stop the suite if it fails (or, with
+    ``stop`` off, say so and go on)."""
     cmd = [sys.executable, "-m", "predictor.app.cli", *args]
     print("$ prism " + " ".join(args), flush=True)
     done = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None, text=True)
-    if done.returncode:
+    if done.returncode and stop:
         raise SystemExit(f"prism {args[0]} failed (exit {done.returncode})")
+    if done.returncode:
+        print(f"prism {args[0]} failed (exit {done.returncode}); the suite goes on without it", flush=True)
     return done.stdout or ""
 
 
@@ -83,7 +100,15 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=300, help="sampling budget, seconds")
     ap.add_argument("--steps", type=int, default=30, help="measured steps per layout")
     ap.add_argument("--calibration-from", type=Path, help="an earlier suite folder whose calibration to test here")
+    ap.add_argument("--stages", default=",".join(STAGES),
+                    help=f"the stages to run, of {','.join(STAGES)}; a later stage reads the files of an earlier "
+                         f"one in --out")
     args = ap.parse_args()
+    stages_asked = args.stages.split(",")
+    if not set(stages_asked) <= set(STAGES) or not stages_asked:
+        ap.error(f"--stages={args.stages}: choose among {','.join(STAGES)}, comma-separated")
+    if stages_asked != list(STAGES) and not args.out:
+        ap.error("--stages: name the suite's folder with --out, so that the other stages find it")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or Path("runs") / f"suite-{args.hardware}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
@@ -92,13 +117,23 @@ def main() -> None:
     t0 = time.perf_counter()
     stages = {}
 
-    prism("sample", hw, "sampling=quick", f"sampling.budget_s={args.budget}", f"output_dir={out / 'samples'}")
-    stages["sample"] = time.perf_counter() - t0
-    prism("train", hw, f"samples={out / 'samples'}", f"models_dir={out / 'models'}")
-    stages["train"] = time.perf_counter() - t0 - sum(stages.values())
-    for overrides in layouts:
-        prism("measure", hw, *overrides, f"measure.steps={args.steps}", f"out={out / 'measured.parquet'}")
-    stages["measure"] = time.perf_counter() - t0 - sum(stages.values())
+    if "sample" in stages_asked:
+        prism("sample", hw, "sampling=quick", f"sampling.budget_s={args.budget}", f"output_dir={out / 'samples'}",
+              *([] if args.hardware == "local-cpu" else GPU_SAMPLING))
+        stages["sample"] = time.perf_counter() - t0
+    if "train" in stages_asked:
+        prism("train", hw, f"samples={out / 'samples'}", f"models_dir={out / 'models'}")
+        stages["train"] = time.perf_counter() - t0 - sum(stages.values())
+    if "measure" in stages_asked:
+        for overrides in layouts:
+            # a layout this machine cannot run leaves the others' ground truth standing
+            prism("measure", hw, *overrides, f"measure.steps={args.steps}", f"out={out / 'measured.parquet'}",
+                  stop=False)
+        stages["measure"] = time.perf_counter() - t0 - sum(stages.values())
+    if "validate" not in stages_asked:
+        print(f"suite folder: {out} (stages {args.stages}; " +
+              ", ".join(f"{k} {v / 60:.1f} min" for k, v in stages.items()) + ")")
+        return
     measured, models = f"measured={out / 'measured.parquet'}", f"models_dir={out / 'models'}"
     tables = {"samples": pd.DataFrame(json.loads(prism("validate", hw, measured, models, f"out={out / 'cdf.png'}",
                                                        "--json", capture=True)))}

@@ -199,7 +199,7 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
             bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
             try:
                 fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
-                latencies = timer.time(fn, sc.repeats, sc.warmup)
+                latencies = timer.time(fn, sc.repeats, sc.warmup, host=OPS[call.op].host)
             except (RuntimeError, MemoryError) as exc:  # e.g. a shape the device cannot hold
                 failures.append({"task": task.key, "error": str(exc).splitlines()[0]})
                 continue
@@ -242,7 +242,7 @@ def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resume
                  "max_call_ms": plan.max_call_ms, "estimated_s": plan.estimated_s,
                  "resumed_tasks": resumed, "collective_coverage": plan.collective_coverage()},
         "warmup": sc.warmup, "repeats": sc.repeats, "threads": sc.threads,
-        "clock": "perf_counter_ns" if device.type == "cpu" else "cuda_event+l2_flush",
+        "clock": "perf_counter_ns" if device.type == "cpu" else "cuda_event+l2_flush; host ops perf_counter_ns",
         "versions": {"torch": torch.__version__, "python": platform.python_version(),
                      "numpy": np.__version__, "pandas": pd.__version__},
         "calibration": _calibrate(device, sc.dtypes[0]),

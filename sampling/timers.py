@@ -1,4 +1,8 @@
-"""Per-repeat timers: wall clock on CPU, CUDA events on GPU (DESIGN.md, "Measuring side")."""
+"""Per-repeat timers: wall clock on CPU, CUDA events on GPU (DESIGN.md, "Measuring side").
+
+A host op (:data:`predictor.core.ops.HOST_OPS`: framework calls, their launches) is the
+host's time, not the device's: ``time(..., host=True)`` reads it on the host's clock.
+"""
 from __future__ import annotations
 
 import time
@@ -22,8 +26,9 @@ class CpuTimer:
         torch.set_num_threads(threads)
         self._flush = torch.empty(2 * l2_bytes, dtype=torch.uint8) if l2_bytes else None
 
-    def time(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
-        """Microseconds of each of ``repeats`` calls after ``warmup`` untimed ones."""
+    def time(self, fn: Callable[[], object], repeats: int, warmup: int, host: bool = False) -> list[float]:
+        """Microseconds of each of ``repeats`` calls after ``warmup`` untimed ones (on a
+        CPU the host is the device: ``host`` changes nothing)."""
         for _ in range(warmup):
             fn()
         out = []
@@ -48,9 +53,15 @@ class CudaTimer:
         self.device = device
         self._flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device=device)
 
-    def time(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+    def time(self, fn: Callable[[], object], repeats: int, warmup: int, host: bool = False) -> list[float]:
+        """Microseconds of each of ``repeats`` calls after ``warmup`` untimed ones: the
+        device's time between two events, or with ``host`` the host's until the call
+        returns, having issued its work (the device drained first, so that no repeat
+        waits on a full launch queue)."""
         for _ in range(warmup):
             fn()
+        if host:
+            return self._host_time(fn, repeats)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         torch.cuda.synchronize(self.device)
@@ -61,6 +72,16 @@ class CudaTimer:
             end.record()
         torch.cuda.synchronize(self.device)
         return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+    def _host_time(self, fn: Callable[[], object], repeats: int) -> list[float]:
+        out = []
+        for _ in range(repeats):
+            torch.cuda.synchronize(self.device)
+            t0 = time.perf_counter_ns()
+            fn()
+            out.append((time.perf_counter_ns() - t0) / 1e3)
+        torch.cuda.synchronize(self.device)
+        return out
 
 
 def make_timer(device: torch.device, threads: int, l2_bytes: int):
