@@ -60,12 +60,10 @@ CPU_LAYOUTS = [
     ["model=tiny", "model.seq_length=256", "parallel.micro_batch_size=2", "parallel.tp=2"],
     ["model=small", "parallel.pp=2", "parallel.global_batch_size=8"],
 ]
-#: One lent GPU's sample: its training precision, no collectives (one rank), and the shapes
-#: of the GPU layouts' models first.
-GPU_SAMPLING = ["sampling.dtypes=[bfloat16]", "sampling.targets=[small,gpt3-1.3b,llama3-8b,tiny-moe]",
-                "sampling.ops=[gemm,bmm,attention,softmax,masked_fill,rmsnorm,layernorm,rope,swiglu,gelu,"
-                "residual_add,embedding,cross_entropy,optimizer_step,dispatch,router,permute,unpermute,"
-                "grouped_gemm,quantize]"]
+#: One lent GPU's sample: the GPU plan (conf/sampling/gpu.yaml) without collectives (one rank).
+GPU_SAMPLING = ["sampling=gpu", "sampling.ops=[gemm,bmm,attention,softmax,masked_fill,rmsnorm,layernorm,rope,swiglu,"
+                "gelu,residual_add,embedding,cross_entropy,optimizer_step,master_weights,grad_accumulate,dispatch,"
+                "router,permute,unpermute,grouped_gemm,quantize]"]
 #: One lent GPU: single-device layouts across model sizes, sequence lengths, micro-batches.
 GPU_LAYOUTS = [
     ["model=small"],
@@ -118,8 +116,8 @@ def main() -> None:
     stages = {}
 
     if "sample" in stages_asked:
-        prism("sample", hw, "sampling=quick", f"sampling.budget_s={args.budget}", f"output_dir={out / 'samples'}",
-              *([] if args.hardware == "local-cpu" else GPU_SAMPLING))
+        plan = ["sampling=quick"] if args.hardware == "local-cpu" else GPU_SAMPLING
+        prism("sample", hw, *plan, f"sampling.budget_s={args.budget}", f"output_dir={out / 'samples'}")
         stages["sample"] = time.perf_counter() - t0
     if "train" in stages_asked:
         prism("train", hw, f"samples={out / 'samples'}", f"models_dir={out / 'models'}")

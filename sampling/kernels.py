@@ -104,6 +104,9 @@ def _forward(op: str, s: dict, dtype, device):
     if op == "quantize":  # current scaling to FP8 E4M3 (max 448): the cast of either pass
         x = _leaf(s["tokens"], s["hidden"], grad=False, **t)
         return (), lambda: (x * (448.0 / x.abs().amax())).to(torch.float8_e4m3fn)
+    if op == "master_weights":  # autocast's cast of an fp32 weight; its backward casts the gradient back
+        w = _leaf(s["params"], dtype=torch.float32, device=device)
+        return (w,), lambda: w.to(dtype)
     if op == "cross_entropy":
         logits = _leaf(s["tokens"], s["vocab"], **t)
         target = torch.randint(0, s["vocab"], (s["tokens"],), device=device)
@@ -178,6 +181,9 @@ def build(op: str, pass_: str, shape: dict, dtype: str, device: torch.device) ->
         raise PrismError(f"{op} has no pass {pass_!r}; it has {', '.join(OPS[op].passes)}", field=str(op))
     if op == "optimizer_step":
         return _optimizer_step(shape, device)
+    if op == "grad_accumulate":  # fp32 gradients, whatever the compute dtype
+        grad, new = (torch.randn(shape["params"], device=device) for _ in range(2))
+        return lambda: grad.add_(new)
     inputs, forward = _forward(op, shape, TORCH_DTYPES[dtype], device)
     if pass_ == "fwd" or op in FORWARD_WORK_IN_BWD:  # a cast is the same work in either pass
         return forward  # with autograd on, as in training (activations are saved)

@@ -15,11 +15,12 @@ This module needs no torch: plans can be built and inspected anywhere.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 from dataclasses import dataclass
-from itertools import zip_longest
+from itertools import product, zip_longest
 
 import numpy as np
 from scipy.stats import qmc
@@ -157,6 +158,9 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
             supported = ", ".join(k for k, v in hw.peak_flops.items() if v)
             raise PrismError(f"sampling.dtypes: hardware {hw.name} has no {dtype} peak in conf/hardware/"
                              f"{hw.name}.yaml; use one of {supported}", field='sampling.dtypes')
+    if any(not isinstance(n, int) or n < 1 for n in sc.seq_lengths):
+        raise PrismError(f"sampling.seq_lengths: {list(sc.seq_lengths)} must be positive token counts, e.g. "
+                         f"[1024,4096]; [] samples each target at its own seq_length", field='sampling.seq_lengths')
     for name, minimum in [("budget_s", 1), ("repeats", 1), ("shapes_per_op", 1),
                           ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2), ("rank_timeout_s", 1)]:
         if getattr(sc, name) < minimum:
@@ -174,28 +178,28 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
 
 def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
     """The compute calls of ``sc.ops`` the composer makes for each of ``sc.targets`` at each micro-batch
-    size and TP degree of ``sc`` (every other parallel degree 1) on ``hw``: each (op, pass,
-    shape) once, in the composer's order per target, the targets taken in turn. TP degrees a
-    model cannot take are skipped."""
+    size, TP degree and sequence length of ``sc`` (every other parallel degree 1) on ``hw``:
+    each (op, pass, shape) once, in the composer's order per target, the targets taken in
+    turn. TP degrees a model cannot take are skipped."""
     per_model, seen = [], set()
     for name in sc.targets:
-        model, calls = load_model(name), []
+        own, calls = load_model(name), []
         per_model.append(calls)
-        for tp in sc.tp_degrees:
-            for mbs in sc.micro_batch_sizes:
-                try:
-                    work = decompose(model, ParallelConfig(tp=tp, micro_batch_size=mbs), hw)
-                except PrismError as exc:
-                    if exc.field == "parallel.tp":  # tp does not divide the heads or the FFN width
-                        continue
-                    raise PrismError(f"sampling.targets: {name} at tp={tp}, micro-batch size {mbs}: {exc}",
-                                     field="sampling.targets") from None
-                for stage in work.stages:
-                    for call in stage.forward + stage.backward + stage.step:
-                        if (not OPS[call.op].collective and call.op in sc.ops
-                                and (call.op, call.pass_, call.shape) not in seen):
-                            seen.add((call.op, call.pass_, call.shape))
-                            calls.append(call)
+        models = [dataclasses.replace(own, seq_length=n) for n in sc.seq_lengths] or [own]
+        for model, tp, mbs in product(models, sc.tp_degrees, sc.micro_batch_sizes):
+            try:
+                work = decompose(model, ParallelConfig(tp=tp, micro_batch_size=mbs), hw)
+            except PrismError as exc:
+                if exc.field == "parallel.tp":  # tp does not divide the heads or the FFN width
+                    continue
+                raise PrismError(f"sampling.targets: {name} at tp={tp}, micro-batch size {mbs}: {exc}",
+                                 field="sampling.targets") from None
+            for stage in work.stages:
+                for call in stage.forward + stage.backward + stage.step:
+                    if (not OPS[call.op].collective and call.op in sc.ops
+                            and (call.op, call.pass_, call.shape) not in seen):
+                        seen.add((call.op, call.pass_, call.shape))
+                        calls.append(call)
     # round robin over the targets: a plan that keeps only the first shapes of an op keeps
     # every target's first ones (in target order, the third model's GEMMs were all cut)
     return [c for group in zip_longest(*per_model) for c in group if c is not None]

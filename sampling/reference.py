@@ -18,7 +18,12 @@ Megatron-LM:
   ``global_batch_size / (micro_batch_size * dp)`` micro-batches; without pp the same
   micro-batches are accumulated.
 
-A step runs from a barrier to the end of the AdamW step (CUDA synchronised). Each rank
+A step runs from a barrier to the end of the AdamW step (CUDA synchronised). On CUDA the
+step is torch's fused AdamW, as torchtitan's default (``optimizer.implementation``
+"fused") and the sampled ``optimizer_step``: the default (foreach) took 31.9 ms of a
+115 ms ``llama3-8b`` two-layer step on an H200, where the fused one ran the same 1.5 B
+parameters in about 13 ms. Weights are made on the device (initialising 1.5 B
+parameters on one CPU thread took 23 s before the first step). Each rank
 writes its timed steps to ``rank<r>.json`` in the job's folder; warm-up steps are not
 kept. Rank 0 reports the steps done for the front-end's progress bar.
 
@@ -94,7 +99,8 @@ class Trainer:
         self.micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
 
         torch.manual_seed(job["seed"])  # the same initial weights on every rank
-        net = Transformer(m, recompute=par.recompute).to(device)
+        with device:
+            net = Transformer(m, recompute=par.recompute)
         if par.pp > 1:
             net = keep_stage(net, stage, par.pp)
         if par.tp > 1:
@@ -108,7 +114,7 @@ class Trainer:
             net = DistributedDataParallel(net, process_group=mesh["dp"].get_group(),
                                           device_ids=[device.index] if device.type == "cuda" else None)
         self.net = net
-        self.optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        self.optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
 
         # Random tokens, fixed per data-parallel replica (tp and pp peers see the same).
         gen = torch.Generator().manual_seed(job["seed"] * 1000 + dp_rank)

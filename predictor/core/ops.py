@@ -107,6 +107,14 @@ OPS: dict[str, OpSpec] = {
         # output written at half its size or less (torchao Float8 "tensorwise", Transformer
         # Engine Float8CurrentScaling; delayed scaling fuses the amax: an upper bound).
         OpSpec("quantize", ("tokens", "hidden"), _FWD_BWD, flops_per_element=3, tensors=2.5, backward_factor=1.0),
+        # Eager mixed precision (torch.autocast; torchtitan without FSDP): the weights stay fp32.
+        # master_weights (params): each micro-batch's forward casts `params` fp32 linear weights
+        # to the compute dtype, and its backward casts their gradients back to fp32.
+        OpSpec("master_weights", ("params",), _FWD_BWD, flops_per_element=1, elements=("params",),
+               backward_factor=1.0),
+        # grad_accumulate (params): a later micro-batch's fp32 gradients added into `.grad`
+        # (autograd's AccumulateGrad); Megatron fuses it into the weight-gradient GEMM.
+        OpSpec("grad_accumulate", ("params",), _ONCE, flops_per_element=1, elements=("params",)),
         OpSpec("all_reduce", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("all_gather", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("reduce_scatter", ("message_bytes", "group_size"), _ONCE, collective=True),
@@ -258,6 +266,10 @@ def bytes_moved(op: str, pass_: str, shape, dtype):
         return bwd * (q_o + k_v) * e
     if op == "optimizer_step":
         return _per_optimizer(_OPTIMIZER_BYTES_PER_PARAM, s["optimizer"]) * s["params"]
+    if op == "master_weights":  # fp32 read, compute dtype written (forward), or the reverse
+        return (4.0 + e) * s["params"]
+    if op == "grad_accumulate":  # fp32 .grad and the new gradient read, .grad written
+        return 12.0 * s["params"]
     if OPS[op].host:
         return 0.0 * s[OPS[op].shape[0]]
     if OPS[op].collective:

@@ -352,6 +352,7 @@ class SamplingConfig:
     micro_batch_sizes: list[int]
     tp_degrees: list[int]
     space: dict[str, list]  # column -> [low, high]
+    seq_lengths: list[int] = field(default_factory=list)  # the targets' sequence lengths; [] = each model's own
     seed: int = 0
     flush_every_s: float = 2.0
     # a cluster job: how long a rank may be silent (a collective's wait, a rank's record) before it

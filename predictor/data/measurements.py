@@ -114,12 +114,17 @@ def layout_configs(frame: pd.DataFrame, layout_id: str) -> tuple[ModelConfig, Pa
     return specs[0], specs[1]
 
 
+#: The framework family of PRISM's reference workload (:mod:`sampling.reference`): eager
+#: ``nn.Module`` layers and PyTorch's own parallelism, mixed precision by ``torch.autocast`` on CUDA.
+REFERENCE_FRAMEWORK = "eager"
+
+
 def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[str, Workload, np.ndarray]]:
     """Per measured layout, in file order: its id, its workload on ``hw`` and its step times (s)."""
     out = []
     for layout_id, group in step_times(frame).groupby("layout_id", sort=False):
         model, par = layout_configs(frame, layout_id)
-        out.append((layout_id, decompose(model, par, hw, par.world_size),
+        out.append((layout_id, decompose(model, par, hw, par.world_size, framework=REFERENCE_FRAMEWORK),
                     group.step_time_s.to_numpy()))
     return out
 

@@ -138,12 +138,14 @@ def _host_key(op: str, pass_: str, shape: tuple) -> Call:
 
 
 def one_dispatch(calls: list[Call], pass_: str) -> list[Call]:
-    """A synchronous host's pass (a CPU): its ``dispatch`` calls as one, whose ``launches``
-    are all of theirs, as a CPU's framework time is sampled (:mod:`sampling.framework`: the
-    gaps of a pass, over the calls counted around its ops). A backward is one
-    ``backward()``: the autograd engine is entered once and runs every node, as one
-    ``dispatch`` backward sample does (its entry is taken off the ops' own backward samples:
-    :mod:`predictor.latency.backward_entry`)."""
+    """A pass's ``dispatch`` calls as one, whose ``launches`` are all of theirs. On a CPU
+    this is how its framework time is sampled (:mod:`sampling.framework`: the gaps of a
+    pass, over the calls counted around its ops); on CUDA a pass's host timeline is set
+    against its device's as a whole (:func:`predictor.engine.stages._host_wait`). A backward
+    is one ``backward()``: the autograd engine is entered once and runs every node, as one
+    ``dispatch`` backward sample does; apart, each op's call would pay the entry again (60 us
+    on an H200's host, where a node costs 12). A CPU's compute ops have the entry taken off
+    their backward samples (:mod:`predictor.latency.backward_entry`)."""
     launches = sum(c.count * c.shape_dict["launches"] for c in calls if c.op == "dispatch" and c.pass_ == pass_)
     rest = [c for c in calls if not (c.op == "dispatch" and c.pass_ == pass_)]
     if pass_ == "fwd" and not launches:  # a backward pays the engine's entry even with no counted call
