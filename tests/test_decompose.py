@@ -120,3 +120,33 @@ def test_fsdp_gathers_weights_per_layer_and_not_again_after_the_step():
     gathers = [c for c in fsdp.stages[0].forward if c.role == "dp"]
     assert [(c.op, c.count) for c in gathers] == [("all_gather", fsdp.model.num_layers)]
     assert gathers == [c for c in fsdp.stages[0].backward if c.role == "dp"]
+
+
+def test_eager_mixed_precision_casts_the_linear_weights_and_accumulates_gradients():
+    """torch.autocast keeps fp32 weights (decompose._master_weights): each forward casts the
+    linear layers' weights, each backward their gradients, a recomputed forward casts again,
+    and each micro-batch after the first adds its gradients into .grad. Megatron (bf16
+    weights, fused accumulation), FSDP (casts around its gathers) and a CPU do none of it."""
+    cfg = load_config(["model=llama3-8b", "model.num_layers=2", "hardware=h100-sxm"])
+    model, hw = section(cfg, "model", ModelConfig), section(cfg, "hardware", HardwareConfig)
+    par = ParallelConfig(global_batch_size=4)
+    stage = decompose(model, par, hw, framework="eager").stages[0]
+    linear = sum(c.shape_dict["k"] * c.shape_dict["n"] * c.count for c in stage.forward if c.op == "gemm")
+    h, f, heads = model.hidden_size, model.ffn_hidden_size, model.num_heads + 2 * model.num_kv_heads
+    per_layer = h * heads * model.head_dim + model.num_heads * model.head_dim * h + 3 * h * f  # qkv, out, SwiGLU
+    assert linear == 2 * per_layer + h * model.vocab_size  # two layers and the head
+    (cast,) = [c for c in stage.forward if c.op == "master_weights"]
+    (back,) = [c for c in stage.backward if c.op == "master_weights"]
+    assert (cast.pass_, back.pass_) == ("fwd", "bwd")
+    assert cast.shape_dict["params"] == back.shape_dict["params"] == linear
+    (accumulate,) = [c for c in stage.step if c.op == "grad_accumulate"]
+    assert accumulate.count == 3 and accumulate.shape_dict["params"] > linear  # the embedding and norms too
+    recomputed = decompose(model, ParallelConfig(global_batch_size=1, recompute="full"), hw, framework="eager")
+    casts = sorted(c.pass_ for c in recomputed.stages[0].backward if c.op == "master_weights")
+    assert casts == ["bwd", "fwd"] and not [c for c in recomputed.stages[0].step if c.op == "grad_accumulate"]
+    cpu = section(load_config(["hardware=local-cpu"]), "hardware", HardwareConfig)
+    for work in (decompose(model, par, hw), decompose(model, par, cpu, framework="eager"),
+                 decompose(model, ParallelConfig(dp=2, sharding="fsdp", global_batch_size=8), hw, 2,
+                           framework="eager")):
+        calls = [c for st in work.stages for c in st.forward + st.backward + st.step]
+        assert not [c for c in calls if c.op in ("master_weights", "grad_accumulate")]

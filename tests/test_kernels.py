@@ -24,6 +24,8 @@ SMALL = {
     "embedding": {"tokens": 32, "hidden": 16, "vocab": 100},
     "cross_entropy": {"tokens": 32, "vocab": 100},
     "optimizer_step": {"params": 5000, "tensors": 3, "optimizer": "adamw"},
+    "master_weights": {"params": 5000},
+    "grad_accumulate": {"params": 5000},
     "dispatch": {"launches": 6},
     "router": {"tokens": 32, "hidden": 16, "experts": 8, "top_k": 2},
     "permute": {"tokens": 32, "hidden": 16, "top_k": 2},

@@ -14,14 +14,19 @@ def _configs(*overrides):
     return section(cfg, "sampling", SamplingConfig), section(cfg, "hardware", HardwareConfig)
 
 
+#: Eager mixed precision's ops: autocast runs on CUDA only (decompose._master_weights).
+GPU_ONLY = ("master_weights", "grad_accumulate")
+
+
 def test_quick_plan_covers_the_vocabulary():
     sc, hw = _configs("sampling=quick")
     plan = make_plan(sc, hw)
     counts = plan.summary()
-    assert all(counts[op] >= 20 for op in COMPUTE_OPS), counts
+    cpu_ops = [op for op in COMPUTE_OPS if op not in GPU_ONLY]
+    assert all(counts[op] >= 20 for op in cpu_ops), counts
     assert all(counts[op] >= 8 for op in COLLECTIVE_OPS), counts
     passes = {(t.call.op, t.call.pass_) for t in plan.compute}
-    sampled = (*COMPUTE_OPS, "dispatch")  # collective_launch is a GPU host's: a CPU's collectives include it
+    sampled = (*cpu_ops, "dispatch")  # collective_launch is a GPU host's: a CPU's collectives include it
     assert passes == {(op, p) for op in sampled for p in OPS[op].passes}
 
 
@@ -84,3 +89,23 @@ def test_every_target_s_shapes_are_planned():
         assert gemms & planned, name
     # small's QKV projection: tokens 256, (6 + 2*2) heads * 64, hidden 384
     assert ("gemm", (("k", 384), ("m", 256), ("n", 640))) in planned
+
+
+def test_seq_lengths_sample_the_targets_at_those_lengths():
+    """sampling.seq_lengths decomposes each target at each length (a GPU plan's 1k-8k),
+    not only at its own seq_length; a length that is no token count is refused."""
+    sc, hw = _configs("sampling=quick", "sampling.targets=[small]", "sampling.seq_lengths=[64,512]")
+    seqs = {c.shape_dict["seq_q"] for c in target_calls(sc, hw) if c.op == "attention"}
+    assert seqs == {64, 512}  # small's own 256 is not among them
+    sc, hw = _configs("sampling=quick", "sampling.seq_lengths=[0]")
+    with pytest.raises(PrismError) as err:
+        make_plan(sc, hw)
+    assert err.value.field == "sampling.seq_lengths"
+
+
+def test_the_gpu_plan_samples_eager_mixed_precision_and_long_sequences():
+    sc, hw = _configs("sampling=gpu", "hardware=h100-sxm")
+    plan = make_plan(sc, hw)
+    ops = {t.call.op for t in plan.compute}
+    assert {"master_weights", "grad_accumulate"} <= ops and {t.dtype for t in plan.compute} == {"bfloat16"}
+    assert max(t.call.shape_dict["seq_q"] for t in plan.compute if t.call.op == "attention") >= 8192

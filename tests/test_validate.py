@@ -82,3 +82,18 @@ def test_validate_published_reports_coverage_and_draws_reliability(tmp_path, ref
     out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "validate", f"published={bad}"],
                          capture_output=True, text=True, env=cpu_env, timeout=300)
     assert out.returncode == 2 and "published" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_lent_gpu_s_layouts_are_predicted_as_the_reference_workload_runs_them():
+    """The reference workload is eager PyTorch under torch.autocast on CUDA: its measured
+    layouts decompose in the eager family, with the fp32 weights' casts and the gradients'
+    accumulation (measurements/h200-suite-B: four layouts of 4 micro-batches on an H200)."""
+    from predictor.core.profiles import load_hardware
+    from predictor.data.measurements import measured_workloads, read_measurements
+    from tests.conftest import ROOT
+
+    works = measured_workloads(read_measurements(ROOT / "measurements" / "h200-suite-B.parquet"), load_hardware("h200"))
+    assert len(works) == 4
+    for _, work, steps in works:
+        ops = {c.op for st in work.stages for c in st.forward + st.backward + st.step}
+        assert {"master_weights", "grad_accumulate"} <= ops and len(steps) == 15
