@@ -35,7 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Copied into the working copy: what README commands read by relative paths.
-COPIED = ("data", "models", "samples/local-cpu", "measurements", "benchmarks")
+COPIED = ("data", "models", "samples/local-cpu", "samples/h200", "measurements", "benchmarks")
 #: A README command that runs longer than this (on 2 busy cores) needs a REDUCED entry.
 LIMIT_S = 120
 
@@ -86,6 +86,12 @@ NOT_RUN = {
     "python benchmarks/bench_variability.py": "65,536 GPUs drawn one by one against the shortcut: minutes; "
                                               "tests/test_variability.py covers the analysis",
     "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts: about 12 minutes",
+    "python benchmarks/validation_suite.py --hardware h200 --stages sample,measure --out runs/h200":
+        "needs a CUDA GPU; the train and validate commands after it run on the H200's kept sample and layouts",
+    "python benchmarks/validation_suite.py --hardware h200 --stages train,validate --out runs/h200":
+        "reads the folder the GPU host wrote; the README's prism train and prism validate on samples/h200 run the same",
+    "python benchmarks/bench_attention_backends.py --out attention.csv": "needs a CUDA GPU (its output is kept in "
+                                                                         "measurements/h200-attention-backends.csv)",
     "python benchmarks/bench_trace.py": "measures and traces three layouts, then imports a 500 MB trace: minutes; "
                                         "tests/test_import_trace.py covers the loop",
     "python benchmarks/bench_doubt.py": "predicts all 1,835 published runs and leaves each source out: about 20 s; "

@@ -15,7 +15,8 @@ entry). :func:`without_entry` takes it off the compute ops' backward samples of 
 before their regressors are fitted (and before they are scored: ``prism evaluate``); the
 composer then puts it back once per backward, as the pass's host work is one ``dispatch``
 call whose ``launches`` are every node it runs (:func:`predictor.workload.host.one_dispatch`),
-whose samples hold the entry once. CUDA-event samples (a GPU) hold no host time: untouched.
+whose samples hold the entry once. CUDA-event samples (a GPU) hold no host time (the
+device is put behind its host first: :data:`sampling.timers.HOST_LEAD_S`): untouched.
 """
 from __future__ import annotations
 
