@@ -15,6 +15,14 @@ the profiler's measured cost per event taken off), with the ``launches`` the com
 counts around those operators. The depths give the rows four lengths: the line through
 them separates what a pass pays once from what each call costs.
 
+On a GPU (a device that runs apart from its host) the framework time is what the host
+takes to issue a pass, its calls' launches included, and at these sizes the device is
+never behind: :func:`host_clock_rows` reads the host's clock around each pass of the same
+model as :mod:`sampling.reference` trains it there (``torch.autocast`` bf16, fused AdamW),
+with the ``launches`` the composer counts for that pass in the eager family, the
+reference workload's. On an H200 the 4x4 chain composed 4.5 ms of host time per
+micro-batch of ``small``, which took 7.5 ms there (host-bound: its kernels ran about 1 ms).
+
 The rows' origin is ``framework``; trained with a run's chain samples they take their
 place in the ``dispatch`` model (:func:`predictor.latency.backward_entry.in_situ_host`),
 while the chain's backward samples still give the autograd engine's entry.
@@ -23,13 +31,19 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from predictor.core.profiles import load_model
+from predictor.core.specs import HardwareConfig, ParallelConfig
 from predictor.data.importers.trace import framework_samples
+from predictor.data.measurements import REFERENCE_FRAMEWORK
 from predictor.latency.backward_entry import FRAMEWORK
+from predictor.workload.decompose import decompose
+from sampling.kernels import TORCH_DTYPES
 from sampling.model import Transformer
 from sampling.reference import CYCLE, loss_fn, trace_steps
 
@@ -43,19 +57,37 @@ SIZES = {"hidden_size": 8, "num_heads": 2, "num_kv_heads": 1, "head_dim": 4, "ff
 LAYERS = (1, 2, 4, 8)
 
 
-def framework_rows(steps: int, seed: int = 0) -> list[dict]:
+def framework_rows(steps: int, hw: HardwareConfig, device: torch.device, dtype: str,
+                   seed: int = 0) -> list[dict]:
+    """``dispatch`` rows of ``steps`` training steps of the negligible-size reference model
+    at each depth of :data:`LAYERS` on ``device``: its profiled gaps on a CPU
+    (:func:`profiled_rows`), the host's clock around each pass on a GPU
+    (:func:`host_clock_rows`)."""
+    if device.type == "cpu":
+        return profiled_rows(steps, seed)
+    return host_clock_rows(steps, hw, device, dtype, seed)
+
+
+def _trainers(device: torch.device, seed: int) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """(model, optimizer) at each depth of :data:`LAYERS` on ``device``, and one micro-batch."""
+    base = dataclasses.replace(load_model(MODEL), **SIZES)
+    torch.manual_seed(seed)
+    ids = torch.randint(0, base.vocab_size, (1, base.seq_length + 1)).to(device)
+    trainers = []
+    for layers in LAYERS:
+        with device:
+            net = Transformer(dataclasses.replace(base, num_layers=layers))
+        fused = device.type == "cuda" or None  # as sampling.reference trains it
+        trainers.append((net, torch.optim.AdamW(net.parameters(), lr=1e-4, fused=fused)))
+    return trainers, ids[:, :-1], ids[:, 1:]
+
+
+def profiled_rows(steps: int, seed: int = 0) -> list[dict]:
     """``dispatch`` rows of ``steps`` profiled training steps (one micro-batch, AdamW) of the
     negligible-size reference model at each depth of :data:`LAYERS`, on this CPU. The
     depths take turns, one profiler cycle each, so that a drift of the machine's speed
     falls on all of them alike."""
-    base = dataclasses.replace(load_model(MODEL), **SIZES)
-    torch.manual_seed(seed)
-    ids = torch.randint(0, base.vocab_size, (1, base.seq_length + 1))
-    x, y = ids[:, :-1], ids[:, 1:]
-    trainers = []
-    for layers in LAYERS:
-        net = Transformer(dataclasses.replace(base, num_layers=layers))
-        trainers.append((net, torch.optim.AdamW(net.parameters(), lr=1e-4)))
+    trainers, x, y = _trainers(torch.device("cpu"), seed)
     calls = 0
 
     def step() -> None:
@@ -70,3 +102,47 @@ def framework_rows(steps: int, seed: int = 0) -> list[dict]:
         trace_steps(step, torch.device("cpu"), Path(tmp), 0, steps * len(LAYERS))
         rows = framework_samples(sorted(Path(tmp).glob("rank0.step*.json")))
     return [dict(row, origin=FRAMEWORK) for row in rows]
+
+
+def host_clock_rows(steps: int, hw: HardwareConfig, device: torch.device, dtype: str,
+                    seed: int = 0, warmup: int = 2) -> list[dict]:
+    """``dispatch`` rows of the host's time to issue each pass of ``steps`` training steps
+    (after ``warmup``) of the negligible-size reference model at each depth of
+    :data:`LAYERS`, the depths taking turns; each pass starts on an idle device. Their
+    ``launches`` are the composer's count of the pass's calls in the reference's framework
+    family on ``hw`` (an asynchronous profile)."""
+    trainers, x, y = _trainers(device, seed)
+    autocast = torch.autocast(device.type, dtype=TORCH_DTYPES[dtype]) if dtype != "float32" else nullcontext()
+    counted = [_counted_launches(len(net.blocks), hw) for net, _ in trainers]
+    rows = []
+    for i in range(warmup + steps):
+        for (net, optimizer), launches in zip(trainers, counted):
+            _drain(device)
+            t0 = time.perf_counter_ns()
+            with autocast:
+                loss = loss_fn(net(x), y)
+            t1 = time.perf_counter_ns()
+            _drain(device)
+            t2 = time.perf_counter_ns()
+            loss.backward()
+            t3 = time.perf_counter_ns()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if i >= warmup:
+                rows += [{"op": "dispatch", "pass": p, "dtype": dtype, "latency_us": us, "launches": launches[p],
+                          "origin": FRAMEWORK} for p, us in (("fwd", (t1 - t0) / 1e3), ("bwd", (t3 - t2) / 1e3))]
+    return rows
+
+
+def _counted_launches(layers: int, hw: HardwareConfig) -> dict[str, int]:
+    """The ``launches`` of the one ``dispatch`` call of each pass that the composer makes for
+    the negligible-size reference model at ``layers`` layers on ``hw``."""
+    model = dataclasses.replace(load_model(MODEL), **SIZES, num_layers=layers)
+    stage = decompose(model, ParallelConfig(), hw, framework=REFERENCE_FRAMEWORK).stages[0]
+    return {p: sum(c.shape_dict["launches"] * c.count for c in calls if c.op == "dispatch" and c.pass_ == p)
+            for p, calls in (("fwd", stage.forward), ("bwd", stage.backward))}
+
+
+def _drain(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -60,8 +60,8 @@ from sampling.timers import make_timer
 #: What the collective job may take beyond its share of the budget: torchrun's start and
 #: the message size under way at the deadline.
 COLLECTIVE_GRACE_S = 120
-#: The key of a CPU's in-situ framework sample (:mod:`sampling.framework`) among the tasks
-#: a store holds: one per store and hardware, taken with the plan's ``dispatch``.
+#: The key of the in-situ framework sample (:mod:`sampling.framework`) among the tasks a
+#: store holds: one per store and hardware, taken with the plan's ``dispatch``.
 FRAMEWORK_TASK = ("framework",)
 
 
@@ -216,13 +216,15 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
     return "end-of-plan"
 
 
-def _sample_framework(sc: SamplingConfig, writer, base: dict, failures: list, progress: bool) -> None:
-    """A CPU's framework time, measured in the reference model's steps (:mod:`sampling.framework`)."""
+def _sample_framework(sc: SamplingConfig, hw: HardwareConfig, device: torch.device, writer, base: dict,
+                      failures: list, progress: bool) -> None:
+    """The framework time, measured in the reference model's steps (:mod:`sampling.framework`)."""
     if progress:
-        print(f"prism sample: framework time: {sc.repeats} profiled steps of the reference model at "
+        how = "profiled" if device.type == "cpu" else "host-timed"
+        print(f"prism sample: framework time: {sc.repeats} {how} steps of the reference model at "
               f"{len(LAYERS)} depths", file=sys.stderr)
     try:
-        rows = framework_rows(sc.repeats, sc.seed)
+        rows = framework_rows(sc.repeats, hw, device, sc.dtypes[0], sc.seed)
     except (RuntimeError, OSError, PrismError) as exc:  # the ops' samples stand without it
         failures.append({"task": "framework", "error": str(exc).splitlines()[0]})
         return
@@ -276,7 +278,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
     done, spent = _done_tasks(output_dir, plan, hw.name, sc.repeats)
     todo_compute = [t for t in plan.compute if t.key not in done]
     todo_coll = [t for t in plan.collectives if t.key not in done]
-    framework = device.type == "cpu" and "dispatch" in sc.ops and FRAMEWORK_TASK not in done
+    framework = "dispatch" in sc.ops and FRAMEWORK_TASK not in done
     resumed = len(plan.compute) + len(plan.collectives) - len(todo_compute) - len(todo_coll)
     budget = sc.budget_s - spent
     if not (todo_compute or todo_coll or framework) or budget <= 0:
@@ -304,7 +306,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
                 failures.append({"task": "collectives", "error": str(exc)})
         ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline_wall, failures, progress)
         if ended == "end-of-plan" and framework:
-            _sample_framework(sc, writer, base, failures, progress)
+            _sample_framework(sc, hw, device, writer, base, failures, progress)
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:

@@ -1,17 +1,19 @@
-"""A CPU's framework time sampled in situ (sampling.framework): real profiled steps of the
-reference model on this CPU, and how training takes them over from the call chain."""
+"""The framework time sampled in situ (sampling.framework): real profiled steps of the
+reference model on this CPU, the host-clock passes a GPU host takes (run here on the CPU,
+where they hold the device's time too), and how training takes them over from the chain."""
 import pandas as pd
 import pytest
 
 pytest.importorskip("torch")
 
 from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E402
-from sampling.framework import LAYERS, framework_rows  # noqa: E402
+from predictor.core.profiles import load_hardware  # noqa: E402
+from sampling.framework import LAYERS, host_clock_rows, profiled_rows  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def rows():
-    return pd.DataFrame(framework_rows(steps=3))
+    return pd.DataFrame(profiled_rows(steps=3))
 
 
 def test_each_profiled_step_gives_a_dispatch_row_per_pass(rows):
@@ -37,3 +39,20 @@ def test_in_situ_rows_replace_the_chain_in_the_dispatch_model(rows):
     kept = in_situ_host(both)
     assert (kept[kept.op == "dispatch"].origin == FRAMEWORK).all()
     assert len(kept) == len(rows) + 1  # the gemm stays
+
+
+def test_a_gpu_host_s_passes_are_timed_with_the_calls_the_eager_family_counts():
+    """On a GPU the host's clock around each pass is the framework time (the device is never
+    behind at these sizes); the rows carry the launches the composer counts for the
+    reference (eager family on an asynchronous profile), more for each deeper model. Run
+    here on the CPU under bf16 autocast, as the reference runs on CUDA."""
+    import torch
+
+    rows = pd.DataFrame(host_clock_rows(steps=2, hw=load_hardware("h200"), device=torch.device("cpu"),
+                                        dtype="bfloat16", warmup=1))
+    assert set(rows.op) == {"dispatch"} and (rows.origin == FRAMEWORK).all() and (rows.latency_us > 0).all()
+    assert rows.groupby("pass").size().to_dict() == {"bwd": 2 * len(LAYERS), "fwd": 2 * len(LAYERS)}
+    for _, g in rows.groupby("pass"):
+        launches = g.groupby("launches").latency_us.median()
+        assert len(launches) == len(LAYERS) and launches.index[-1] > 4 * launches.index[0]
+        assert launches.iloc[-1] > launches.iloc[0]
