@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E402
 from predictor.core.profiles import load_hardware  # noqa: E402
+from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E402
 from sampling.framework import LAYERS, host_clock_rows, profiled_rows  # noqa: E402
 
 
