@@ -1,4 +1,4 @@
-"""A CPU's framework time, sampled in situ: PRISM's reference model at negligible sizes.
+"""The framework time, sampled in situ: PRISM's reference model at negligible sizes.
 
 On a CPU the host is the device, and a training step spends time outside its operators:
 ``nn.Module`` calls, views, splits and transposes, autograd's recording and its engine,
