@@ -264,6 +264,11 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
         return _sample_cluster(sc, hw, cluster, output_dir, progress)
     plan = make_plan(sc, hw)
     device = _device(hw)
+    if device.type == "cuda" and plan.collectives and sc.collective_world_size > torch.cuda.device_count():
+        raise PrismError(f"sampling.collective_world_size={sc.collective_world_size}: this host has "
+                         f"{torch.cuda.device_count()} GPU(s), one per rank; lower it to the GPUs here, or leave the "
+                         f"collectives out of sampling.ops (one GPU: README, Ground truth on a lent GPU)",
+                         field="sampling.collective_world_size")
     output_dir = writable("output_dir", cfg.output_dir, folder=True)
     with store.writer_lock(output_dir) as note:
         if note:

@@ -127,6 +127,18 @@ def test_bad_input_exits_nonzero_with_one_message(tmp_path, capsys, override, me
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
 
 
+def test_a_gpu_plan_s_collectives_need_a_gpu_per_rank(tmp_path, capsys, monkeypatch):
+    """sampling=gpu times its collectives on 8 ranks; on a host with fewer GPUs it stops
+    before any work, naming the setting and both fixes."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(["sample", "hardware=h200", "sampling=gpu", f"output_dir={tmp_path / 'store'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("prism sample: error: sampling.collective_world_size=8") and len(err.splitlines()) == 1
+    assert "sampling.ops" in err and not (tmp_path / "store").exists()
+
+
 def test_a_truncated_file_in_the_store_stops_sampling_and_is_left_intact(tmp_path, capsys):
     w = store.RunWriter(tmp_path, "earlier", {})
     from datetime import datetime, timezone
