@@ -35,9 +35,13 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.analyses.doubt import measured_errors, write_errors
-from predictor.core.profiles import load_hardware
+from predictor.app.config import load_config
+from predictor.core.ops import OPS
+from predictor.core.profiles import load_hardware, section
+from predictor.core.specs import SamplingConfig
 from predictor.data.measurements import read_measurements
 from predictor.latency.artifacts import ModelSet
+from sampling.plan import GROUP_OPS
 
 #: CPU layouts: world size <= 2 (one core per rank). Two model sizes (tiny 0.6 M, small
 #: 9 M parameters), three sequence lengths, dp / tp / pp (1F1B and GPipe, 4+ micro-batches),
@@ -60,10 +64,6 @@ CPU_LAYOUTS = [
     ["model=tiny", "model.seq_length=256", "parallel.micro_batch_size=2", "parallel.tp=2"],
     ["model=small", "parallel.pp=2", "parallel.global_batch_size=8"],
 ]
-#: One lent GPU's sample: the GPU plan (conf/sampling/gpu.yaml) without collectives (one rank).
-GPU_SAMPLING = ["sampling=gpu", "sampling.ops=[gemm,bmm,attention,softmax,masked_fill,rmsnorm,layernorm,rope,swiglu,"
-                "gelu,residual_add,embedding,cross_entropy,optimizer_step,master_weights,grad_accumulate,dispatch,"
-                "router,permute,unpermute,grouped_gemm,quantize]"]
 #: One lent GPU: single-device layouts across model sizes, sequence lengths, micro-batches.
 GPU_LAYOUTS = [
     ["model=small"],
@@ -76,6 +76,14 @@ GPU_LAYOUTS = [
 
 
 STAGES = ("sample", "train", "measure", "validate")
+
+
+def one_gpu_plan() -> list[str]:
+    """The GPU plan (conf/sampling/gpu.yaml) for one GPU: its ops but those timed on a group
+    of ranks (collectives, DTensor pairs)."""
+    sc = section(load_config(["sampling=gpu"]), "sampling", SamplingConfig)
+    ops = [op for op in sc.ops if not OPS[op].collective and op not in GROUP_OPS]
+    return ["sampling=gpu", f"sampling.ops=[{','.join(ops)}]"]
 
 
 def prism(*args: str, capture: bool = False, stop: bool = True) -> str:
@@ -116,7 +124,7 @@ def main() -> None:
     stages = {}
 
     if "sample" in stages_asked:
-        plan = ["sampling=quick"] if args.hardware == "local-cpu" else GPU_SAMPLING
+        plan = ["sampling=quick"] if args.hardware == "local-cpu" else one_gpu_plan()
         prism("sample", hw, *plan, f"sampling.budget_s={args.budget}", f"output_dir={out / 'samples'}")
         stages["sample"] = time.perf_counter() - t0
     if "train" in stages_asked:

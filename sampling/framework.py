@@ -43,6 +43,7 @@ from predictor.data.importers.trace import framework_samples
 from predictor.data.measurements import REFERENCE_FRAMEWORK
 from predictor.latency.backward_entry import FRAMEWORK
 from predictor.workload.decompose import decompose
+from sampling.collectives import _sync
 from sampling.kernels import TORCH_DTYPES
 from sampling.model import Transformer
 from sampling.reference import CYCLE, loss_fn, trace_steps
@@ -117,12 +118,12 @@ def host_clock_rows(steps: int, hw: HardwareConfig, device: torch.device, dtype:
     rows = []
     for i in range(warmup + steps):
         for (net, optimizer), launches in zip(trainers, counted):
-            _drain(device)
+            _sync(device)
             t0 = time.perf_counter_ns()
             with autocast:
                 loss = loss_fn(net(x), y)
             t1 = time.perf_counter_ns()
-            _drain(device)
+            _sync(device)
             t2 = time.perf_counter_ns()
             loss.backward()
             t3 = time.perf_counter_ns()
@@ -141,8 +142,3 @@ def _counted_launches(layers: int, hw: HardwareConfig) -> dict[str, int]:
     stage = decompose(model, ParallelConfig(), hw, framework=REFERENCE_FRAMEWORK).stages[0]
     return {p: sum(c.shape_dict["launches"] * c.count for c in calls if c.op == "dispatch" and c.pass_ == p)
             for p, calls in (("fwd", stage.forward), ("bwd", stage.backward))}
-
-
-def _drain(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
