@@ -1,12 +1,14 @@
 """Causal attention throughput of each SDPA backend on this GPU, forward and forward+backward.
 
     python benchmarks/bench_attention_backends.py --out attention_backends.csv   # on a GPU host
+    python benchmarks/bench_attention_backends.py --out long.csv --seqs 65536,131072 --heads 16 --backends flash,cudnn
 
 Why: PRISM's H100 attention model is FlashAttention-2's published throughput, while
 Transformer Engine prefers its cuDNN fused attention on Hopper; the MoE long-context rows
 of issue 19 hang on which one a run used. The FA3 paper's figures give cuDNN's forward
 only; this measures both backends' forward and backward on the same card, at the shapes
-of those rows (head dim 128, causal, bf16, 2k-32k tokens per sequence).
+of those rows (head dim 128, causal, bf16, 2k-32k tokens per sequence by default; ``--seqs``
+up to the 128k of the longest). A call holds ``--tokens`` tokens (at least one sequence).
 
 FLOPs are counted as FlashAttention's benchmarks count them: forward 4·b·h·s²·d / 2
 (causal), backward 2.5× the forward. Each figure is the median of ``--repeats`` timed
@@ -26,9 +28,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BACKENDS = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
-#: (batch, sequence) at 32k tokens a call, the heads of a Llama/Qwen-class layer.
-SHAPES = [(16, 2048), (8, 4096), (4, 8192), (2, 16384), (1, 32768)]
-HEADS, HEAD_DIM = 32, 128
+#: Sequence lengths, tokens a call and heads by default: a Llama/Qwen-class layer.
+SEQS, TOKENS, HEADS, HEAD_DIM = (2048, 4096, 8192, 16384, 32768), 32768, 32, 128
 
 
 def _median_ms(fn, repeats: int) -> float:
@@ -45,12 +46,12 @@ def _median_ms(fn, repeats: int) -> float:
     return sorted(s.elapsed_time(e) for s, e in zip(starts, ends))[repeats // 2]
 
 
-def measure(backend: str, batch: int, seq: int, repeats: int) -> dict:
-    q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+def measure(backend: str, batch: int, seq: int, heads: int, repeats: int) -> dict:
+    q, k, v = (torch.randn(batch, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     grad = torch.randn_like(q)
-    flops = 4 * batch * HEADS * seq * seq * HEAD_DIM / 2
-    row = {"backend": backend, "batch": batch, "seq": seq, "heads": HEADS, "head_dim": HEAD_DIM,
+    flops = 4 * batch * heads * seq * seq * HEAD_DIM / 2
+    row = {"backend": backend, "batch": batch, "seq": seq, "heads": heads, "head_dim": HEAD_DIM,
            "device": torch.cuda.get_device_name(), "torch": torch.__version__}
     try:
         with sdpa_kernel([BACKENDS[backend]]) if BACKENDS[backend] is not None else nullcontext():
@@ -68,10 +69,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="CSV of one row per backend and shape")
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--seqs", default=",".join(map(str, SEQS)), help="sequence lengths, comma-separated")
+    ap.add_argument("--tokens", type=int, default=TOKENS, help=f"tokens a call (default {TOKENS})")
+    ap.add_argument("--heads", type=int, default=HEADS, help=f"attention heads (default {HEADS})")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help=f"of {', '.join(BACKENDS)}")
     args = ap.parse_args()
+    seqs = [int(s) for s in args.seqs.split(",")]
+    backends = args.backends.split(",")
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        sys.exit(f"bench_attention_backends: --backends {','.join(unknown)}: choose from {', '.join(BACKENDS)}")
     if not torch.cuda.is_available():
         sys.exit("bench_attention_backends: needs a CUDA GPU; torch sees none here")
-    rows = [measure(b, batch, seq, args.repeats) for batch, seq in SHAPES for b in BACKENDS]
+    rows = [measure(b, max(1, args.tokens // seq), seq, args.heads, args.repeats) for seq in seqs for b in backends]
     fields = sorted({key for row in rows for key in row}, key=lambda k: list(rows[0]).index(k)
                     if k in rows[0] else 99)
     with open(args.out, "w", newline="") as f:

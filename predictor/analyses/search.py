@@ -237,7 +237,8 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     first = works[0]
     cache = cache or QuantileCache(models, first.hardware)
     if memory_gib is None:
-        memory_gib = [memory_per_gpu(first.model, w.parallel, flash_attention=w.parallel.attention == "flash").total_gib
+        memory_gib = [memory_per_gpu(first.model, w.parallel,
+                                     flash_attention=w.parallel.attention != "unfused").total_gib
                       for w in works]
     steps = screen(works, models, cache, SCREEN_DRAWS, seed)
     return _rank(steps, memory_gib, [w.parallel for w in works], first,
@@ -449,7 +450,7 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
         if reason:
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
-        need = memory_per_gpu(model, par, flash_attention=par.attention == "flash")
+        need = memory_per_gpu(model, par, flash_attention=par.attention != "unfused")
         gib = need.total_gib
         if gib < smallest[0]:
             smallest = (gib, (need.weights + need.gradients + need.optimizer) / GiB)

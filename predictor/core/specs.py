@@ -127,6 +127,7 @@ DEVICE_KINDS = ("gpu", "cpu")
 class DeviceSpec:
     kind: str  # gpu | cpu
     name: str
+    compute_capability: float = 0.0  # CUDA's (9.0 Hopper, 10.0 Blackwell); 0: none (a CPU)
     match: list[str] = field(default_factory=list)
 
 
@@ -296,7 +297,7 @@ class ParallelConfig:
     recompute: str = "none"  # none | selective | per_op | full (core.layout.RECOMPUTES)
     sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
     schedule: str = "1f1b"  # 1f1b | interleaved | gpipe (predictor.core.layout.SCHEDULES)
-    attention: str = "flash"  # flash (fused kernel) | unfused (baddbmm + softmax + bmm)
+    attention: str = "flash"  # flash (FlashAttention-2) | cudnn (cuDNN fused) | unfused (baddbmm + softmax + bmm)
     overlap_grad_reduce: bool = True
     # Sharded optimizers: the updated weights' all-gather runs under the next forward
     # (Megatron --overlap-param-gather, FSDP prefetch).

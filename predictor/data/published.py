@@ -416,22 +416,37 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
         notes.append("TP collectives overlapped (framework or notes say async TP / --tp-comm-overlap)")
+    hw_key = _hardware_key(row, framework, hardware, notes)
+    if hw_key not in hardware:
+        hardware[hw_key] = _row_hardware(hw_key, hardware[hw_key[0]])
+    attention = _attention(legacy_megatron, family, hardware[hw_key], notes)
     par = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
         overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap,
-        attention="unfused" if legacy_megatron else "flash", **_expert_settings(model, text, notes),
+        attention=attention, **_expert_settings(model, text, notes),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:
         validate_layout(model, par, gpus)
     except PrismError as exc:
         column = spec_column(exc.field)
         raise PrismError(f"{column}: {exc}", field=column) from None
-    hw_key = _hardware_key(row, framework, hardware, notes)
-    if hw_key not in hardware:
-        hardware[hw_key] = _row_hardware(hw_key, hardware[hw_key[0]])
     return RowJob(model, par, hardware[hw_key], gpus, notes,
                   (tuple(vars(model).values()), tuple(vars(par).values()), hw_key, gpus, framework), framework)
+
+
+def _attention(legacy_megatron: bool, family: str, hw: HardwareConfig, notes: list[str]) -> str:
+    """The attention kernel of a row: Megatron-LM before Core ran it unfused; Megatron-Core
+    runs Transformer Engine's, which is cuDNN's on compute capability 9.0 and later
+    (:mod:`predictor.latency.attention_backends`); FlashAttention otherwise (torchtitan's
+    SDPA backend depends on a torch version the tables do not give)."""
+    if legacy_megatron:
+        return "unfused"
+    if family == "megatron-core" and hw.device.compute_capability >= 9.0:
+        notes.append(f"attention cudnn (Transformer Engine's choice on compute capability "
+                     f"{hw.device.compute_capability:g})")
+        return "cudnn"
+    return "flash"
 
 
 #: Words of a recompute cell naming Megatron-Core's --recompute-modules (model zoo scripts

@@ -28,6 +28,7 @@ from predictor.core.ops import OPS, Call
 from predictor.core.precision import call_dtype
 from predictor.core.specs import HardwareConfig
 from predictor.latency.artifacts import ModelSet
+from predictor.latency.attention_backends import cudnn_over_flash, models_flash
 from predictor.latency.calibration import Calibration
 from predictor.latency.features import floor_us
 from predictor.latency.regressor import DEFAULT_QUANTILES
@@ -96,6 +97,7 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         # output layer included) in train_dtype (predictor.core.precision)
         rows = [dict(calls[i].shape_dict, dtype=call_dtype(op, calls[i].role, dtype, hw.gemm_dtype, hw.gemm_ops),
                      nodes=calls[i].nodes, ranks_per_node=calls[i].ranks_per_node) for i in idx]
+        cudnn = np.array([row.pop("backend", "") == "cudnn" for row in rows])  # attention's kernel, not a feature
         frame = {column: np.array([row[column] for row in rows]) for column in rows[0]}  # no pandas: start-up
         collective = OPS[op].collective
         modelled = np.full(len(idx), models is not None and models.has(op, pass_) and (not collective or own_network))
@@ -104,6 +106,11 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         if modelled.any():
             q = models.models[(op, pass_)].predict(_rows(frame, modelled), models.hw)
             out[idx[modelled]] = q[:, [models.quantiles.index(a) for a in levels]]
+            converted = modelled & cudnn if models_flash(models, pass_) else np.zeros(len(idx), bool)
+            if converted.any():  # FlashAttention-2's data, cuDNN's kernel (attention_backends)
+                out[idx[converted]] *= cudnn_over_flash(pass_, frame["seq_kv"][converted])[:, None]
+                for i in idx[converted]:
+                    evidence[i] = Evidence(Source.MODEL, f"{models.where} (FlashAttention-2 x cuDNN/FA2 on H100)")
         if op in STAND_INS and models is not None and models.has(STAND_INS[op][0], pass_) and (~modelled).any():
             stand_in, times = STAND_INS[op]  # e.g. a grouped GEMM: its experts' GEMMs, one after another
             keep = ~modelled
