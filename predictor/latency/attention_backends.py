@@ -41,5 +41,5 @@ def models_flash(models: ModelSet | None, pass_: str) -> bool:
     """Whether ``models``' attention model of ``pass_`` rests on FlashAttention microbenchmarks."""
     if models is None or not models.has("attention", pass_):
         return False
-    origins = models.manifest["models"].get(f"attention/{pass_}", {}).get("origins", [])
+    origins = models.models[("attention", pass_)].info.get("origins", [])
     return any(word in str(o).lower() for o in origins for word in FLASH_ORIGINS)
