@@ -23,6 +23,18 @@ from predictor.core.specs import HardwareConfig
 
 #: Columns a collective's features read besides its shape (from the sample store).
 TOPOLOGY = ("ranks_per_node", "nodes")
+#: Matrix products whose (m, n, k) decide the GPU kernel cuBLAS can run.
+MATMULS = ("gemm", "bmm", "grouped_gemm")
+#: Bytes a matrix dimension must be a multiple of for cuBLAS's vectorised tensor-core kernels.
+ALIGNMENT_BYTES = 16
+#: Share of the tensor-core peak a GPU matrix product reaches when a dimension is not: cuBLAS
+#: falls back to kernels that load one element at a time. Traced on an H100 (a gpt3-1.3b
+#: step of the reference workload, whose output layer has GPT-2's unpadded 50,257 tokens:
+#: measurements/h100-gpt3-1.3b-step-trace.json.gz): its forward and both backward GEMMs ran
+#: cutlass_75_tensorop_bf16_s1688gemm_*_align1 at 108-139 TFLOP/s, 0.11-0.14 of the bf16
+#: peak (0.128 over the 12 calls' time), 40% of the step's kernel time; aligned GEMMs of
+#: that size run at 0.6-0.8.
+UNALIGNED_PEAK_SHARE = 0.128
 
 
 def feature_names(op: str) -> list[str]:
@@ -98,9 +110,25 @@ def floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndar
 def compute_floor_us(op: str, pass_: str, frame: Mapping, hw: HardwareConfig) -> np.ndarray:
     """A compute op's FLOPs at the peak of each row's precision, in microseconds."""
     s = _shape(op, frame)
-    names, which = np.unique(call_dtypes(frame, len(s[OPS[op].shape[0]])), return_inverse=True)
+    dtypes = call_dtypes(frame, len(s[OPS[op].shape[0]]))
+    names, which = np.unique(dtypes, return_inverse=True)
     peak = np.array([hw.peak(d) for d in names], dtype=float)[which]
+    if op in MATMULS and hw.device.kind == "gpu":
+        peak = peak * np.where(unaligned(s, dtypes), UNALIGNED_PEAK_SHARE, 1.0)
     return flops(op, pass_, s) / peak * 1e6
+
+
+def unaligned(shape: Mapping, dtypes: np.ndarray) -> np.ndarray:
+    """Whether each matrix product has a leading dimension that is no multiple of
+    :data:`ALIGNMENT_BYTES` in a tensor-core precision (fp32 runs CUDA cores, which load an
+    element at a time either way). Row-major X[m, k] @ W[k, n] = Y[m, n] leads with k and n,
+    in both backward products too; the rows m (tokens, an expert's share of them) never lead."""
+    size = dtype_bytes(dtypes)
+    size = np.where(size >= 1, np.floor(size), 0.5)  # the elements alone: block scales are a tensor of their own
+    odd = np.zeros(len(size), bool)
+    for dim in ("n", "k"):
+        odd |= np.mod(np.asarray(shape[dim], float) * size, ALIGNMENT_BYTES) != 0
+    return odd & (np.asarray(dtypes) != "float32")
 
 
 def host_floor_us(op: str, pass_: str, shape: Mapping, hw: HardwareConfig):

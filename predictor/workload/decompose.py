@@ -41,7 +41,7 @@ from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.host import host_calls, host_family, one_dispatch, step_host_calls
+from predictor.workload.host import EAGER_FRAMEWORKS, host_calls, host_family, one_dispatch, step_host_calls
 from predictor.workload.layers import (
     dispatch_bytes,
     layer_ops,
@@ -52,7 +52,14 @@ from predictor.workload.layers import (
     routed_tokens,
     routing_imbalance,
 )
-from predictor.workload.memory import GRAD_BYTES, WEIGHT_BYTES, padded_vocab, stage_expert_parameters, stage_parameters
+from predictor.workload.memory import (
+    GRAD_BYTES,
+    VOCAB_MULTIPLE,
+    WEIGHT_BYTES,
+    padded_vocab,
+    stage_expert_parameters,
+    stage_parameters,
+)
 
 #: bf16 activations.
 ACT_BYTES = 2
@@ -373,6 +380,15 @@ def _quantize_calls(calls: list[Call], hw: HardwareConfig) -> list[Call]:
     return out
 
 
+def vocab_multiple(framework: str | None) -> int:
+    """What the vocabulary is padded to a multiple of (times tp): Megatron's
+    --make-vocab-size-divisible-by (128) by default; an eager framework (torchtitan, Hugging
+    Face, PRISM's reference workload) keeps the tokenizer's size, GPT-2's odd 50,257 included,
+    whose output-layer GEMMs then run cuBLAS's unaligned kernels
+    (:data:`~predictor.latency.features.UNALIGNED_PEAK_SHARE`)."""
+    return 1 if (framework or "").lower() in EAGER_FRAMEWORKS else VOCAB_MULTIPLE
+
+
 def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus: int | None = None,
               seq: int | None = None, framework: str | None = None) -> Workload:
     """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``;
@@ -386,8 +402,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     dp_group = mesh.grad_group
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
-    vocab = padded_vocab(model.vocab_size, par.tp) // par.tp  # vocabulary-parallel shard
-    params_per_stage = stage_parameters(model, par)  # one GPU's TP shard of each stage
+    multiple = vocab_multiple(framework)
+    vocab = padded_vocab(model.vocab_size, par.tp, multiple) // par.tp  # vocabulary-parallel shard
+    params_per_stage = stage_parameters(model, par, multiple)  # one GPU's TP shard of each stage
     family = host_family(framework, hw.host.asynchronous)
     moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
     experts_per_stage = stage_expert_parameters(model, par)
