@@ -35,7 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Copied into the working copy: what README commands read by relative paths.
-COPIED = ("data", "models", "samples/local-cpu", "samples/h200", "measurements", "benchmarks")
+COPIED = ("data", "models", "samples/local-cpu", "samples/h200", "samples/h100", "measurements", "benchmarks")
 #: A README command that runs longer than this (on 2 busy cores) needs a REDUCED entry.
 LIMIT_S = 120
 
