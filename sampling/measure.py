@@ -99,9 +99,9 @@ def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
     if par.sequence_parallel:
         raise PrismError("parallel.sequence_parallel=true: the reference workload keeps TP activations "
                          "replicated; set parallel.sequence_parallel=false", field='parallel.sequence_parallel')
-    if par.attention != "flash":
-        raise PrismError(f"parallel.attention={par.attention}: the reference model uses fused SDPA only; "
-                         f"set parallel.attention=flash", field='parallel.attention')
+    if par.attention not in ("auto", "flash"):  # auto: the eager reference's own, SDPA
+        raise PrismError(f"parallel.attention={par.attention}: the reference model runs torch's fused SDPA "
+                         f"only; set parallel.attention=auto", field='parallel.attention')
     if par.recompute == "per_op":
         raise PrismError("parallel.recompute=per_op: the reference model recomputes none, the attention core "
                          "(selective) or whole blocks (full); choose one of those", field='parallel.recompute')

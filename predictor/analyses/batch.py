@@ -140,7 +140,7 @@ class BatchPredictor:
                 doubt = doubt_of(work, dist, evidence_tier(cache.models), family(job.framework), shipped_model())
                 q = dict(zip(DEFAULT_QUANTILES, doubt.quantiles_s))
                 v5, v50, v95 = dist.quantile([0.05, 0.5, 0.95])
-                mem = memory_per_gpu(job.model, job.parallel, flash_attention=job.parallel.attention != "unfused")
+                mem = memory_per_gpu(job.model, work.parallel, flash_attention=work.parallel.attention != "unfused")
                 values = (float(v50), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),
                           float(mem.total_gib))
                 if all(math.isfinite(v) and v > 0 for v in values):

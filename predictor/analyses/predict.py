@@ -200,7 +200,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     cache = QuantileCache(models, hardware)  # both composes query the operator models once
     dist = compose(work, models, draws=draws, seed=seed, cache=cache)
     persistent = compose(work, models, draws=draws, seed=seed, cache=cache, hold=PER_STEP).draws
-    mem = memory_per_gpu(model, par, flash_attention=par.attention != "unfused")
+    mem = memory_per_gpu(model, work.parallel, flash_attention=work.parallel.attention != "unfused")
     q = dist.quantile(REPORT_QUANTILES)
     step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}
     step["mean"] = float(dist.draws.mean())

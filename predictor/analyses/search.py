@@ -68,7 +68,7 @@ from predictor.engine.compose import compose
 from predictor.engine.screen import screen
 from predictor.latency.artifacts import evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache
-from predictor.workload.decompose import Workload, decompose
+from predictor.workload.decompose import Workload, attention_kernel, decompose
 from predictor.workload.flops import model_flops_per_step
 from predictor.workload.memory import GiB, memory_per_gpu
 
@@ -369,10 +369,11 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
     models = trained_models(hardware, models_dir)
     shipped_model()  # loaded once, before any worker is forked
     with _Workers(len(candidates), (model, hardware, gpus, models, seed, framework)) as workers:
-        return _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0)
+        return _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0, framework)
 
 
-def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0) -> SearchResult:
+def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0,
+            framework) -> SearchResult:
     """Steps 1 to 3 of the module docstring, run by ``workers``."""
     parts = workers.map(_screen_part, workers.split(candidates))
     invalid: dict[str, int] = {}
@@ -392,7 +393,7 @@ def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, work
                          f"{batch} fits in {capacity:g} GiB per GPU ({too_big} too big, "
                          f"{sum(invalid.values())} invalid{need}); {fix}", field='gpus')
     ranking = _rank(np.concatenate([part.steps for part in parts]), [g for part in parts for g in part.memory],
-                    fitting, decompose(model, fitting[0], hardware, gpus),
+                    fitting, decompose(model, fitting[0], hardware, gpus, framework=framework),
                     lambda indices: workers.map(_compose_one, [fitting[i] for i in indices]), rank_by, top)
     return SearchResult(
         model=model.name, hardware=hardware.name, gpus=gpus, global_batch_size=batch, seq_length=model.seq_length,
@@ -450,7 +451,8 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
         if reason:
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
-        need = memory_per_gpu(model, par, flash_attention=par.attention != "unfused")
+        kernel = attention_kernel(par.attention, framework, hardware)
+        need = memory_per_gpu(model, par, flash_attention=kernel != "unfused")
         gib = need.total_gib
         if gib < smallest[0]:
             smallest = (gib, (need.weights + need.gradients + need.optimizer) / GiB)
@@ -468,7 +470,7 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
         plain = replace(par, vpp=1, schedule="1f1b")
         key = tuple(vars(plain).values())
         if key not in shared:
-            shared[key] = decompose(model, plain, hardware, gpus)
+            shared[key] = decompose(model, plain, hardware, gpus, framework=framework)
         works.append(replace(shared[key], parallel=par))
     steps = screen(works, models, cache, SCREEN_DRAWS, seed) if works else np.empty((0, SCREEN_DRAWS))
     return _Screened(invalid, too_big, fitting, memory, steps, smallest)
@@ -477,7 +479,8 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
 def _compose_one(par: ParallelConfig) -> tuple[dict, list]:
     """:func:`composed_figures` of ``par`` for the search in :data:`_JOB`."""
     model, hardware, gpus, models, seed, framework, cache = _JOB
-    return composed_figures(decompose(model, par, hardware, gpus), models, cache, seed, framework)
+    return composed_figures(decompose(model, par, hardware, gpus, framework=framework), models, cache, seed,
+                            framework)
 
 
 def _cpus() -> int:

@@ -169,11 +169,13 @@ def _scale_row(work, models, cache, a: AnalysisConfig, seed: int, brute_force=Fa
 
 
 def slowdown_vs_scale(model: ModelConfig, work: Workload, models, cache: QuantileCache, a: AnalysisConfig,
-                      seed: int) -> list[dict]:
-    """The slowdown probabilities of ``work``'s layout at each GPU count of ``a.scales``."""
+                      seed: int, framework: str | None = None) -> list[dict]:
+    """The slowdown probabilities of ``work``'s layout at each GPU count of ``a.scales``
+    (decomposed for ``framework``, as ``work`` was)."""
     rows = []
     for gpus in scale_points(work.parallel, a.scales, work.gpus):
-        scaled = decompose(model, scaled_layout(work.parallel, work.micro_batches, gpus), work.hardware, gpus)
+        scaled = decompose(model, scaled_layout(work.parallel, work.micro_batches, gpus), work.hardware, gpus,
+                           framework=framework)
         rows.append(_scale_row(scaled, models, cache, a, seed))
     return rows
 
@@ -314,13 +316,14 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     gpus = par.world_size
     models = trained_models(hardware, models_dir)
     cache = QuantileCache(models, hardware)
-    work = decompose(model, par, hardware, gpus)
+    framework = check_framework(framework)
+    work = decompose(model, par, hardware, gpus, framework=framework)
     a = replace(a, slow_nodes=slow_node_count(work, a))  # the default made a number, as reported
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
     dist = compose(work, models, draws=a.draws, seed=seed, cache=cache)
     full = dist.draws
     persistent = compose(work, models, draws=a.draws, seed=seed, cache=cache, hold=PER_STEP).draws
-    doubt = doubt_of(work, dist, evidence_tier(models), check_framework(framework), shipped_model())
+    doubt = doubt_of(work, dist, evidence_tier(models), framework, shipped_model())
     steps = train_tokens / work.tokens_per_step
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(
@@ -330,7 +333,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         step_time_s={f"p{round(q * 100)}": float(np.quantile(full, q)) for q in (0.05, 0.5, 0.95)}
         | {"mean": float(full.mean())},
         cdf={"t_s": np.quantile(full, np.linspace(0, 1, 101)).tolist(), "p": np.linspace(0, 1, 101).tolist()},
-        scales=slowdown_vs_scale(model, work, models, cache, a, seed),
+        scales=slowdown_vs_scale(model, work, models, cache, a, seed, framework),
         attribution=attribution(work, models, cache, a.draws, seed),
         placements=placed, placement_spread=max(medians) / min(medians) if medians else 1.0,
         predictive=predictive_report(doubt),

@@ -19,7 +19,7 @@ SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "distributed_optimizer")
 #: torchtitan's per-op selective checkpointing (selective_ac_option='op').
 RECOMPUTES = ("none", "selective", "per_op", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
-ATTENTIONS = ("flash", "cudnn", "unfused")
+ATTENTIONS = ("auto", "flash", "cudnn", "unfused")
 #: Megatron-Core's --recompute-modules (megatron/core/transformer/transformer_config.py).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
 
@@ -91,7 +91,7 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     check_schedule(par.schedule)
     check_recompute_modules(par)
     if par.attention not in ATTENTIONS:
-        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose flash, cudnn or unfused",
+        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose auto, flash, cudnn or unfused",
                          field='parallel.attention')
     if par.moe_dispatcher not in DISPATCHERS:  # a typo is named on a dense model too, where it does nothing yet
         raise PrismError(f"parallel.moe_dispatcher={par.moe_dispatcher!r}: unknown; choose one of: "

@@ -297,7 +297,7 @@ class ParallelConfig:
     recompute: str = "none"  # none | selective | per_op | full (core.layout.RECOMPUTES)
     sharding: str = "none"  # none | zero1 | zero2 | zero3 | fsdp | distributed_optimizer
     schedule: str = "1f1b"  # 1f1b | interleaved | gpipe (predictor.core.layout.SCHEDULES)
-    attention: str = "flash"  # flash (FlashAttention-2) | cudnn (cuDNN fused) | unfused (baddbmm + softmax + bmm)
+    attention: str = "auto"  # auto (the framework's own) | flash (FlashAttention-2) | cudnn | unfused
     overlap_grad_reduce: bool = True
     # Sharded optimizers: the updated weights' all-gather runs under the next forward
     # (Megatron --overlap-param-gather, FSDP prefetch).

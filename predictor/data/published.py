@@ -48,6 +48,7 @@ from predictor.data.runs_table import (
     says,
     switch,
 )
+from predictor.workload.decompose import UNFUSED_FRAMEWORKS, attention_kernel
 from predictor.workload.flops import model_flops_per_step
 
 GPT_VOCAB = 51200
@@ -411,7 +412,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
     # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused
     # scale-mask-softmax, bmm) rather than FlashAttention.
-    legacy_megatron = family in ("megatron-lm", "accelerate")
+    legacy_megatron = family in UNFUSED_FRAMEWORKS
     text = f"{framework} {cell(row, 'notes')}"
     tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
@@ -419,7 +420,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     hw_key = _hardware_key(row, framework, hardware, notes)
     if hw_key not in hardware:
         hardware[hw_key] = _row_hardware(hw_key, hardware[hw_key[0]])
-    attention = _attention(legacy_megatron, family, hardware[hw_key], notes)
+    attention = _attention(family, hardware[hw_key], notes)
     par = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
@@ -435,18 +436,13 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
                   (tuple(vars(model).values()), tuple(vars(par).values()), hw_key, gpus, framework), framework)
 
 
-def _attention(legacy_megatron: bool, family: str, hw: HardwareConfig, notes: list[str]) -> str:
-    """The attention kernel of a row: Megatron-LM before Core ran it unfused; Megatron-Core
-    runs Transformer Engine's, which is cuDNN's on compute capability 9.0 and later
-    (:mod:`predictor.latency.attention_backends`); FlashAttention otherwise (torchtitan's
-    SDPA backend depends on a torch version the tables do not give)."""
-    if legacy_megatron:
-        return "unfused"
-    if family == "megatron-core" and hw.device.compute_capability >= 9.0:
+def _attention(family: str, hw: HardwareConfig, notes: list[str]) -> str:
+    """The attention kernel of a row: its framework's own on its GPU (:func:`attention_kernel`)."""
+    kernel = attention_kernel("auto", family, hw)
+    if kernel == "cudnn":
         notes.append(f"attention cudnn (Transformer Engine's choice on compute capability "
                      f"{hw.device.compute_capability:g})")
-        return "cudnn"
-    return "flash"
+    return kernel
 
 
 #: Words of a recompute cell naming Megatron-Core's --recompute-modules (model zoo scripts

@@ -380,6 +380,25 @@ def _quantize_calls(calls: list[Call], hw: HardwareConfig) -> list[Call]:
     return out
 
 
+#: Framework families that ran Megatron-LM's attention unfused (before Megatron-Core, 2023;
+#: HF Accelerate's Megatron-LM port too).
+UNFUSED_FRAMEWORKS = ("megatron-lm", "accelerate")
+
+
+def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) -> str:
+    """``parallel.attention`` as the job runs it. ``auto`` is the framework's own kernel on
+    ``hw``: unfused for Megatron-LM before Core; Transformer Engine's for Megatron-Core, which
+    is cuDNN's on compute capability 9.0 and later (:mod:`predictor.latency.attention_backends`);
+    FlashAttention-2 otherwise (torch SDPA's choice changes with a version PRISM is not told).
+    ``framework`` None is Megatron-Core, as for the host calls."""
+    if attention != "auto":
+        return attention
+    family = (framework or "megatron-core").lower()
+    if family in UNFUSED_FRAMEWORKS:
+        return "unfused"
+    return "cudnn" if family == "megatron-core" and hw.device.compute_capability >= 9.0 else "flash"
+
+
 def vocab_multiple(framework: str | None) -> int:
     """What the vocabulary is padded to a multiple of (times tp): Megatron's
     --make-vocab-size-divisible-by (128) by default; an eager framework (torchtitan, Hugging
@@ -395,6 +414,8 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     ``framework`` (a family of ``predict``'s ``framework``) picks the host calls' table."""
     seq = seq or model.seq_length
     par = with_default_batch(par)
+    if par.attention == "auto":
+        par = replace(par, attention=attention_kernel(par.attention, framework, hw))
     gpus = gpus or par.world_size
     validate_layout(model, par, gpus)
     mesh = Mesh.of(par, hw.node.gpus_per_node, hw.node.nvlink_domain)
