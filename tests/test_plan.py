@@ -48,7 +48,9 @@ def test_target_shapes_are_the_composers_calls(name):
                 if not OPS[c.op].collective and c.op in sc.ops}
     assert {(c.op, c.pass_, c.shape) for c in target_calls(sc, hw)} == composed
     planned = {(t.call.op, t.call.pass_, t.call.shape) for t in make_plan(sc, hw).compute}
-    assert composed <= planned
+    # planned at the op's shape columns: an attention call's kernel (backend) is its framework's
+    # choice, which the sampler leaves to torch
+    assert {(op, p, tuple((k, v) for k, v in shape if k in OPS[op].shape)) for op, p, shape in composed} <= planned
     # the output head at the Megatron-padded vocabulary shard: 128,256 -> 129,024 / 8
     head = (("k", load_model(name).hidden_size), ("m", 8192), ("n", 16128))
     assert ("gemm", "fwd", head) in composed and ("gemm", "bwd", head) in planned
