@@ -1,6 +1,7 @@
 """Mixture-of-Experts: configs, layout rules, decomposition, memory, FLOPs, rows, search."""
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -211,3 +212,32 @@ def test_trace_importer_reads_grouped_gemms():
     assert read("aten::_grouped_mm", {"Input Dims": [[4096, 512], [8, 512, 1024], [8]]}) == \
         ("grouped_gemm", {"batch": 8, "m": 512, "n": 1024, "k": 512})
     assert read("aten::_grouped_mm", {"Input Dims": [[4096, 256], [8, 512, 1024]]}) is None
+
+
+def test_overlapped_deepep_all_to_alls_slow_the_compute_under_them():
+    """Under --overlap-moe-expert-parallel-comm the all-to-alls hide under another micro-batch's
+    compute, but DeepEP's kernels hold 20 of the H100's 132 SMs meanwhile: the pass costs
+    max(M, C + 20/132·M), not max(M, C). NCCL's all-to-all (SM count not modelled) and an
+    unoverlapped layout keep the plain rules."""
+    from predictor.engine.stages import Part, StagePlan, draw_stage_sums, ep_sm_share, stage_times
+    from predictor.latency.artifacts import trained_models
+    from predictor.latency.lookup import QuantileCache
+
+    flex = replace(ZOO, moe_dispatcher="flex", overlap_ep_comm=True)
+    assert ep_sm_share(flex, HW) == pytest.approx(20 / 132)
+    assert ep_sm_share(replace(flex, moe_dispatcher="alltoall"), HW) == 0.0
+    assert ep_sm_share(replace(flex, overlap_ep_comm=False), HW) == 0.0
+    assert ep_sm_share(flex, load_hardware("local-cpu")) == 0.0  # no SMs to share
+    models = trained_models(HW)
+    inside = replace(flex, ep=8)  # the all-to-alls on NVLink
+    works = [decompose(QWEN, p, HW) for p in (inside, replace(inside, moe_dispatcher="alltoall"))]
+    plan = StagePlan.of(works)
+    sums = draw_stage_sums(plan, models, QuantileCache(models, HW), 1, np.random.default_rng(0))
+    t = stage_times(plan, sums.nominal[..., None], sums.buckets, slice(None), 1.0, 1.0)
+    rows = plan.starts  # each layout's first stage
+    for row, share in zip(rows, (20 / 132, 0.0)):
+        kind = plan.kind[row]
+        comp, ep = sums.nominal[Part.FORWARD_COMPUTE, kind], sums.nominal[Part.FORWARD_EP_OVERLAPPED, kind]
+        exposed = t.forward_comm[row, 0] - sums.nominal[Part.FORWARD_COMM, kind]
+        assert 0 < ep < comp  # inside a node the compute covers them: the slowdown is all they cost
+        assert exposed == pytest.approx(share * ep)

@@ -128,6 +128,7 @@ class DeviceSpec:
     kind: str  # gpu | cpu
     name: str
     compute_capability: float = 0.0  # CUDA's (9.0 Hopper, 10.0 Blackwell); 0: none (a CPU)
+    sms: int = 0  # streaming multiprocessors (0: a CPU)
     match: list[str] = field(default_factory=list)
 
 

@@ -166,8 +166,10 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
 
 
 #: Each pass's host part and the device parts its host time is set against.
-_PASSES = ((Part.FORWARD_HOST, (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED)),
-           (Part.BACKWARD_HOST, (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED)))
+_PASSES = ((Part.FORWARD_HOST, (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED,
+                                Part.FORWARD_EP_OVERLAPPED)),
+           (Part.BACKWARD_HOST, (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED,
+                                 Part.BACKWARD_EP_OVERLAPPED)))
 
 
 def _prior_share(nominal: np.ndarray, prior: np.ndarray, kinds: np.ndarray, micro_batches: float,

@@ -63,12 +63,28 @@ class Part(IntEnum):
     OPTIMIZER = 9
     FORWARD_HOST = 10  # the host's framework calls of a forward (:mod:`predictor.workload.host`)
     BACKWARD_HOST = 11
+    FORWARD_EP_OVERLAPPED = 12  # expert-parallel all-to-alls under another micro-batch's compute
+    BACKWARD_EP_OVERLAPPED = 13
 
 
 #: Parts that run once per micro-batch (the rest once per step).
 PER_MICRO_BATCH = (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.BACKWARD_COMPUTE,
-                   Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.SEND, Part.FORWARD_HOST, Part.BACKWARD_HOST)
+                   Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.SEND, Part.FORWARD_HOST, Part.BACKWARD_HOST,
+                   Part.FORWARD_EP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED)
 _FORWARD, _BACKWARD, _STEP, _SEND = range(4)  # where a call sits in a StageWork, in this order
+#: SMs an expert-parallel dispatcher's communication kernels hold, by ``parallel.moe_dispatcher``:
+#: DeepEP's dispatch and combine run on Megatron-Core's ``moe_deepep_num_sms`` = 20 SMs by
+#: default (megatron/core/transformer/transformer_config.py; HybridEP's default is 16). NCCL's
+#: all-to-all holds one SM per channel, a count NCCL picks at run time: not modelled (0).
+DISPATCHER_SMS = {"flex": 20, "alltoall": 0, "allgather": 0}
+
+
+def ep_sm_share(par, hw) -> float:
+    """The share of a GPU's SMs that ``par``'s overlapped expert-parallel communication holds
+    (0 where it is not overlapped, or the profile gives no SM count)."""
+    if not par.overlap_ep_comm or not hw.device.sms:
+        return 0.0
+    return DISPATCHER_SMS[par.moe_dispatcher] / hw.device.sms
 
 
 def _identity(stage: StageWork) -> tuple:
@@ -99,6 +115,7 @@ class StagePlan:
     overlap_grad_reduce: np.ndarray
     overlap_param_gather: np.ndarray
     host_async: np.ndarray  # whether the device runs asynchronously from its host (CUDA)
+    ep_sm_share: np.ndarray  # share of the SMs overlapped expert-parallel all-to-alls hold (ep_sm_share)
 
     @property
     def pp(self) -> np.ndarray:
@@ -130,7 +147,8 @@ class StagePlan:
                    starts, np.array([w.micro_batches for w in works], float), np.array([p.tp for p in pars]),
                    *(np.array([getattr(p, name) for p in pars], bool)
                      for name in ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather")),
-                   np.array([w.hardware.host.asynchronous for w in works], bool))
+                   np.array([w.hardware.host.asynchronous for w in works], bool),
+                   np.array([ep_sm_share(p, w.hardware) for p, w in zip(pars, works)], float))
 
 
 @dataclass(frozen=True)
@@ -162,10 +180,12 @@ def _held_residuals(calls: list[Call], hold) -> np.ndarray:
     return mask
 
 
-#: A pass's part by route: compute, communication, overlappable TP communication, host.
-_PASS_PARTS = {_FORWARD: (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_HOST),
+#: A pass's part by route: compute, communication, overlappable TP communication, host,
+#: overlapped expert-parallel communication.
+_PASS_PARTS = {_FORWARD: (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_HOST,
+                          Part.FORWARD_EP_OVERLAPPED),
                _BACKWARD: (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED,
-                           Part.BACKWARD_HOST)}
+                           Part.BACKWARD_HOST, Part.BACKWARD_EP_OVERLAPPED)}
 
 
 def _step_part(call: Call) -> Part:
@@ -204,10 +224,9 @@ def _parts(plan: StagePlan, calls: list[Call], kinds, where, cols) -> np.ndarray
     """The :class:`Part` of every call instance."""
     def per_instance(test) -> np.ndarray:
         return np.array([test(c) for c in calls], bool)[cols]
-    overlapped = ((per_instance(lambda c: c.role == "tp") & plan.overlap_tp_comm[plan.kind_layout[kinds]])
-                  | per_instance(lambda c: c.role == OVERLAPPED_EP))
+    overlapped = per_instance(lambda c: c.role == "tp") & plan.overlap_tp_comm[plan.kind_layout[kinds]]
     route = np.select([per_instance(lambda c: OPS[c.op].host), ~per_instance(lambda c: OPS[c.op].collective),
-                       overlapped], [3, 0, 2], 1)
+                       overlapped, per_instance(lambda c: c.role == OVERLAPPED_EP)], [3, 0, 2, 4], 1)
     step = np.zeros(len(calls), int)
     once = np.unique(cols[where == _STEP])
     step[once] = [_step_part(calls[c]) for c in once]
@@ -305,8 +324,11 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
     kind, layout = plan.kind[rows], plan.layout[rows]
     part = sums[:, kind]
     fc, bc, opt = (part[p] * speed for p in (Part.FORWARD_COMPUTE, Part.BACKWARD_COMPUTE, Part.OPTIMIZER))
-    fm = part[Part.FORWARD_COMM] * regime + np.maximum(part[Part.FORWARD_TP_OVERLAPPED] * regime - fc, 0.0)
-    bm = part[Part.BACKWARD_COMM] * regime + np.maximum(part[Part.BACKWARD_TP_OVERLAPPED] * regime - bc, 0.0)
+    share = plan.ep_sm_share[layout, None]
+    fm = part[Part.FORWARD_COMM] * regime + _exposed(part[Part.FORWARD_TP_OVERLAPPED] * regime,
+                                                     part[Part.FORWARD_EP_OVERLAPPED] * regime, fc, share)
+    bm = part[Part.BACKWARD_COMM] * regime + _exposed(part[Part.BACKWARD_TP_OVERLAPPED] * regime,
+                                                      part[Part.BACKWARD_EP_OVERLAPPED] * regime, bc, share)
     send, reduce, gather = (part[p] * regime for p in (Part.SEND, Part.GRAD_REDUCE, Part.PARAM_GATHER))
     bucket = buckets[kind, None]
     reduce = np.where(plan.overlap_grad_reduce[layout, None],
@@ -318,6 +340,15 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
     fh, bh = _host_wait(plan.host_async[layout, None], part[Part.FORWARD_HOST], part[Part.BACKWARD_HOST],
                         fc + fm, bc + bm)
     return StageTimes(fc, fm, bc, bm, send, send_back, reduce + gather, opt, fh, bh)
+
+
+def _exposed(tp, ep, compute, share):
+    """What overlapped communication adds to a pass of ``compute``: the TP collectives
+    (``tp``) and expert-parallel all-to-alls (``ep``) cost what the compute leaves uncovered,
+    and while the all-to-alls run their kernels hold ``share`` of the GPU's SMs, so the compute
+    under them runs at 1 - share: with compute C and all-to-alls M, the pass takes
+    max(M, C + share·M) when they alone overlap."""
+    return np.maximum(tp + ep - compute, share * ep)
 
 
 def _host_wait(asynchronous: np.ndarray, forward_host, backward_host, forward_device, backward_device):
