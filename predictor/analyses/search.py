@@ -364,6 +364,7 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
                          f"(prism predict scores one layout; parallel.global_batch_size fixes the batch)",
                          field=fixed[0].split("=")[0])
     batch = base.global_batch_size or resolve_layout(base, gpus).global_batch_size
+    base = replace(base, attention=attention_kernel(base.attention, framework, hardware))  # once, not per layout
     # tp is searched inside one NVLink domain: a node, or a whole NVL72 rack of 4-GPU nodes
     candidates = enumerate_layouts(model, gpus, hardware.nvlink_domain, batch, base)
     models = trained_models(hardware, models_dir)
