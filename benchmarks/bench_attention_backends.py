@@ -26,24 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from sampling.timers import event_median_ms
+
 BACKENDS = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
 #: Sequence lengths, tokens a call and heads by default: a Llama/Qwen-class layer.
 SEQS, TOKENS, HEADS, HEAD_DIM = (2048, 4096, 8192, 16384, 32768), 32768, 32, 128
-
-
-def _median_ms(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    torch.cuda.synchronize()
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends))[repeats // 2]
 
 
 def measure(backend: str, batch: int, seq: int, heads: int, repeats: int) -> dict:
@@ -55,8 +43,8 @@ def measure(backend: str, batch: int, seq: int, heads: int, repeats: int) -> dic
            "device": torch.cuda.get_device_name(), "torch": torch.__version__}
     try:
         with sdpa_kernel([BACKENDS[backend]]) if BACKENDS[backend] is not None else nullcontext():
-            fwd = _median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), repeats)
-            both = _median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad),
+            fwd = event_median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), repeats)
+            both = event_median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad),
                               repeats)
     except RuntimeError as exc:
         return dict(row, error=str(exc).splitlines()[0][:120])

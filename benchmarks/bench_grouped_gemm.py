@@ -19,23 +19,11 @@ import sys
 
 import torch
 
+from sampling.timers import event_median_ms
+
 #: (name, hidden, expert ffn, local experts)
 LAYERS = [("qwen3-235b ep8", 4096, 1536, 16), ("qwen3-235b ep32", 4096, 1536, 4), ("mixtral-8x22b ep8", 6144, 16384, 1)]
 TOKENS = (256, 1024, 4096, 8192)
-
-
-def _median_ms(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    torch.cuda.synchronize()
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends))[repeats // 2]
 
 
 def _paths(experts: int, tokens: int, k: int, n: int) -> dict:
@@ -57,7 +45,7 @@ def measure(layer: str, hidden: int, ffn: int, experts: int, tokens: int, repeat
             row = {"layer": layer, "gemm": gemm, "experts": experts, "tokens_per_expert": tokens, "k": k, "n": n,
                    "path": path, "device": torch.cuda.get_device_name(), "torch": torch.__version__}
             try:
-                ms = _median_ms(fn, repeats)
+                ms = event_median_ms(fn, repeats)
             except (RuntimeError, AttributeError) as exc:
                 rows.append(dict(row, error=str(exc).splitlines()[0][:120]))
                 continue

@@ -98,6 +98,24 @@ class CudaTimer:
         return out
 
 
+def event_median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
+    """The median of ``repeats`` back-to-back calls of ``fn`` timed with CUDA events, after
+    ``warmup`` untimed ones: a kernel's throughput at steady state (no L2 flush, no host
+    lead), as the GPU benchmark scripts (benchmarks/bench_attention_backends.py,
+    bench_grouped_gemm.py) report it."""
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    torch.cuda.synchronize()
+    for start, end in zip(starts, ends):
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends))[repeats // 2]
+
+
 def make_timer(device: torch.device, threads: int, l2_bytes: int):
     if device.type == "cuda":
         return CudaTimer(l2_bytes, device)
