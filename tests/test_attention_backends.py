@@ -59,3 +59,20 @@ def test_megatron_core_runs_cudnn_on_hopper_and_later_only():
     assert titan.parallel.attention == "flash"
     legacy = row_workload(_moe_row(framework="Megatron-LM (2021)"), {})
     assert legacy.parallel.attention == "unfused"
+
+
+def test_auto_is_the_frameworks_kernel_and_predict_says_which():
+    from predictor.analyses.predict import predict
+    from predictor.core.profiles import load_model
+    from predictor.core.specs import ParallelConfig
+
+    model, layout = load_model("llama3-8b"), ParallelConfig(tp=8, global_batch_size=8)
+    auto = predict(model, load_hardware("h100-sxm"), layout, draws=200)
+    flash = predict(model, load_hardware("h100-sxm"), ParallelConfig(tp=8, global_batch_size=8, attention="flash"),
+                    draws=200)
+    assert any("parallel.attention=auto: cudnn" in n for n in auto.notes)
+    assert auto.step_time_s["p50"] < flash.step_time_s["p50"]  # cuDNN's kernel is the faster
+    legacy = predict(model, load_hardware("h100-sxm"), layout, draws=200, framework="megatron-lm")
+    assert any("auto: unfused" in n for n in legacy.notes)
+    ampere = predict(model, load_hardware("a100-sxm4-80gb"), layout, draws=200)
+    assert not any("parallel.attention" in n for n in ampere.notes)  # FlashAttention-2: nothing to say

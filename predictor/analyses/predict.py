@@ -22,7 +22,7 @@ from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
 from predictor.latency.artifacts import TIERS, evidence_tier, foreign_device, trained_models
 from predictor.latency.lookup import QuantileCache
 from predictor.latency.regressor import DEFAULT_QUANTILES
-from predictor.workload.decompose import decompose
+from predictor.workload.decompose import Workload, decompose
 from predictor.workload.flops import model_flops_per_step
 from predictor.workload.memory import memory_per_gpu
 
@@ -138,6 +138,14 @@ def _batch_note(given: ParallelConfig, par: ParallelConfig) -> str | None:
             f"per replica, so it changes with dp and pp); set it to compare layouts of one job")
 
 
+def _attention_note(given: ParallelConfig, work: Workload, framework: str) -> str | None:
+    """Which attention kernel ``parallel.attention=auto`` came to, where it is not FlashAttention-2."""
+    if given.attention != "auto" or work.parallel.attention == "flash":
+        return None
+    return (f"parallel.attention=auto: {work.parallel.attention}, {framework}'s kernel on {work.hardware.name} "
+            f"(set parallel.attention=flash, cudnn or unfused to choose)")
+
+
 def _modules_note(par: ParallelConfig) -> str | None:
     """What the memory figure leaves out of ``parallel.recompute_modules``."""
     if not par.recompute_modules:
@@ -239,7 +247,8 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
         basis=basis, tier=tier,
-        notes=[n for n in [foreign_device(models), _modules_note(par), _batch_note(layout, par)] if n],
+        notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), _modules_note(par),
+                           _batch_note(layout, par)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}
