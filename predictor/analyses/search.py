@@ -452,8 +452,7 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
         if reason:
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
-        kernel = attention_kernel(par.attention, framework, hardware)
-        need = memory_per_gpu(model, par, flash_attention=kernel != "unfused")
+        need = memory_per_gpu(model, par, flash_attention=par.attention != "unfused")  # resolved in _search
         gib = need.total_gib
         if gib < smallest[0]:
             smallest = (gib, (need.weights + need.gradients + need.optimizer) / GiB)
