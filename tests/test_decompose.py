@@ -1,13 +1,17 @@
 """The decomposition of a training step: FLOPs, collectives and placement."""
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError
 from predictor.core.mesh import group_topology
-from predictor.core.ops import flops
+from predictor.core.ops import Call, flops
 from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.decompose import decompose
+from predictor.latency.lookup import call_quantiles
+from predictor.workload.decompose import USERBUFFER_SMS, decompose
 from predictor.workload.flops import model_flops_per_step
 
 
@@ -150,3 +154,27 @@ def test_eager_mixed_precision_casts_the_linear_weights_and_accumulates_gradient
                            framework="eager")):
         calls = [c for st in work.stages for c in st.forward + st.backward + st.step]
         assert not [c for c in calls if c.op in ("master_weights", "grad_accumulate")]
+
+
+
+def _margined(work):
+    return [c for st in work.stages for c in st.forward + st.backward if "sm_margin" in c.shape_dict]
+
+
+def test_userbuffers_take_sms_from_the_gemms_beside_their_collectives():
+    """Megatron-Core's --tp-comm-overlap (Transformer Engine's pipeline and bulk methods) runs
+    the row-parallel forward GEMMs and the column-parallel backward GEMMs on 132 - 16 SMs."""
+    layout = ("parallel.tp=8", "parallel.sequence_parallel=true", "parallel.dp=1", "parallel.pp=1")
+    work = _workload(*layout, "parallel.overlap_tp_comm=true", hardware="h100-sxm")
+    hidden, layers = work.model.hidden_size, work.model.num_layers
+    fwd = [c for c in _margined(work) if c.pass_ == "fwd"]
+    bwd = [c for c in _margined(work) if c.pass_ == "bwd"]
+    assert sum(c.count for c in fwd) == 2 * layers and all(c.shape_dict["n"] == hidden for c in fwd)  # proj, fc2
+    assert sum(c.count for c in bwd) == 2 * layers and all(c.shape_dict["k"] == hidden for c in bwd)  # qkv, fc1
+    assert not _margined(_workload(*layout, hardware="h100-sxm"))  # no overlap
+    m, p, hw = work.model, work.parallel, work.hardware
+    assert not _margined(decompose(m, p, hw, framework="torchtitan"))  # async TP is not userbuffers
+    assert not _margined(decompose(m, replace(p, sequence_parallel=False), hw))  # userbuffers need SP
+    plain = tuple(kv for kv in fwd[0].shape if kv[0] != "sm_margin")
+    q, _ = call_quantiles([Call("gemm", "fwd", plain), Call("gemm", "fwd", fwd[0].shape)], None, hw, "bfloat16")
+    np.testing.assert_allclose(q[1] / q[0], 132 / (132 - USERBUFFER_SMS))

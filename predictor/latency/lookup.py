@@ -98,6 +98,7 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         rows = [dict(calls[i].shape_dict, dtype=call_dtype(op, calls[i].role, dtype, hw.gemm_dtype, hw.gemm_ops),
                      nodes=calls[i].nodes, ranks_per_node=calls[i].ranks_per_node) for i in idx]
         cudnn = np.array([row.pop("backend", "") == "cudnn" for row in rows])  # attention's kernel, not a feature
+        margin = np.array([row.pop("sm_margin", 0) for row in rows])  # SMs a collective holds beside it, neither
         frame = {column: np.array([row[column] for row in rows]) for column in rows[0]}  # no pandas: start-up
         collective = OPS[op].collective
         modelled = np.full(len(idx), models is not None and models.has(op, pass_) and (not collective or own_network))
@@ -125,6 +126,8 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         if rest.any():
             center = floor_us(op, pass_, _rows(frame, rest), hw) / _PRIOR_EFFICIENCY[source]
             out[idx[rest]] = _prior_quantiles(center, PRIOR_SIGMA[source], levels)
+        if margin.any():  # the kernel runs on the SMs the collective leaves (decompose.userbuffer_sms)
+            out[idx] *= (hw.device.sms / (hw.device.sms - margin))[:, None]
         prior = Evidence(source, f"network prior ({hw.network.name})" if collective else source.value)
         for i, m in zip(idx, modelled):
             evidence[i] = evidence[i] or (model if m else prior)

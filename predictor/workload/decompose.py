@@ -23,6 +23,9 @@ Narayanan et al. 2021, arXiv 2104.04473; Korthikanti et al. 2022, arXiv 2205.051
   tokens' all-to-all dispatch and combine over the ep group (forward, and again in the
   backward); the experts' gradients reduced, and their optimizer step sharded, over the
   expert-data-parallel group of Megatron-Core's expert mesh (tp·cp·dp/(ep·etp) ranks).
+- TP overlap in Megatron-Core (``--tp-comm-overlap``, Transformer Engine's userbuffers):
+  the row-parallel layers' forward GEMMs and the column-parallel layers' backward GEMMs
+  share the GPU with their overlapped collectives' kernels (:func:`userbuffer_sms`).
 - Host: each pass's framework calls as host ops (:mod:`predictor.workload.host`), in
   the pass's list beside the device calls; on a synchronous host (a CPU) the backward's
   as one call, the one ``backward()`` that enters the autograd engine once.
@@ -70,6 +73,14 @@ OVERLAPPED_EP = "ep_overlapped"
 #: Host-call families (:func:`~predictor.workload.host.host_family`) whose weights stay fp32
 #: under ``torch.autocast``: eager frameworks on a GPU (:func:`_master_weights`).
 MASTER_WEIGHT_FAMILIES = ("eager",)
+#: SMs Transformer Engine's userbuffers take from an overlapped GEMM: its default for the
+#: "pipeline" (proj and fc2 forward, with their reduce-scatter) and "bulk" (qkv and fc1
+#: dgrad and wgrad) methods is ``num_sm`` = 16 with ``set_sm_margin``, so the GEMM runs
+#: on the GPU's other SMs; "ring_exchange" (qkv and fc1 forward, proj and fc2 dgrad) uses
+#: copy engines and one SM, no margin (transformer_engine/pytorch/module/base.py,
+#: ``initialize_ub``: ``get_default_config``; Megatron-Core turns bulk dgrad and wgrad and
+#: the reduce-scatter overlap on with --tp-comm-overlap).
+USERBUFFER_SMS = 16
 #: Megatron's DDP bucket: 40 M parameters (``bucket_size`` default, megatron/core/distributed).
 BUCKET_PARAMS = 40_000_000
 
@@ -143,9 +154,10 @@ def _moe_collectives(model, par, seq, mesh: Mesh, layers: int) -> list[Call]:
 
 
 def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
-                 mesh: Mesh | None = None) -> tuple[list[Call], list[Call]]:
+                 mesh: Mesh | None = None, sm_margin: int = 0) -> tuple[list[Call], list[Call]]:
     """Forward and backward calls of ``layers`` transformer layers, ``moe`` of them
-    Mixture-of-Experts layers (:func:`_moe_calls`), for one micro-batch."""
+    Mixture-of-Experts layers (:func:`_moe_calls`), for one micro-batch; ``sm_margin``:
+    :func:`userbuffer_sms`."""
     mbs, tp, cp = par.micro_batch_size, par.tp, par.cp
     if moe:
         dense = layers - moe
@@ -156,6 +168,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         groups = {name: [c.scaled(moe) for c in calls]
                   for name, calls in moe_op_groups(model, par, mbs, seq).items()}
         compute = dense_calls + attn + [c for calls in groups.values() for c in calls]
+        linears = dense_calls + attn
         alike = [dense_calls, compute[len(dense_calls):]]  # a dense layer's calls, a MoE layer's
         fwd = list(compute)
         bwd = [c.scaled(1, "bwd") for c in compute]
@@ -167,6 +180,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
             if par.recompute_modules else {}
     else:
         compute = layer_ops(model, mbs, seq, tp, cp, par.sequence_parallel, par.attention)
+        linears = compute
         fwd = [c.scaled(layers) for c in compute]
         alike = [list(fwd)]  # fwd gains the collectives below
         bwd = [c.scaled(layers, "bwd") for c in compute]
@@ -198,7 +212,34 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         bwd += [c for name in par.recompute_modules.split(",") for c in modules.get(name.strip(), [])]
     elif par.recompute == "selective":
         bwd += [c for c in fwd if c.op in ("attention", "bmm", "softmax")]
+    if sm_margin:
+        shapes = {c.shape for c in linears if c.op == "gemm"}
+        fwd, bwd = (_margined(calls, shapes, model.hidden_size, sm_margin) for calls in (fwd, bwd))
     return fwd, bwd
+
+
+def _margined(calls: list[Call], linears: set[tuple], hidden: int, sm_margin: int) -> list[Call]:
+    """``calls`` with the GEMMs that run beside a userbuffers collective on fewer SMs marked
+    by their ``sm_margin`` (a shape key the lookup reads, not a feature): of the layers'
+    TP linears (shapes ``linears``), a row-parallel forward (n = hidden: attention output,
+    FFN down) and a column-parallel backward (k = hidden: QKV, FFN up)."""
+    def margined(c: Call) -> bool:
+        if c.op != "gemm" or c.shape not in linears:
+            return False
+        s = c.shape_dict
+        return s["n"] == hidden if c.pass_ == "fwd" else s["k"] == hidden
+    return [Call(c.op, c.pass_, tuple(sorted((*c.shape, ("sm_margin", sm_margin)))), c.count, c.role,
+                 c.ranks_per_node, c.nodes) if margined(c) else c for c in calls]
+
+
+def userbuffer_sms(par: ParallelConfig, framework: str | None, hw: HardwareConfig) -> int:
+    """The SMs an overlapped TP collective holds beside its GEMM: :data:`USERBUFFER_SMS` for
+    Megatron-Core with ``overlap_tp_comm`` (userbuffers need sequence parallelism) on a GPU
+    whose SM count the profile gives; 0 elsewhere (torchtitan's async TP is not
+    Transformer Engine's)."""
+    on = (par.overlap_tp_comm and par.tp > 1 and par.sequence_parallel and hw.device.sms
+          and (framework or "megatron-core").lower() == "megatron-core")
+    return USERBUFFER_SMS if on else 0
 
 
 def _per_op_recomputed(model, tp: int, layers: list[list[Call]]) -> list[Call]:
@@ -246,16 +287,16 @@ _NOT_IN_LAYERS = ("dp", "pp", "vpp", "schedule", "global_batch_size", "sharding"
 _LAYER_CACHE: dict[tuple, tuple[list[Call], list[Call]]] = {}
 
 
-def _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh):
+def _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh, sm_margin: int):
     """:func:`_layer_calls`, remembered across workloads by every value it reads (the same
     Call objects come back for equal inputs, as the composer's stage identity expects)."""
     key = (tuple(vars(model).values()), tuple(v for k, v in vars(par).items() if k not in _NOT_IN_LAYERS),
            seq, tp_topo, cp_topo, layers, moe,
-           (mesh.topology("ep"), mesh.topology("etp")) if moe else None)
+           (mesh.topology("ep"), mesh.topology("etp")) if moe else None, sm_margin)
     if key not in _LAYER_CACHE:
         if len(_LAYER_CACHE) > 4096:
             _LAYER_CACHE.clear()
-        _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh)
+        _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin)
     return _LAYER_CACHE[key]
 
 
@@ -429,6 +470,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     family = host_family(framework, hw.host.asynchronous)
     moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
     experts_per_stage = stage_expert_parameters(model, par)
+    sm_margin = userbuffer_sms(par, framework, hw)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
@@ -436,7 +478,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
         moe = moe_per_stage[i]
         key = (layers, first, last, params_per_stage[i], moe)
         if key not in built:
-            layer = _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh)
+            layer = _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo)
