@@ -111,10 +111,44 @@ def _forward(op: str, s: dict, dtype, device):
         logits = _leaf(s["tokens"], s["vocab"], **t)
         target = torch.randint(0, s["vocab"], (s["tokens"],), device=device)
         return (logits,), lambda: F.cross_entropy(logits, target)
+    if op == "vocab_parallel_cross_entropy":
+        logits = _leaf(s["tokens"], s["vocab"], **t)
+        target = torch.randint(0, s["vocab"], (s["tokens"],), device=device)
+        return (logits,), lambda: _VocabParallelCrossEntropy.apply(logits, target)
     moe = _moe_forward(op, s, t)
     if moe is not None:
         return moe
     raise PrismError(unknown_op_message(op))
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Megatron's unfused loss on one rank holding the whole vocabulary (tp = 1: its
+    all-reduces of the max, the target logit and the sum are no-ops), its passes as it
+    runs them (megatron/core/tensor_parallel/cross_entropy.py): fp32 logits shifted by their
+    max, exponentiated and normalised in place; the backward subtracts one at the target and
+    scales by the output gradient, and autograd casts the gradient back to the logits' dtype.
+    Its loss per token is ``F.cross_entropy``'s (tests/test_kernels.py)."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        x = logits.float()
+        x -= x.max(dim=-1)[0].unsqueeze(-1)
+        rows = torch.arange(x.shape[0], device=x.device)
+        predicted = x[rows, target].clone()
+        torch.exp(x, out=x)
+        total = x.sum(dim=-1)
+        x.div_(total.unsqueeze(-1))
+        ctx.save_for_backward(x, target)
+        return torch.log(total) - predicted
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        softmax, target = ctx.saved_tensors
+        # Megatron subtracts one at the target and scales the saved softmax in place; scaled
+        # into a new tensor (the same bytes), the sampler can replay the backward
+        grad = softmax * grad_loss.unsqueeze(-1)
+        grad[torch.arange(grad.shape[0], device=grad.device), target] -= grad_loss
+        return grad, None  # autograd casts it to the logits' dtype
 
 
 def _moe_forward(op: str, s: dict, t: dict):

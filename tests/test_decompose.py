@@ -178,3 +178,14 @@ def test_userbuffers_take_sms_from_the_gemms_beside_their_collectives():
     plain = tuple(kv for kv in fwd[0].shape if kv[0] != "sm_margin")
     q, _ = call_quantiles([Call("gemm", "fwd", plain), Call("gemm", "fwd", fwd[0].shape)], None, hw, "bfloat16")
     np.testing.assert_allclose(q[1] / q[0], 132 / (132 - USERBUFFER_SMS))
+
+
+def test_the_loss_is_megatrons_unfused_fp32_one_unless_fused_or_eager():
+    work = _workload("parallel.tp=2", hardware="h100-sxm")
+    m, p, hw = work.model, work.parallel, work.hardware
+
+    def losses(w):
+        return {c.op for st in w.stages for c in st.forward + st.backward if "cross_entropy" in c.op}
+    assert losses(work) == {"vocab_parallel_cross_entropy"}
+    assert losses(decompose(m, replace(p, loss_fusion=True), hw)) == {"cross_entropy"}
+    assert losses(decompose(m, p, hw, framework="torchtitan")) == {"cross_entropy"}

@@ -23,6 +23,7 @@ SMALL = {
     "rope": {"tokens": 32, "heads": 4, "head_dim": 16},
     "embedding": {"tokens": 32, "hidden": 16, "vocab": 100},
     "cross_entropy": {"tokens": 32, "vocab": 100},
+    "vocab_parallel_cross_entropy": {"tokens": 32, "vocab": 100},
     "optimizer_step": {"params": 5000, "tensors": 3, "optimizer": "adamw"},
     "master_weights": {"params": 5000},
     "grad_accumulate": {"params": 5000},
@@ -48,6 +49,22 @@ def test_dispatch_makes_its_framework_calls_and_collective_launch_is_refused():
     assert y.shape == (4, 4) and y.grad_fn is not None  # recorded by autograd, as in training
     with pytest.raises(PrismError, match="collective_launch"):
         kernels.build("collective_launch", "step", {"group_size": 2}, "float32", torch.device("cpu"))
+
+
+def test_megatrons_loss_is_cross_entropy_with_its_gradient():
+    """The sampled Megatron loss computes what ``F.cross_entropy`` does, forward and backward,
+    in bf16 logits as Megatron gets them, and its backward can be replayed."""
+    logits = torch.randn(64, 1000, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, 1000, (64,))
+    grad_loss = torch.randn(64)
+    ours = kernels._VocabParallelCrossEntropy.apply(logits, target)
+    mine = [torch.autograd.grad(ours, logits, grad_loss, retain_graph=True)[0] for _ in range(2)]
+    theirs = torch.nn.functional.cross_entropy(logits.float(), target, reduction="none")
+    expected = torch.autograd.grad(theirs, logits, grad_loss)[0]
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    for grad in mine:
+        assert grad.dtype == torch.bfloat16
+        torch.testing.assert_close(grad, expected)
 
 
 def test_backward_replays_the_graph_of_one_call():

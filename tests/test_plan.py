@@ -14,8 +14,9 @@ def _configs(*overrides):
     return section(cfg, "sampling", SamplingConfig), section(cfg, "hardware", HardwareConfig)
 
 
-#: Eager mixed precision's ops: autocast runs on CUDA only (decompose._master_weights).
-GPU_ONLY = ("master_weights", "grad_accumulate")
+#: Ops only a GPU job makes: eager mixed precision's (autocast runs on CUDA only:
+#: decompose._master_weights) and Megatron's loss (Megatron runs on CUDA: decompose.loss_op).
+GPU_ONLY = ("master_weights", "grad_accumulate", "vocab_parallel_cross_entropy")
 
 
 def test_quick_plan_covers_the_vocabulary():
@@ -105,9 +106,9 @@ def test_seq_lengths_sample_the_targets_at_those_lengths():
     assert err.value.field == "sampling.seq_lengths"
 
 
-def test_the_gpu_plan_samples_eager_mixed_precision_and_long_sequences():
+def test_the_gpu_plan_samples_the_gpu_only_ops_and_long_sequences():
     sc, hw = _configs("sampling=gpu", "hardware=h100-sxm")
     plan = make_plan(sc, hw)
     ops = {t.call.op for t in plan.compute}
-    assert {"master_weights", "grad_accumulate"} <= ops and {t.dtype for t in plan.compute} == {"bfloat16"}
+    assert set(GPU_ONLY) <= ops and {t.dtype for t in plan.compute} == {"bfloat16"}
     assert max(t.call.shape_dict["seq_q"] for t in plan.compute if t.call.op == "attention") >= 8192

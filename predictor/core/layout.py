@@ -46,7 +46,7 @@ def _divisors(n: int) -> str:
 #: The layout's whole-number settings.
 COUNTS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "global_batch_size")
 #: The layout's on/off settings.
-SWITCHES = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
+SWITCHES = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "loss_fusion",
             "moe_force_balance", "overlap_ep_comm")
 
 

@@ -87,6 +87,13 @@ OPS: dict[str, OpSpec] = {
         OpSpec("embedding", ("tokens", "hidden", "vocab"), _FWD_BWD),
         OpSpec("cross_entropy", ("tokens", "vocab"), _FWD_BWD, flops_per_element=5, tensors=1,
                elements=("tokens", "vocab")),
+        # Megatron's loss (megatron/core/tensor_parallel/cross_entropy.py, unfused: its default
+        # without --cross-entropy-loss-fusion) over a rank's vocabulary shard, in fp32 pass by
+        # pass: per bf16 logit the forward's cast (2 B read, 4 written), max (4), subtract (8),
+        # exp (8), sum (4) and normalise (8), 38 B = 19 bf16 tensors; the backward's scale by the
+        # output gradient (8) and cast back to bf16 (6), 14 B.
+        OpSpec("vocab_parallel_cross_entropy", ("tokens", "vocab"), _FWD_BWD, flops_per_element=5, tensors=19,
+               elements=("tokens", "vocab"), backward_factor=7 / 19),
         # optimizer_step: params split over `tensors` tensors (per-tensor launch costs matter).
         OpSpec("optimizer_step", ("params", "tensors", "optimizer"), _ONCE),
         # Mixture-of-Experts (Megatron-Core MoELayer). router: the gate GEMM [tokens, hidden] x

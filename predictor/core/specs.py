@@ -306,6 +306,10 @@ class ParallelConfig:
     # TP collectives run under the layer's GEMMs (Megatron --tp-comm-overlap, torchtitan
     # async TP); off: they run between them.
     overlap_tp_comm: bool = False
+    # Megatron's loss fused (--cross-entropy-loss-fusion; NeMo's GPTConfig turns it on): one
+    # pass as torch's cross entropy makes; off, Megatron's default: its fp32 passes
+    # (predictor.workload.decompose.loss_op). Other frameworks run torch's either way.
+    loss_fusion: bool = False
     # Mixture-of-Experts (Megatron-Core): expert tensor parallelism (--expert-tensor-parallel-size;
     # 1 as torchtitan's default and Megatron's MoE model zoo set it), the token dispatcher
     # (--moe-token-dispatcher-type: alltoall, flex = DeepEP/HybridEP, allgather), the

@@ -417,6 +417,11 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
         notes.append("TP collectives overlapped (framework or notes say async TP / --tp-comm-overlap)")
+    # NeMo's GPTConfig fuses Megatron's loss (cross_entropy_loss_fusion=True); Megatron-LM's flag is off by default
+    loss_fusion = family == "megatron-core" and says(text, "nemo", "cross-entropy-loss-fusion",
+                                                       "cross_entropy_loss_fusion")
+    if loss_fusion:
+        notes.append("loss fused (NeMo's default cross_entropy_loss_fusion, or the notes say so)")
     hw_key = _hardware_key(row, framework, hardware, notes)
     if hw_key not in hardware:
         hardware[hw_key] = _row_hardware(hw_key, hardware[hw_key[0]])
@@ -424,7 +429,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     par = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
-        overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap,
+        overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
         attention=attention, **_expert_settings(model, text, notes),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:

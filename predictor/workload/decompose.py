@@ -322,9 +322,10 @@ def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int
 
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
-           dp_group: int, dp_topo, pp_topo) -> StageWork:
-    """``stage`` (its layers' calls given) with the ends of the model it holds, its pipeline
-    send and its once-per-step calls: DP gradient reduction, ZeRO gathers, optimizer step."""
+           dp_group: int, dp_topo, pp_topo, loss: str) -> StageWork:
+    """``stage`` (its layers' calls given) with the ends of the model it holds (``loss``: the
+    op of the loss, :func:`loss_op`), its pipeline send and its once-per-step calls: DP
+    gradient reduction, ZeRO gathers, optimizer step."""
     ends = []
     if first:
         ends.append(Call.of("embedding", "fwd", {"tokens": tokens, "hidden": model.hidden_size, "vocab": vocab}))
@@ -332,7 +333,7 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
         sp_tokens = tokens // par.tp if par.sequence_parallel else tokens
         ends += [Call.of(model.norm, "fwd", {"tokens": sp_tokens, "hidden": model.hidden_size}),
                  Call.of("gemm", "fwd", {"m": tokens, "n": vocab, "k": model.hidden_size}, role=OUTPUT_ROLE),
-                 Call.of("cross_entropy", "fwd", {"tokens": tokens, "vocab": vocab})]
+                 Call.of(loss, "fwd", {"tokens": tokens, "vocab": vocab})]
     stage.forward += ends
     stage.backward += [c.scaled(1, "bwd") for c in ends]
     layers = stage.layers
@@ -440,6 +441,14 @@ def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) 
     return "cudnn" if family == "megatron-core" and hw.device.compute_capability >= 9.0 else "flash"
 
 
+def loss_op(family: str, fused: bool) -> str:
+    """The loss's op for a host-call ``family`` (:func:`~predictor.workload.host.host_family`):
+    Megatron's own fp32 vocabulary-parallel cross entropy unless ``fused``
+    (``parallel.loss_fusion``), else torch's ``F.cross_entropy`` (eager frameworks, PRISM's
+    reference model on a CPU), the one-pass kernel a fused loss stands closest to."""
+    return "vocab_parallel_cross_entropy" if family == "megatron" and not fused else "cross_entropy"
+
+
 def vocab_multiple(framework: str | None) -> int:
     """What the vocabulary is padded to a multiple of (times tp): Megatron's
     --make-vocab-size-divisible-by (128) by default; an eager framework (torchtitan, Hugging
@@ -481,7 +490,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             layer = _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
-                        tokens, vocab, dp_group, dp_topo, pp_topo)
+                        tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(family, par.loss_fusion))
             if moe:
                 st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
             if family in MASTER_WEIGHT_FAMILIES and par.sharding not in ("zero3", "fsdp"):

@@ -57,7 +57,7 @@ CALLS: dict[str, dict[str, tuple[int, int]]] = {
     "megatron": {
         "layernorm": (6, 2), "rmsnorm": (6, 2), "gemm": (6, 3), "bmm": (9, 8), "softmax": (13, 4),
         "masked_fill": (1, 1), "attention": (8, 6), "rope": (4, 2), "swiglu": (3, 2), "gelu": (2, 1),
-        "residual_add": (4, 2), "embedding": (6, 3), "cross_entropy": (15, 10),
+        "residual_add": (4, 2), "embedding": (6, 3), "vocab_parallel_cross_entropy": (15, 10),
     },
     "eager": {
         "layernorm": (2, 2), "rmsnorm": (8, 8), "gemm": (5, 8), "bmm": (3, 3), "softmax": (2, 2),
@@ -146,8 +146,9 @@ def one_dispatch(calls: list[Call], pass_: str) -> list[Call]:
     ``dispatch`` backward sample does; apart, each op's call would pay the entry again (60 us
     on an H200's host, where a node costs 12). A CPU's compute ops have the entry taken off
     their backward samples (:mod:`predictor.latency.backward_entry`)."""
-    launches = sum(c.count * c.shape_dict["launches"] for c in calls if c.op == "dispatch" and c.pass_ == pass_)
-    rest = [c for c in calls if not (c.op == "dispatch" and c.pass_ == pass_)]
+    mine = [c.op == "dispatch" and c.pass_ == pass_ for c in calls]
+    launches = sum(c.count * c.shape[0][1] for c, m in zip(calls, mine) if m)  # its one shape column: launches
+    rest = [c for c, m in zip(calls, mine) if not m]
     if pass_ == "fwd" and not launches:  # a backward pays the engine's entry even with no counted call
         return rest
     return rest + [_counted(_host_key("dispatch", pass_, (("launches", max(1, launches)),)), 1)]
