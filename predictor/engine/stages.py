@@ -214,7 +214,18 @@ def _instances(plan: StagePlan, tp: np.ndarray):
     degree = tp[plan.kind_layout[kinds]]
     degrees = np.unique(degree)
     index: dict[int, dict[Call, int]] = {int(d): {} for d in degrees}
-    cols = np.array([index[d].setdefault(c, len(index[d])) for c, d in zip(instances, degree.tolist())], int)
+    # most instances are the same objects (decompose's cached layer calls): each distinct
+    # (object, degree) is looked up once, in order of first appearance, as a loop over all
+    # instances would number them (id·len(degrees) + the degree's code names the pair)
+    code = np.searchsorted(degrees, degree)
+    pair = np.fromiter(map(id, instances), np.int64, len(instances)) * len(degrees) + code
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    column = np.empty(len(first), int)
+    for u in np.argsort(first, kind="stable"):
+        i = first[u]
+        same = index[int(degree[i])]
+        column[u] = same.setdefault(instances[i], len(same))
+    cols = column[inverse.reshape(-1)]
     sizes = [len(i) for i in index.values()]
     cols += np.cumsum([0, *sizes])[np.searchsorted(degrees, degree)]
     return kinds, where, cols, [c for i in index.values() for c in i], np.repeat(degrees, sizes)

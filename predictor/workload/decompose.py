@@ -283,16 +283,22 @@ def _per_op_recomputed(model, tp: int, layers: list[list[Call]]) -> list[Call]:
 #: What a layer's calls do not depend on: the layout's data- and pipeline-parallel sizes,
 #: schedule, batch and sharding (a search decomposes thousands of layouts alike in the rest).
 _NOT_IN_LAYERS = ("dp", "pp", "vpp", "schedule", "global_batch_size", "sharding", "overlap_grad_reduce",
-                  "overlap_param_gather", "overlap_tp_comm")
+                  "overlap_param_gather", "overlap_tp_comm", "loss_fusion")
 _LAYER_CACHE: dict[tuple, tuple[list[Call], list[Call]]] = {}
 
 
-def _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh, sm_margin: int):
-    """:func:`_layer_calls`, remembered across workloads by every value it reads (the same
-    Call objects come back for equal inputs, as the composer's stage identity expects)."""
-    key = (tuple(vars(model).values()), tuple(v for k, v in vars(par).items() if k not in _NOT_IN_LAYERS),
-           seq, tp_topo, cp_topo, layers, moe,
-           (mesh.topology("ep"), mesh.topology("etp")) if moe else None, sm_margin)
+def _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin: int) -> tuple:
+    """What :func:`_layer_calls` reads of a workload but the stage's layer counts and mesh."""
+    return (tuple(vars(model).values()), tuple(v for k, v in vars(par).items() if k not in _NOT_IN_LAYERS),
+            seq, tp_topo, cp_topo, sm_margin)
+
+
+def _cached_layer_calls(base: tuple, model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh,
+                        sm_margin: int):
+    """:func:`_layer_calls`, remembered across workloads by every value it reads (``base``:
+    :func:`_layer_key`, computed once per workload; the same Call objects come back for
+    equal inputs, as the composer's stage identity expects)."""
+    key = (base, layers, moe, (mesh.topology("ep"), mesh.topology("etp")) if moe else None)
     if key not in _LAYER_CACHE:
         if len(_LAYER_CACHE) > 4096:
             _LAYER_CACHE.clear()
@@ -480,6 +486,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
     experts_per_stage = stage_expert_parameters(model, par)
     sm_margin = userbuffer_sms(par, framework, hw)
+    layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
@@ -487,7 +494,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
         moe = moe_per_stage[i]
         key = (layers, first, last, params_per_stage[i], moe)
         if key not in built:
-            layer = _cached_layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin)
+            layer = _cached_layer_calls(layer_key, model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(family, par.loss_fusion))
