@@ -108,6 +108,19 @@ def test_selective_recompute_is_the_frameworks_own(reference_data):
     assert named.parallel.recompute == "per_op"
 
 
+@pytest.mark.parametrize("framework, notes, fused", [
+    ("Megatron-Core r0.8.0", "", False),  # Megatron-LM's --cross-entropy-loss-fusion is off by default
+    ("NVIDIA NeMo 25.09 (Megatron-Core)", "", True),  # NeMo's GPTConfig turns it on
+    ("Megatron-Core r0.8.0", "--cross-entropy-loss-fusion", True),
+    ("NVIDIA NeMo 25.09 (Megatron-Core)", "no cross entropy fusion", False),
+    ("Megatron-Core r0.8.0", "Nemotron-H 8B", False),  # a model's name is not the framework
+])
+def test_megatrons_loss_is_fused_as_the_row_says_or_its_framework_defaults(reference_data, framework, notes, fused):
+    work = row_workload(_row(reference_data, "vtrain_multi", framework=framework, notes=notes), {})
+    assert work.parallel.loss_fusion is fused
+    assert any("loss fused" in note for note in work.assumed) is fused
+
+
 def test_interleaving_without_its_size(reference_data):
     """'yes (V not stated)': torchtitan's 2 stages per rank; Megatron-LM has no default."""
     runs = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv", dtype=str, keep_default_na=False)

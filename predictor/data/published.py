@@ -417,9 +417,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
         notes.append("TP collectives overlapped (framework or notes say async TP / --tp-comm-overlap)")
-    # NeMo's GPTConfig fuses Megatron's loss (cross_entropy_loss_fusion=True); Megatron-LM's flag is off by default
-    loss_fusion = family == "megatron-core" and says(text, "nemo", "cross-entropy-loss-fusion",
-                                                       "cross_entropy_loss_fusion")
+    loss_fusion = family == "megatron-core" and _loss_fused(text)
     if loss_fusion:
         notes.append("loss fused (NeMo's default cross_entropy_loss_fusion, or the notes say so)")
     hw_key = _hardware_key(row, framework, hardware, notes)
@@ -439,6 +437,21 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         raise PrismError(f"{column}: {exc}", field=column) from None
     return RowJob(model, par, hardware[hw_key], gpus, notes,
                   (tuple(vars(model).values()), tuple(vars(par).values()), hw_key, gpus, framework), framework)
+
+
+#: How a runs table names Megatron's fused loss (--cross-entropy-loss-fusion).
+LOSS_FUSION = ("cross-entropy-loss-fusion", "cross_entropy_loss_fusion", "cross entropy fusion",
+               "cross-entropy fusion", "loss fusion", "fused cross entropy", "fused cross-entropy")
+
+
+def _loss_fused(text: str) -> bool:
+    """Whether a Megatron-Core row fused its loss: as its text says, else by its framework's
+    default (NeMo's GPTConfig and Megatron-Bridge's GPT provider turn it on; Megatron-LM's
+    flag is off)."""
+    named = mentions(text, {"fused": LOSS_FUSION})
+    if named:
+        return not named[0][1]
+    return says(text, "nemo", "megatron-bridge")
 
 
 def _attention(family: str, hw: HardwareConfig, notes: list[str]) -> str:
