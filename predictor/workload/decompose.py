@@ -238,7 +238,7 @@ def userbuffer_sms(par: ParallelConfig, framework: str | None, hw: HardwareConfi
     whose SM count the profile gives; 0 elsewhere (torchtitan's async TP is not
     Transformer Engine's)."""
     on = (par.overlap_tp_comm and par.tp > 1 and par.sequence_parallel and hw.device.sms
-          and (framework or "megatron-core").lower() == "megatron-core")
+          and _family(framework) == "megatron-core")
     return USERBUFFER_SMS if on else 0
 
 
@@ -428,6 +428,11 @@ def _quantize_calls(calls: list[Call], hw: HardwareConfig) -> list[Call]:
     return out
 
 
+def _family(framework: str | None) -> str:
+    """``framework`` as a family name; None is Megatron-Core, as for the host calls."""
+    return (framework or "megatron-core").lower()
+
+
 #: Framework families that ran Megatron-LM's attention unfused (before Megatron-Core, 2023;
 #: HF Accelerate's Megatron-LM port too).
 UNFUSED_FRAMEWORKS = ("megatron-lm", "accelerate")
@@ -437,11 +442,10 @@ def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) 
     """``parallel.attention`` as the job runs it. ``auto`` is the framework's own kernel on
     ``hw``: unfused for Megatron-LM before Core; Transformer Engine's for Megatron-Core, which
     is cuDNN's on compute capability 9.0 and later (:mod:`predictor.latency.attention_backends`);
-    FlashAttention-2 otherwise (torch SDPA's choice changes with a version PRISM is not told).
-    ``framework`` None is Megatron-Core, as for the host calls."""
+    FlashAttention-2 otherwise (torch SDPA's choice changes with a version PRISM is not told)."""
     if attention != "auto":
         return attention
-    family = (framework or "megatron-core").lower()
+    family = _family(framework)
     if family in UNFUSED_FRAMEWORKS:
         return "unfused"
     return "cudnn" if family == "megatron-core" and hw.device.compute_capability >= 9.0 else "flash"
