@@ -58,6 +58,7 @@ CALLS: dict[str, dict[str, tuple[int, int]]] = {
         "layernorm": (6, 2), "rmsnorm": (6, 2), "gemm": (6, 3), "bmm": (9, 8), "softmax": (13, 4),
         "masked_fill": (1, 1), "attention": (8, 6), "rope": (4, 2), "swiglu": (3, 2), "gelu": (2, 1),
         "residual_add": (4, 2), "embedding": (6, 3), "vocab_parallel_cross_entropy": (15, 10),
+        "cross_entropy": (15, 10),  # the loss fused (parallel.loss_fusion): the same autograd.Function's calls
     },
     "eager": {
         "layernorm": (2, 2), "rmsnorm": (8, 8), "gemm": (5, 8), "bmm": (3, 3), "softmax": (2, 2),
