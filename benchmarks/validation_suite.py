@@ -37,7 +37,7 @@ import pandas as pd
 from predictor.analyses.doubt import measured_errors, write_errors
 from predictor.app.config import load_config
 from predictor.core.ops import OPS
-from predictor.core.profiles import load_hardware, section
+from predictor.core.profiles import load_hardware, load_model, section
 from predictor.core.specs import SamplingConfig
 from predictor.data.measurements import read_measurements
 from predictor.latency.artifacts import ModelSet
@@ -76,6 +76,18 @@ GPU_LAYOUTS = [
 
 
 STAGES = ("sample", "train", "measure", "validate")
+
+
+def seq_lengths(layouts: list[list[str]], plan: list[str]) -> list[int]:
+    """The plan's sequence lengths and every one the layouts train at (an override, or the
+    model's own): the sample plan targets its models at each, so that no layout's shapes are left to the
+    space-filling design (on run Q, tiny at 256 and small at 512 went from -28% and -21%
+    to -18% and -5% when sampled at their own lengths)."""
+    lengths = set(section(load_config(plan), "sampling", SamplingConfig).seq_lengths)
+    for overrides in layouts:
+        given = dict(o.split("=", 1) for o in overrides)
+        lengths.add(int(given.get("model.seq_length", load_model(given["model"]).seq_length)))
+    return sorted(lengths)
 
 
 def one_gpu_plan() -> list[str]:
@@ -125,6 +137,7 @@ def main() -> None:
 
     if "sample" in stages_asked:
         plan = ["sampling=quick"] if args.hardware == "local-cpu" else one_gpu_plan()
+        plan.append(f"sampling.seq_lengths=[{','.join(map(str, seq_lengths(layouts, plan)))}]")
         prism("sample", hw, *plan, f"sampling.budget_s={args.budget}", f"output_dir={out / 'samples'}")
         stages["sample"] = time.perf_counter() - t0
     if "train" in stages_asked:
