@@ -35,6 +35,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from predictor.core.profiles import load_model
@@ -63,13 +64,13 @@ def framework_rows(steps: int, hw: HardwareConfig, device: torch.device, dtype: 
     """``dispatch`` rows of ``steps`` training steps of the negligible-size reference model
     at each depth of :data:`LAYERS` on ``device``: its profiled gaps on a CPU
     (:func:`profiled_rows`), the host's clock around each pass on a GPU
-    (:func:`host_clock_rows`)."""
-    if device.type == "cpu":
-        return profiled_rows(steps, seed)
-    return host_clock_rows(steps, hw, device, dtype, seed)
+    (:func:`host_clock_rows`); and the ``checkpoint`` rows of as many steps with recompute
+    (:func:`checkpoint_rows`)."""
+    own = profiled_rows(steps, seed) if device.type == "cpu" else host_clock_rows(steps, hw, device, dtype, seed)
+    return own + checkpoint_rows(steps, device, dtype, seed)
 
 
-def _trainers(device: torch.device, seed: int) -> tuple[list, torch.Tensor, torch.Tensor]:
+def _trainers(device: torch.device, seed: int, recompute: str = "none") -> tuple[list, torch.Tensor, torch.Tensor]:
     """(model, optimizer) at each depth of :data:`LAYERS` on ``device``, and one micro-batch."""
     base = dataclasses.replace(load_model(MODEL), **SIZES)
     torch.manual_seed(seed)
@@ -77,7 +78,7 @@ def _trainers(device: torch.device, seed: int) -> tuple[list, torch.Tensor, torc
     trainers = []
     for layers in LAYERS:
         with device:
-            net = Transformer(dataclasses.replace(base, num_layers=layers))
+            net = Transformer(dataclasses.replace(base, num_layers=layers), recompute)
         fused = device.type == "cuda" or None  # as sampling.reference trains it
         trainers.append((net, torch.optim.AdamW(net.parameters(), lr=1e-4, fused=fused)))
     return trainers, ids[:, :-1], ids[:, 1:]
@@ -132,6 +133,44 @@ def host_clock_rows(steps: int, hw: HardwareConfig, device: torch.device, dtype:
             if i >= warmup:
                 rows += [{"op": "dispatch", "pass": p, "dtype": dtype, "latency_us": us, "launches": launches[p],
                           "origin": FRAMEWORK} for p, us in (("fwd", (t1 - t0) / 1e3), ("bwd", (t3 - t2) / 1e3))]
+    return rows
+
+
+def checkpoint_rows(steps: int, device: torch.device, dtype: str, seed: int = 0, warmup: int = 2) -> list[dict]:
+    """``checkpoint`` rows: the host time that checkpointing every block (``recompute``
+    full) adds to each pass of the negligible-size reference model at each depth of
+    :data:`LAYERS`, beyond the recomputed forward's own calls, which the composer counts
+    as a forward's. The host's clock around each pass, as :func:`host_clock_rows` reads it,
+    of steps with and without recompute taking turns: a row is one step's pass with it
+    less the median pass without it (the backward: less the median forward too)."""
+    plain, _, _ = _trainers(device, seed)
+    full, x, y = _trainers(device, seed, recompute="full")
+    autocast = torch.autocast(device.type, dtype=TORCH_DTYPES[dtype]) if dtype != "float32" else nullcontext()
+    times: dict[tuple, list] = {}
+    for i in range(warmup + steps):
+        for layers, pair in zip(LAYERS, zip(plain, full)):
+            for recompute, (net, optimizer) in zip(("none", "full"), pair):
+                _sync(device)
+                t0 = time.perf_counter_ns()
+                with autocast:
+                    loss = loss_fn(net(x), y)
+                t1 = time.perf_counter_ns()
+                _sync(device)
+                t2 = time.perf_counter_ns()
+                loss.backward()
+                t3 = time.perf_counter_ns()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if i >= warmup:
+                    times.setdefault((layers, recompute), []).append(((t1 - t0) / 1e3, (t3 - t2) / 1e3))
+    rows = []
+    for layers in LAYERS:
+        fwd, bwd = np.median(np.array(times[(layers, "none")]), axis=0)
+        for f, b in times[(layers, "full")]:
+            for pass_, us in (("fwd", f - fwd), ("bwd", b - bwd - fwd)):
+                if us > 0:  # a step quicker than the median without: no measure of the wrapper
+                    rows.append({"op": "checkpoint", "pass": pass_, "dtype": dtype, "latency_us": us,
+                                 "blocks": layers, "origin": FRAMEWORK})
     return rows
 
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import FORWARD_WORK_IN_BWD, OPS, unknown_op_message
+from sampling.plan import IN_STEPS, in_steps_message
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -207,10 +208,12 @@ def build(op: str, pass_: str, shape: dict, dtype: str, device: torch.device) ->
     """A zero-argument function running one ``op`` call in ``pass_`` at ``shape``."""
     if op not in OPS or OPS[op].collective:
         raise PrismError(unknown_op_message(op) if op not in OPS else f"{op} is a collective")
-    if op == "collective_launch":
-        raise PrismError("sampling.ops: collective_launch is the host time of issuing a collective on an "
-                         "asynchronous device (CUDA); on a CPU the collective samples include it: drop it from "
-                         "sampling.ops", field="sampling.ops")
+    if op in IN_STEPS:
+        raise PrismError(in_steps_message(op), field="sampling.ops")
+    if op == "checkpoint":
+        raise PrismError("sampling.ops: checkpoint is timed in the reference model's steps with dispatch "
+                         "(sampling.framework), not as a call of its own: drop it from sampling.ops",
+                         field="sampling.ops")
     if pass_ not in OPS[op].passes:
         raise PrismError(f"{op} has no pass {pass_!r}; it has {', '.join(OPS[op].passes)}", field=str(op))
     if op == "optimizer_step":

@@ -139,6 +139,15 @@ def task_seconds(task: Task, repeats: int, warmup: int, hw: HardwareConfig) -> f
     return (repeats + warmup) * one + setup
 
 
+#: Host ops timed where they happen rather than as calls of their own, and where.
+IN_STEPS = {"collective_launch": "the host time of issuing a collective on a GPU (a CPU's collective samples hold it)",
+            "checkpoint": "timed in the reference model's steps with dispatch (sampling.framework)"}
+
+
+def in_steps_message(op: str) -> str:
+    return f"sampling.ops: {op} is {IN_STEPS[op]}, not a call of its own: drop it from sampling.ops"
+
+
 def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     """Check a sampling config; raise :class:`PrismError` naming the field and the fix."""
     if not sc.ops:
@@ -150,6 +159,8 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     for op in sc.ops:
         if op not in OPS:
             raise PrismError(f"sampling.ops: {unknown_op_message(op)}", field='sampling.ops')
+        if op in IN_STEPS:
+            raise PrismError(in_steps_message(op), field='sampling.ops')
     for dtype in sc.dtypes:
         if dtype not in DTYPE_BYTES:
             raise PrismError(f"sampling.dtypes: unknown dtype {dtype!r}; use {', '.join(DTYPE_BYTES)}",
@@ -166,9 +177,10 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
         if getattr(sc, name) < minimum:
             raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}",
                              field=f"sampling.{name}")
-    if not 0 <= sc.collective_share <= 1:
-        raise PrismError(f"sampling.collective_share: must be within [0, 1], got {sc.collective_share}",
-                         field='sampling.collective_share')
+    for name in ("collective_share", "co_run_share"):
+        if not 0 <= getattr(sc, name) <= 1:
+            raise PrismError(f"sampling.{name}: must be within [0, 1], got {getattr(sc, name)}",
+                             field=f"sampling.{name}")
     for col, bounds in sc.space.items():
         if (len(bounds) != 2 or not all(isinstance(b, (int, float)) for b in bounds)
                 or not 0 < bounds[0] <= bounds[1]):
@@ -196,6 +208,7 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
                                  field="sampling.targets") from None
             for stage in work.stages:
                 for call in stage.forward + stage.backward + stage.step:
+                    call = alone(call)  # a neighbouring rank is the co-run phase's (sampling.co_run)
                     if (not OPS[call.op].collective and call.op in sc.ops
                             and (call.op, call.pass_, call.shape) not in seen):
                         seen.add((call.op, call.pass_, call.shape))
@@ -203,6 +216,14 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
     # round robin over the targets: a plan that keeps only the first shapes of an op keeps
     # every target's first ones (in target order, the third model's GEMMs were all cut)
     return [c for group in zip_longest(*per_model) for c in group if c is not None]
+
+
+def alone(call: Call) -> Call:
+    """``call`` without its ``co_runners`` mark (:func:`predictor.workload.decompose.neighbours`)."""
+    if not any(k == "co_runners" for k, _ in call.shape):
+        return call
+    return Call(call.op, call.pass_, tuple((k, v) for k, v in call.shape if k != "co_runners"), call.count,
+                call.role, call.ranks_per_node, call.nodes)
 
 
 def _shapes_per_op(calls: list[Call]) -> dict[str, list[dict]]:

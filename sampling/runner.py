@@ -50,7 +50,9 @@ from predictor.core.profiles import section, this_cpu
 from predictor.core.specs import HardwareConfig, SamplingConfig
 from predictor.data import store
 from predictor.latency.backward_entry import FRAMEWORK
+from predictor.latency.co_run import ORIGINS as CO_RUN_ORIGINS
 from sampling import kernels
+from sampling.co_run import can_co_run, co_run_tasks, sample_co_run
 from sampling.collectives import time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
@@ -63,6 +65,8 @@ COLLECTIVE_GRACE_S = 120
 #: The key of the in-situ framework sample (:mod:`sampling.framework`) among the tasks a
 #: store holds: one per store and hardware, taken with the plan's ``dispatch``.
 FRAMEWORK_TASK = ("framework",)
+#: The key of the co-run phase (:mod:`sampling.co_run`): one per store and hardware.
+CO_RUN_TASK = ("co-run",)
 
 
 @dataclass
@@ -115,6 +119,10 @@ def _stored_keys(df: pd.DataFrame, repeats: int) -> set:
     """Keys of the tasks with at least ``repeats`` stored rows (a collective's keyed by its
     group's placement, nodes x ranks per node)."""
     keys = set()
+    co_run = df["origin"].isin(CO_RUN_ORIGINS) if "origin" in df else pd.Series(False, index=df.index)
+    if co_run.any():
+        keys.add(CO_RUN_TASK)
+    df = df[~co_run]
     df = df.assign(nodes=df["nodes"].fillna(1).astype(int), ranks_per_node=df["ranks_per_node"].fillna(1).astype(int))
     for (op, pass_, dtype), g in df.groupby(["op", "pass", "dtype"]):
         cols = list(OPS[op].shape)
@@ -230,7 +238,7 @@ def _sample_framework(sc: SamplingConfig, hw: HardwareConfig, device: torch.devi
         return
     now, seen, out = datetime.now(timezone.utc), Counter(), []
     for row in rows:
-        key = (row["pass"], row["launches"])
+        key = (row["op"], row["pass"], row.get("launches"), row.get("blocks"))
         out.append(dict(base, **row, repeat=seen[key], timestamp=now))
         seen[key] += 1
     writer.add(out)
@@ -284,11 +292,14 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
     todo_compute = [t for t in plan.compute if t.key not in done]
     todo_coll = [t for t in plan.collectives if t.key not in done]
     framework = "dispatch" in sc.ops and FRAMEWORK_TASK not in done
+    co_run = (sc.co_run_share > 0 and CO_RUN_TASK not in done
+              and can_co_run(device, hw.node.gpus_per_node, sc.threads))
     resumed = len(plan.compute) + len(plan.collectives) - len(todo_compute) - len(todo_coll)
     budget = sc.budget_s - spent
-    if not (todo_compute or todo_coll or framework) or budget <= 0:
+    if not (todo_compute or todo_coll or framework or co_run) or budget <= 0:
         return SamplingReport(None, "nothing-to-do", plan.plan_id, 0, 0.0, resumed_tasks=resumed,
-                              remaining_tasks=len(todo_compute) + len(todo_coll) + framework, recovered=recovered)
+                              remaining_tasks=len(todo_compute) + len(todo_coll) + framework + co_run,
+                              recovered=recovered)
 
     torch.manual_seed(sc.seed)
     timer = make_timer(device, sc.threads, hw.memory.l2_bytes)
@@ -312,6 +323,14 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline_wall, failures, progress)
         if ended == "end-of-plan" and framework:
             _sample_framework(sc, hw, device, writer, base, failures, progress)
+        if ended == "end-of-plan" and co_run:
+            if progress:
+                print(f"prism sample: beside a rank: the targets' first {len(co_run_tasks(plan.compute))} compute "
+                      f"shapes, each timed alone and beside a process training the targets", file=sys.stderr)
+            ended = sample_co_run(co_run_tasks(plan.compute), sc.targets, sc.repeats, sc.warmup, timer, device,
+                                  writer, base, min(deadline_wall, time.time() + sc.co_run_share * sc.budget_s),
+                                  failures, progress)
+            ended = "end-of-plan" if ended == "deadline" else ended  # its share spent: the plan's tasks are done
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:
@@ -328,7 +347,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
                                 for op, g in df.groupby("op")}
         stored = _stored_keys(df, sc.repeats)
     report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll) + (
-        framework and FRAMEWORK_TASK not in stored)
+        framework and FRAMEWORK_TASK not in stored) + (co_run and CO_RUN_TASK not in stored)
     if ended != "interrupted":
         report.status = "budget" if report.remaining_tasks else "complete"
     return report

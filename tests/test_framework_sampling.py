@@ -4,7 +4,7 @@ where they hold the device's time too), and how training takes them over from th
 import pandas as pd
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from predictor.core.profiles import load_hardware  # noqa: E402
 from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E402
@@ -56,3 +56,14 @@ def test_a_gpu_host_s_passes_are_timed_with_the_calls_the_eager_family_counts():
         launches = g.groupby("launches").latency_us.median()
         assert len(launches) == len(LAYERS) and launches.index[-1] > 4 * launches.index[0]
         assert launches.iloc[-1] > launches.iloc[0]
+
+
+def test_checkpointing_a_block_costs_host_time_beyond_its_recomputed_calls():
+    """Each depth's steps with and without recompute: the wrapper's time, per pass, grows
+    with the blocks it wraps."""
+    from sampling.framework import checkpoint_rows
+    rows = pd.DataFrame(checkpoint_rows(steps=5, device=torch.device("cpu"), dtype="float32"))
+    assert set(rows.op) == {"checkpoint"} and (rows.origin == FRAMEWORK).all() and (rows.latency_us > 0).all()
+    for _, g in rows.groupby("pass"):
+        medians = g.groupby("blocks").latency_us.median()
+        assert medians.index.max() == max(LAYERS) and medians.iloc[-1] > 2 * medians.iloc[0]

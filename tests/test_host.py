@@ -137,6 +137,32 @@ def test_models_trained_on_another_host_block_are_stale(tmp_path):
     assert manifest["host_floor"] and manifest["device"]["name"]
 
 
+def test_a_figure_only_an_untrained_host_op_reads_leaves_the_models_current(tmp_path):
+    """The shipped CPU models have no checkpoint model: its priors may change under them."""
+    hw = load_hardware("local-cpu")
+    changed = copy.deepcopy(hw)
+    changed.host.checkpoint_fwd_us += 1
+    assert ModelSet.load(models_dir() / "local-cpu", changed).models
+    assert artifacts.host_fingerprint(changed, {"dispatch", "checkpoint"}) != artifacts.host_fingerprint(
+        hw, {"dispatch", "checkpoint"})
+
+
+@pytest.mark.parametrize("hardware", ["local-cpu", "a100-sxm4-80gb"])
+def test_full_recompute_pays_each_block_s_checkpoint_beside_its_recomputed_calls(hardware):
+    hw = load_hardware(hardware)
+    model = load_model("tiny")
+    plain = decompose(model, ParallelConfig(global_batch_size=4), hw).stages[0]
+    full = decompose(model, ParallelConfig(global_batch_size=4, recompute="full"), hw).stages[0]
+    assert not [c for c in plain.forward + plain.backward if c.op == "checkpoint"]
+    for pass_, calls in (("fwd", full.forward), ("bwd", full.backward)):
+        (ckpt,) = [c for c in calls if c.op == "checkpoint"]
+        assert ckpt.pass_ == pass_ and ckpt.shape_dict == {"blocks": model.num_layers} and ckpt.role == "host"
+        q, (evidence,) = call_quantiles([ckpt], None, hw, hw.train_dtype)
+        each = hw.host.checkpoint_bwd_us if pass_ == "bwd" else hw.host.checkpoint_fwd_us
+        assert evidence.source is Source.HOST_PRIOR
+        assert q[0][len(q[0]) // 2] == pytest.approx(model.num_layers * each)
+
+
 def test_sample_if_missing_samples_only_a_cpu_that_lacks_its_own_models(monkeypatch):
     from predictor.app import cli
     with pytest.raises(PrismError, match="GPU profile") as info:

@@ -15,7 +15,8 @@ from predictor.data import store  # noqa: E402
 
 SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10",
               "sampling.shapes_per_op=3", "sampling.message_sizes=2", "sampling.targets=[tiny]",
-              "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]", "sampling.flush_every_s=0"]
+              "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]", "sampling.flush_every_s=0",
+              "sampling.co_run_share=0"]  # the co-run phase: tests/test_co_run.py
 
 
 def _prism(args, env, **kw):
@@ -51,7 +52,8 @@ def test_a_cpu_s_framework_time_is_sampled_once_per_store(tmp_path, cpu_env):
     assert out.returncode == 0, out.stderr
     df = store.read_samples(tmp_path)
     framework = df[df.origin == "framework"]
-    assert set(framework.op) == {"dispatch"} and set(framework["pass"]) == {"fwd", "bwd"}
+    assert set(framework.op) == {"dispatch", "checkpoint"} and set(framework["pass"]) == {"fwd", "bwd"}
+    assert (framework[framework.op == "checkpoint"].blocks > 0).all()  # one row per recomputed step and pass
     assert (df[df.origin == "sampled"].op == "dispatch").all()
     again = json.loads(_prism(args, cpu_env, timeout=300).stdout)
     assert again["status"] == "nothing-to-do" and len(store.run_files(tmp_path)) == 1

@@ -33,7 +33,7 @@ SHAPE_COLUMNS: dict[str, str] = {
     "params": "int64", "tensors": "int64", "optimizer": "string",
     "message_bytes": "int64", "group_size": "int64",
     "experts": "int64", "top_k": "int64",
-    "launches": "int64",
+    "launches": "int64", "blocks": "int64",
 }
 
 
@@ -138,6 +138,11 @@ OPS: dict[str, OpSpec] = {
         # over ``group_size`` ranks: redistributions, dispatch and the pair's functional
         # collective, at 4x4 tensors (:mod:`sampling.tensor_parallel`).
         OpSpec("dtensor", ("group_size",), _FWD_BWD, host=True),
+        # Activation checkpointing's own host time over ``blocks`` checkpointed blocks, beyond
+        # the recomputed forward's calls: the wrapper in the forward (saved-tensor hooks, RNG
+        # state), the recomputation's set-up and its saved tensors' unpacking in the backward
+        # (sampled in the reference model's steps: sampling.framework).
+        OpSpec("checkpoint", ("blocks",), _FWD_BWD, host=True),
     ]
 }
 

@@ -181,7 +181,8 @@ class HostSpec:
     samples exist: per eager framework call, the CPU side of the forward (Python, module
     and autograd.Function calls, the dispatcher, autograd's recording) and of the backward
     (the autograd engine's node), the device API's kernel launch, one collective's issue,
-    and one DTensor tensor-parallel pair of linear layers. Each profile cites its figures."""
+    one DTensor tensor-parallel pair of linear layers, and one activation-checkpointed block
+    in each pass. Each profile cites its figures."""
 
     asynchronous: bool
     dispatch_us: float
@@ -189,6 +190,8 @@ class HostSpec:
     launch_us: float
     collective_launch_us: float
     dtensor_us: float  # one DTensor tensor-parallel pair (column- then row-parallel linear), each pass
+    checkpoint_fwd_us: float  # one checkpointed block's wrapper in the forward
+    checkpoint_bwd_us: float  # one checkpointed block's recomputation set-up in the backward, its calls aside
 
 
 @dataclass
@@ -359,6 +362,9 @@ class SamplingConfig:
     tp_degrees: list[int]
     space: dict[str, list]  # column -> [low, high]
     seq_lengths: list[int] = field(default_factory=list)  # the targets' sequence lengths; [] = each model's own
+    # a CPU host of several ranks: the budget's part for timing targeted ops beside a neighbouring
+    # rank (sampling.co_run); 0: none
+    co_run_share: float = 0.15
     seed: int = 0
     flush_every_s: float = 2.0
     # a cluster job: how long a rank may be silent (a collective's wait, a rank's record) before it

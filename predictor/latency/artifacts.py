@@ -37,6 +37,7 @@ from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, thi
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.backward_entry import as_trained, origins
 from predictor.latency.calibration import Calibration
+from predictor.latency.co_run import slowdowns, without_co_run
 from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, valid_levels, xgb
 from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
@@ -347,7 +348,7 @@ class ModelSet:
                              "numpy": np.__version__, "python": platform.python_version()},
                 **{k: v for k, v in self.manifest.items()
                    if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor",
-                            "backward_entry_us")},
+                            "backward_entry_us", "co_run")},
                 "models": entries,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -382,8 +383,8 @@ class ModelSet:
         if manifest["floor_fingerprint"] != floor_fingerprint(hw):
             raise PrismError(f"{path}: conf/hardware/{hw.name}.yaml changed (peak, bandwidth or network) "
                              f"since these models were trained; retrain with prism train", field=str(path))
-        hosted = any(entry["op"] in HOST_OPS for entry in manifest["models"].values())
-        if hosted and manifest.get("host_floor") != host_fingerprint(hw):
+        ops = {entry["op"] for entry in manifest["models"].values()}
+        if ops & set(HOST_OPS) and manifest.get("host_floor") != host_fingerprint(hw, ops):
             raise PrismError(f"{path}: the host block of conf/hardware/{hw.name}.yaml changed since these models "
                              f"were trained; retrain with prism train", field=str(path))
         models = {}
@@ -516,6 +517,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         raise PrismError(f"samples: latency_us is empty, non-positive or infinite in {int(bad.sum())} row(s) "
                          f"({where}); a sample is a measured time: drop those rows or sample again",
                          field="latency_us")
+    beside = slowdowns(rows)  # a neighbouring rank's cost, from the co-run phase's own rows
+    rows = without_co_run(rows)
     rows, entries = as_trained(rows, hw.host.asynchronous)  # the entry once per backward, not per op
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
@@ -530,9 +533,11 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
                 "collective_scope": "intra-node" if not coll.empty and (coll["nodes"] <= 1).all() else "all",
                 "device": sampled_device(rows[origin == "sampled"])}
     if rows["op"].isin(HOST_OPS).any():
-        manifest["host_floor"] = host_fingerprint(hw)
+        manifest["host_floor"] = host_fingerprint(hw, {op for op, _ in models})
     if entries:
         manifest["backward_entry_us"] = entries
+    if beside:
+        manifest["co_run"] = beside
     return ModelSet(hw, rc.quantiles, models, manifest)
 
 
@@ -588,9 +593,17 @@ def foreign_device(models: ModelSet | None) -> str | None:
             f"(or add sample_if_missing=true to do both)")
 
 
-def host_fingerprint(hw: HardwareConfig) -> str:
-    """Hash of the host figures the host ops' floor uses (:class:`~predictor.core.specs.HostSpec`)."""
-    return hashlib.sha256(json.dumps(vars(hw.host), sort_keys=True).encode()).hexdigest()[:16]
+#: Host figures only one host op's floor reads: a model set without that op does not
+#: depend on them (a profile that gains such a figure keeps its trained models).
+OWN_HOST_FIELDS = {"checkpoint": ("checkpoint_fwd_us", "checkpoint_bwd_us")}
+
+
+def host_fingerprint(hw: HardwareConfig, ops) -> str:
+    """Hash of the host figures the floors of the host ops among ``ops`` use
+    (:class:`~predictor.core.specs.HostSpec`)."""
+    unused = {f for op, fields in OWN_HOST_FIELDS.items() if op not in ops for f in fields}
+    figures = {k: v for k, v in vars(hw.host).items() if k not in unused}
+    return hashlib.sha256(json.dumps(figures, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def collective_network(rows: pd.DataFrame, hw: HardwareConfig) -> str | None:

@@ -134,8 +134,11 @@ def unaligned(shape: Mapping, dtypes: np.ndarray) -> np.ndarray:
 def host_floor_us(op: str, pass_: str, shape: Mapping, hw: HardwareConfig):
     """A host op's prior time (us) from the hardware's :class:`~predictor.core.specs.HostSpec`:
     per eager call the CPU side of its pass plus the device API's launch; per collective its
-    issue; per DTensor pair its framework time."""
+    issue; per DTensor pair its framework time; per checkpointed block its pass's wrapper."""
     host = hw.host
+    if op == "checkpoint":
+        each = host.checkpoint_bwd_us if pass_ == "bwd" else host.checkpoint_fwd_us
+        return np.asarray(shape["blocks"], float) * each
     if op in ("collective_launch", "dtensor"):
         each = host.collective_launch_us if op == "collective_launch" else host.dtensor_us
         return np.full(np.shape(shape["group_size"]), each, float)

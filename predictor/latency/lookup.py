@@ -30,6 +30,7 @@ from predictor.core.specs import HardwareConfig
 from predictor.latency.artifacts import ModelSet
 from predictor.latency.attention_backends import cudnn_over_flash, models_flash
 from predictor.latency.calibration import Calibration
+from predictor.latency.co_run import slowdown
 from predictor.latency.features import floor_us
 from predictor.latency.regressor import DEFAULT_QUANTILES
 
@@ -99,6 +100,7 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
                      nodes=calls[i].nodes, ranks_per_node=calls[i].ranks_per_node) for i in idx]
         cudnn = np.array([row.pop("backend", "") == "cudnn" for row in rows])  # attention's kernel, not a feature
         margin = np.array([row.pop("sm_margin", 0) for row in rows])  # SMs a collective holds beside it, neither
+        beside = np.array([row.pop("co_runners", 0) for row in rows]) > 0  # ranks computing beside it, nor this
         frame = {column: np.array([row[column] for row in rows]) for column in rows[0]}  # no pandas: start-up
         collective = OPS[op].collective
         modelled = np.full(len(idx), models is not None and models.has(op, pass_) and (not collective or own_network))
@@ -128,6 +130,8 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
             out[idx[rest]] = _prior_quantiles(center, PRIOR_SIGMA[source], levels)
         if margin.any():  # the kernel runs on the SMs the collective leaves (decompose.userbuffer_sms)
             out[idx] *= (hw.device.sms / (hw.device.sms - margin))[:, None]
+        if beside.any() and models is not None:  # the host's caches and memory shared (latency.co_run)
+            out[idx[beside]] *= slowdown(models.manifest, op, pass_)
         prior = Evidence(source, f"network prior ({hw.network.name})" if collective else source.value)
         for i, m in zip(idx, modelled):
             evidence[i] = evidence[i] or (model if m else prior)

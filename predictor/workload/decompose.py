@@ -232,6 +232,22 @@ def _margined(calls: list[Call], linears: set[tuple], hidden: int, sm_margin: in
                  c.ranks_per_node, c.nodes) if margined(c) else c for c in calls]
 
 
+def neighbours(gpus: int, hw: HardwareConfig) -> int:
+    """The other ranks computing on a rank's host beside it: on a synchronous host (a CPU,
+    where the host is the device and its ranks share its caches and memory) the job's ranks
+    on a node but one; 0 on a GPU (each rank computes on a device of its own)."""
+    return 0 if hw.host.asynchronous else min(gpus, hw.node.gpus_per_node) - 1
+
+
+def _beside(calls: list[Call], others: int) -> list[Call]:
+    """``calls`` with every one but the collectives marked as run beside ``others`` ranks
+    (``co_runners``: a shape key the lookup reads, not a feature;
+    :mod:`predictor.latency.co_run`)."""
+    return [c if OPS[c.op].collective else
+            Call(c.op, c.pass_, tuple(sorted((*c.shape, ("co_runners", others)))), c.count, c.role,
+                 c.ranks_per_node, c.nodes) for c in calls]
+
+
 def userbuffer_sms(par: ParallelConfig, framework: str | None, hw: HardwareConfig) -> int:
     """The SMs an overlapped TP collective holds beside its GEMM: :data:`USERBUFFER_SMS` for
     Megatron-Core with ``overlap_tp_comm`` (userbuffers need sequence parallelism) on a GPU
@@ -490,6 +506,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
     experts_per_stage = stage_expert_parameters(model, par)
     sm_margin = userbuffer_sms(par, framework, hw)
+    others = neighbours(gpus, hw)
     layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
@@ -517,6 +534,12 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             # a pass's framework calls as one (a recomputed forward's: one more inside the backward)
             st.forward = one_dispatch(st.forward, "fwd")
             st.backward = one_dispatch(one_dispatch(st.backward, "bwd"), "fwd")
+            if par.recompute == "full":  # checkpointing's own host time, each layer a block
+                st.forward.append(Call.of("checkpoint", "fwd", {"blocks": layers}, role="host"))
+                st.backward.append(Call.of("checkpoint", "bwd", {"blocks": layers}, role="host"))
+            if others:
+                st.forward, st.backward, st.step = (_beside(calls, others) for calls in (st.forward, st.backward,
+                                                                                        st.step))
             built[key] = st
         twin = built[key]
         stages.append(StageWork(i, layers, list(twin.forward), list(twin.backward), twin.p2p, list(twin.step)))

@@ -1,0 +1,149 @@
+"""Operators beside a neighbouring rank: what a rank's compute costs while another rank
+computes on the core beside it (issue 18).
+
+On a CPU, ``prism measure`` runs each rank on a core of the same host, and the sampler
+times each op alone. On runs P and Q of the ground-truth suite the 1-rank layouts at their
+own shapes came within 6%, while 16 of the 20 2-rank layouts ran 17-40% slower than
+predicted: the two ranks share the caches and memory of one host.
+``benchmarks/bench_co_runner.py`` measured the slowdown beside a copy looping the same call
+(small's step ops x1.87), and two independent ``small`` steps side by side at x1.00-1.15:
+what a neighbour costs depends on what it runs. So ``prism sample`` times a share of the
+plan's targeted compute tasks once more beside a *neighbour*: a forked process training
+the plan's dense targets (PRISM's reference model, each at its own size, in turn) on a
+core of its own, a real rank's mix of GEMMs, element-wise ops and framework calls. Each
+task is timed alone and then beside the neighbour, back to back, so that a drift of the
+machine's speed falls on both.
+
+The rows' origins are :data:`ALONE` and :data:`BESIDE`; ``prism train`` keeps them out of
+the op models and stores each op's median slowdown (beside / alone at the same shape) in
+the manifest (:func:`predictor.latency.co_run.slowdowns`), which the composer applies to
+the calls of a rank that shares a synchronous host with other ranks
+(:func:`predictor.workload.decompose.neighbours`).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+import torch
+from tqdm import tqdm
+
+from predictor.core.ops import OPS
+from predictor.core.profiles import load_model
+from predictor.latency.co_run import ALONE, BESIDE
+from sampling import kernels
+from sampling.model import Transformer
+from sampling.plan import GROUP_OPS, Task
+from sampling.reference import loss_fn
+
+#: Targeted tasks timed beside the neighbour per (op, pass): the plan's first, which are
+#: the targets' own shapes.
+TASKS_PER_OP = 4
+#: The most the neighbour may take to build its models and run its first step.
+NEIGHBOUR_START_S = 60.0
+
+
+def co_run_tasks(tasks: list[Task], per_op: int = TASKS_PER_OP) -> list[Task]:
+    """The first ``per_op`` compute tasks of each (op, pass) of ``tasks``, in plan order."""
+    taken: dict[tuple, int] = {}
+    chosen = []
+    for task in tasks:
+        call = task.call
+        if OPS[call.op].collective or call.op in GROUP_OPS:
+            continue
+        key = (call.op, call.pass_)
+        if taken.get(key, 0) < per_op:
+            taken[key] = taken.get(key, 0) + 1
+            chosen.append(task)
+    return chosen
+
+
+def can_co_run(device: torch.device, ranks_per_host: int, threads: int) -> bool:
+    """Whether this host runs ranks side by side on cores of their own, and has a core for
+    the neighbour: a CPU whose profile puts several ranks on a host."""
+    return device.type == "cpu" and ranks_per_host > 1 and (os.cpu_count() or 1) >= threads + 1
+
+
+def _neighbour(targets: list[str], running, idle, stop) -> None:
+    """Train the dense ``targets`` in turn, one step each, while ``running`` is set;
+    ``idle`` is set between steps while it is not."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    trainers = []
+    for name in targets:
+        model = load_model(name)
+        net = Transformer(model)
+        ids = torch.randint(0, model.vocab_size, (1, model.seq_length + 1))
+        trainers.append((net, torch.optim.AdamW(net.parameters(), lr=1e-4), ids[:, :-1], ids[:, 1:]))
+    step = 0
+    while not stop.is_set():
+        if not running.is_set():
+            idle.set()
+            running.wait(timeout=0.05)
+            continue
+        idle.clear()
+        net, optimizer, x, y = trainers[step % len(trainers)]
+        loss_fn(net(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+
+
+def dense_targets(targets: list[str]) -> list[str]:
+    """The targets the reference model trains: the dense ones (it has no experts)."""
+    return [name for name in targets if not load_model(name).num_experts]
+
+
+def sample_co_run(tasks: list[Task], targets: list[str], repeats: int, warmup: int, timer, device,
+                  writer, base: dict, deadline_wall: float, failures: list, progress: bool) -> str:
+    """Time each of ``tasks`` alone and beside the neighbour (module doc) into ``writer``,
+    until done ("end-of-plan") or past ``deadline_wall`` ("deadline")."""
+    neighbours = dense_targets(targets)
+    if not neighbours or not tasks:
+        return "end-of-plan"
+    ctx = mp.get_context("spawn")  # a fresh interpreter: no state of this one's torch threads
+    running, idle, stop = ctx.Event(), ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_neighbour, args=(neighbours, running, idle, stop), daemon=True)
+    proc.start()
+    try:
+        if not idle.wait(timeout=NEIGHBOUR_START_S):  # its models built
+            failures.append({"task": "co-run", "error": f"the neighbour ({', '.join(neighbours)}) was not ready "
+                                                        f"within {NEIGHBOUR_START_S:g} s"})
+            return "end-of-plan"
+        bar = tqdm(tasks, desc="beside a rank", unit="shape", disable=not progress, file=sys.stderr, mininterval=0.5)
+        for task in bar:
+            if time.time() > deadline_wall:
+                return "deadline"
+            call = task.call
+            bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
+            try:
+                fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
+                host = OPS[call.op].host
+                alone = timer.time(fn, repeats, warmup, host=host)
+                running.set()
+                time.sleep(0.05)  # the neighbour into its step
+                beside = timer.time(fn, repeats, warmup, host=host)
+            except (RuntimeError, MemoryError) as exc:
+                failures.append({"task": f"co-run {task.key}", "error": str(exc).splitlines()[0]})
+                continue
+            finally:
+                fn = None
+                running.clear()
+                time.sleep(0.06)  # past the neighbour's poll: it is in a step or stays idle
+                idle.wait(timeout=NEIGHBOUR_START_S)  # its step ended: the next task's alone is alone
+            now = datetime.now(timezone.utc)
+            writer.add([dict(base, op=call.op, **{"pass": call.pass_}, dtype=task.dtype, **call.shape_dict,
+                             latency_us=lat, repeat=r, timestamp=now, origin=origin)
+                        for origin, lats in ((ALONE, alone), (BESIDE, beside)) for r, lat in enumerate(lats)])
+        bar.close()
+        return "end-of-plan"
+    finally:
+        stop.set()
+        running.set()
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+

@@ -1,0 +1,108 @@
+"""A rank's ops beside a neighbouring rank on its host (sampling.co_run, latency.co_run,
+decompose.neighbours): real timings on this CPU, how training stores the slowdown, where
+the composer applies it."""
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.app.config import load_config
+from predictor.core.ops import OPS, Call
+from predictor.core.profiles import load_hardware, load_model, section
+from predictor.core.specs import ParallelConfig, RegressorConfig, SamplingConfig
+from predictor.data import store
+from predictor.latency.artifacts import ModelSet, models_dir, train
+from predictor.latency.co_run import ALONE, BESIDE, ORIGINS, slowdowns
+from predictor.latency.lookup import call_quantiles
+from predictor.workload.decompose import decompose
+
+PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=3", "sampling.shapes_per_op=3",
+        "sampling.targets=[tiny]", "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]",
+        "sampling.flush_every_s=0", "sampling.ops=[gemm,swiglu]", "sampling.co_run_share=0.5"]
+
+
+def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_stores_the_slowdown(tmp_path, cpu_env):
+    pytest.importorskip("torch")
+    args = [sys.executable, "-m", "predictor.app.cli", "sample", *PLAN, f"output_dir={tmp_path}", "--json"]
+    out = subprocess.run(args, env=cpu_env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["remaining_tasks"] == 0
+    df = store.read_samples(tmp_path)
+    df = df.fillna({c: 0 for c in ("m", "n", "k", "tokens", "hidden")})  # a shape's key: no NaN
+    co = df[df.origin.isin(ORIGINS)]
+    assert set(co.op) == {"gemm", "swiglu"}
+    cols = ["op", "pass", "m", "n", "k", "tokens", "hidden"]
+    alone = co[co.origin == ALONE].groupby(cols, dropna=False).size()
+    beside = co[co.origin == BESIDE].groupby(cols, dropna=False).size()
+    assert alone.index.equals(beside.index) and (alone == 3).all() and (beside == 3).all()
+    planned = set(df[df.origin == "sampled"].set_index(cols).index)
+    assert set(alone.index) <= planned  # the plan's own (targeted) shapes
+    again = subprocess.run(args, env=cpu_env, capture_output=True, text=True, timeout=300)
+    assert json.loads(again.stdout)["status"] == "nothing-to-do"  # the phase is stored once per store
+
+    hw = load_hardware("local-cpu")
+    models = train(df, hw, section(load_config([]), "regressor", RegressorConfig), n_jobs=1)
+    assert models.manifest["co_run"] == slowdowns(df)
+    assert set(models.manifest["co_run"]) == {"gemm/fwd", "gemm/bwd", "swiglu/fwd", "swiglu/bwd"}
+    assert all(v["slowdown"] > 0 and v["shapes"] >= 2 for v in models.manifest["co_run"].values())
+    assert models.manifest["samples"]["rows"] == int((~df.origin.isin(ORIGINS)).sum())  # not the models' rows
+
+
+def test_the_phase_takes_each_compute_op_s_first_targeted_shapes_and_no_collective():
+    pytest.importorskip("torch")
+    from sampling.co_run import TASKS_PER_OP, co_run_tasks
+    from sampling.plan import make_plan
+    sc = section(load_config(["sampling=quick"]), "sampling", SamplingConfig)
+    plan = make_plan(sc, load_hardware("local-cpu"))
+    chosen = co_run_tasks(plan.compute + plan.collectives)
+    per_op = Counter((t.call.op, t.call.pass_) for t in chosen)
+    assert max(per_op.values()) == TASKS_PER_OP and not any(OPS[op].collective for op, _ in per_op)
+    gemms = [t for t in plan.compute if t.call.op == "gemm" and t.call.pass_ == "fwd"][:TASKS_PER_OP]
+    assert [t for t in chosen if t.call.op == "gemm" and t.call.pass_ == "fwd"] == gemms
+
+
+def test_the_slowdown_is_the_median_over_shapes_of_beside_over_alone():
+    def rows(m, origin, latencies):
+        return [{"op": "gemm", "pass": "fwd", "m": m, "n": 64, "k": 64, "dtype": "float32", "run_id": "r",
+                 "origin": origin, "latency_us": us} for us in latencies]
+    df = pd.DataFrame(rows(32, ALONE, [10, 10, 11]) + rows(32, BESIDE, [12, 13, 12])
+                      + rows(64, ALONE, [20, 20, 20]) + rows(64, BESIDE, [30, 31, 29])
+                      + rows(128, ALONE, [40, 41]) + rows(128, "sampled", [40]))  # no twin: not counted
+    assert slowdowns(df) == {"gemm/fwd": {"slowdown": round((12 / 10 + 30 / 20) / 2, 4), "shapes": 2}}
+    assert slowdowns(df[df.m == 32]) == {}  # one shape is not enough
+
+
+def _layout(hardware, **par):
+    return decompose(load_model("tiny"), ParallelConfig(**par), load_hardware(hardware))
+
+
+@pytest.mark.parametrize("par", [{"dp": 2, "global_batch_size": 8}, {"tp": 2}, {"pp": 2, "global_batch_size": 8}])
+def test_a_cpu_rank_beside_another_marks_every_call_but_the_collectives(par):
+    work = _layout("local-cpu", **par)
+    calls = [c for st in work.stages for c in st.forward + st.backward + st.step]
+    marked = [c.shape_dict.get("co_runners") for c in calls]
+    assert all(m == 1 for c, m in zip(calls, marked) if not OPS[c.op].collective)
+    assert all(m is None for c, m in zip(calls, marked) if OPS[c.op].collective)
+
+
+@pytest.mark.parametrize("hardware, par", [("local-cpu", {}), ("h100-sxm", {"dp": 8, "global_batch_size": 32})])
+def test_one_rank_on_a_cpu_and_gpu_ranks_are_alone(hardware, par):
+    work = _layout(hardware, **par)
+    assert not any("co_runners" in c.shape_dict for st in work.stages for c in st.forward + st.backward + st.step)
+
+
+def test_the_lookup_scales_a_marked_call_by_its_op_s_slowdown_only():
+    hw = load_hardware("local-cpu")
+    models = ModelSet.load(models_dir() / "local-cpu", hw)
+    models.manifest = {**models.manifest, "co_run": {"gemm/fwd": {"slowdown": 1.5, "shapes": 3}}}
+    gemm = (("k", 128), ("m", 128), ("n", 384))
+    calls = [Call("gemm", "fwd", gemm), Call("gemm", "fwd", tuple(sorted((*gemm, ("co_runners", 1))))),
+             Call("rmsnorm", "fwd", (("hidden", 128), ("tokens", 128))),
+             Call("rmsnorm", "fwd", (("co_runners", 1), ("hidden", 128), ("tokens", 128)))]
+    q, _ = call_quantiles(calls, models, hw, "float32")
+    np.testing.assert_allclose(q[1] / q[0], 1.5)
+    np.testing.assert_allclose(q[3], q[2])  # no slowdown sampled for it: as timed alone
