@@ -27,38 +27,48 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
+from itertools import zip_longest
 
 import torch
 from tqdm import tqdm
 
-from predictor.core.ops import OPS
+from predictor.core.ops import OPS, Call
 from predictor.core.profiles import load_model
+from predictor.core.specs import HardwareConfig
 from predictor.latency.co_run import ALONE, BESIDE
 from sampling import kernels
 from sampling.model import Transformer
-from sampling.plan import GROUP_OPS, Task
+from sampling.plan import GROUP_OPS, Task, call_seconds
 from sampling.reference import loss_fn
 
-#: Targeted tasks timed beside the neighbour per (op, pass): the plan's first, which are
-#: the targets' own shapes.
+#: Targeted tasks timed beside the neighbour per (op, pass): the longest the plan's targets
+#: make under :data:`CALL_CAP_MS` (the ops a rank spends its step in, and the least noisy).
 TASKS_PER_OP = 4
+#: The longest estimated call taken: a share of a few minutes' budget covers every op's.
+CALL_CAP_MS = 10.0
 #: The most the neighbour may take to build its models and run its first step.
 NEIGHBOUR_START_S = 60.0
 
 
-def co_run_tasks(tasks: list[Task], per_op: int = TASKS_PER_OP) -> list[Task]:
-    """The first ``per_op`` compute tasks of each (op, pass) of ``tasks``, in plan order."""
-    taken: dict[tuple, int] = {}
-    chosen = []
+def co_run_tasks(tasks: list[Task], targeted: list[Call], hw: HardwareConfig,
+                 per_op: int = TASKS_PER_OP) -> list[Task]:
+    """Of ``tasks``, per compute (op, pass), the ``per_op`` longest at a shape of
+    ``targeted`` (:func:`sampling.plan.target_calls`) under :data:`CALL_CAP_MS`, taken in
+    turns (every op's longest, then every op's second...), so that a spent share leaves
+    each op its longest."""
+    shapes = {(c.op, c.pass_, tuple((k, c.shape_dict[k]) for k in OPS[c.op].shape)) for c in targeted}
+    by_op: dict[tuple, list] = {}
     for task in tasks:
         call = task.call
         if OPS[call.op].collective or call.op in GROUP_OPS:
             continue
-        key = (call.op, call.pass_)
-        if taken.get(key, 0) < per_op:
-            taken[key] = taken.get(key, 0) + 1
-            chosen.append(task)
-    return chosen
+        if (call.op, call.pass_, tuple((k, call.shape_dict[k]) for k in OPS[call.op].shape)) not in shapes:
+            continue
+        ms = call_seconds(call.op, call.pass_, call.shape_dict, task.dtype, hw) * 1e3
+        if ms <= CALL_CAP_MS:
+            by_op.setdefault((call.op, call.pass_), []).append((ms, task))
+    ranked = [[t for _, t in sorted(group, key=lambda x: -x[0])[:per_op]] for group in by_op.values()]
+    return [t for turn in zip_longest(*ranked) for t in turn if t is not None]
 
 
 def can_co_run(device: torch.device, ranks_per_host: int, threads: int) -> bool:

@@ -56,7 +56,7 @@ from sampling.co_run import can_co_run, co_run_tasks, sample_co_run
 from sampling.collectives import time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
-from sampling.plan import Plan, Task, make_plan, task_key
+from sampling.plan import Plan, Task, make_plan, target_calls, task_key
 from sampling.timers import make_timer
 
 #: What the collective job may take beyond its share of the budget: torchrun's start and
@@ -324,12 +324,13 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         if ended == "end-of-plan" and framework:
             _sample_framework(sc, hw, device, writer, base, failures, progress)
         if ended == "end-of-plan" and co_run:
+            tasks = co_run_tasks(plan.compute, target_calls(sc, hw), hw)
             if progress:
-                print(f"prism sample: beside a rank: the targets' first {len(co_run_tasks(plan.compute))} compute "
-                      f"shapes, each timed alone and beside a process training the targets", file=sys.stderr)
-            ended = sample_co_run(co_run_tasks(plan.compute), sc.targets, sc.repeats, sc.warmup, timer, device,
-                                  writer, base, min(deadline_wall, time.time() + sc.co_run_share * sc.budget_s),
-                                  failures, progress)
+                print(f"prism sample: beside a rank: {len(tasks)} of the targets' compute shapes, each timed alone "
+                      f"and beside a process training the targets", file=sys.stderr)
+            ended = sample_co_run(tasks, sc.targets, sc.repeats, sc.warmup, timer, device, writer, base,
+                                  min(deadline_wall, time.time() + sc.co_run_share * sc.budget_s), failures,
+                                  progress)
             ended = "end-of-plan" if ended == "deadline" else ended  # its share spent: the plan's tasks are done
     except KeyboardInterrupt:
         ended = "interrupted"

@@ -21,14 +21,14 @@ from predictor.latency.lookup import call_quantiles
 from predictor.workload.decompose import decompose
 
 PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=3", "sampling.shapes_per_op=3",
-        "sampling.targets=[tiny]", "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]",
+        "sampling.targets=[tiny]", "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1,2]",
         "sampling.flush_every_s=0", "sampling.ops=[gemm,swiglu]", "sampling.co_run_share=0.5"]
 
 
 def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_stores_the_slowdown(tmp_path, cpu_env):
     pytest.importorskip("torch")
-    args = [sys.executable, "-m", "predictor.app.cli", "sample", *PLAN, f"output_dir={tmp_path}", "--json"]
-    out = subprocess.run(args, env=cpu_env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "sample", *PLAN, f"output_dir={tmp_path}",
+                          "--json"], env=cpu_env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["remaining_tasks"] == 0
     df = store.read_samples(tmp_path)
@@ -41,8 +41,11 @@ def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_st
     assert alone.index.equals(beside.index) and (alone == 3).all() and (beside == 3).all()
     planned = set(df[df.origin == "sampled"].set_index(cols).index)
     assert set(alone.index) <= planned  # the plan's own (targeted) shapes
-    again = subprocess.run(args, env=cpu_env, capture_output=True, text=True, timeout=300)
-    assert json.loads(again.stdout)["status"] == "nothing-to-do"  # the phase is stored once per store
+    from sampling.runner import CO_RUN_TASK, _stored_keys
+    stored = store.read_samples(tmp_path)
+    assert CO_RUN_TASK in _stored_keys(stored, repeats=3)  # a resumed run does not time the phase again
+    # and its rows are no plan task's repeats: the plan's own rows alone make a task done
+    assert _stored_keys(stored[stored.origin.isin(ORIGINS)], repeats=3) == {CO_RUN_TASK}
 
     hw = load_hardware("local-cpu")
     models = train(df, hw, section(load_config([]), "regressor", RegressorConfig), n_jobs=1)
@@ -52,17 +55,22 @@ def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_st
     assert models.manifest["samples"]["rows"] == int((~df.origin.isin(ORIGINS)).sum())  # not the models' rows
 
 
-def test_the_phase_takes_each_compute_op_s_first_targeted_shapes_and_no_collective():
+def test_the_phase_takes_each_compute_op_s_longest_targeted_shapes_in_turns():
     pytest.importorskip("torch")
-    from sampling.co_run import TASKS_PER_OP, co_run_tasks
-    from sampling.plan import make_plan
+    from sampling.co_run import CALL_CAP_MS, TASKS_PER_OP, co_run_tasks
+    from sampling.plan import call_seconds, make_plan, target_calls
     sc = section(load_config(["sampling=quick"]), "sampling", SamplingConfig)
-    plan = make_plan(sc, load_hardware("local-cpu"))
-    chosen = co_run_tasks(plan.compute + plan.collectives)
+    hw = load_hardware("local-cpu")
+    plan = make_plan(sc, hw)
+    chosen = co_run_tasks(plan.compute + plan.collectives, target_calls(sc, hw), hw)
     per_op = Counter((t.call.op, t.call.pass_) for t in chosen)
     assert max(per_op.values()) == TASKS_PER_OP and not any(OPS[op].collective for op, _ in per_op)
-    gemms = [t for t in plan.compute if t.call.op == "gemm" and t.call.pass_ == "fwd"][:TASKS_PER_OP]
-    assert [t for t in chosen if t.call.op == "gemm" and t.call.pass_ == "fwd"] == gemms
+    ms = {t.key: call_seconds(t.call.op, t.call.pass_, t.call.shape_dict, t.dtype, hw) * 1e3 for t in plan.compute}
+    assert all(ms[t.key] <= CALL_CAP_MS for t in chosen)
+    gemms = [t for t in chosen if t.call.op == "gemm" and t.call.pass_ == "fwd"]
+    assert [ms[t.key] for t in gemms] == sorted((ms[t.key] for t in gemms), reverse=True)
+    first = chosen[:len(per_op)]  # every op's longest before any op's second
+    assert Counter((t.call.op, t.call.pass_) for t in first) == Counter(dict.fromkeys(per_op, 1))
 
 
 def test_the_slowdown_is_the_median_over_shapes_of_beside_over_alone():

@@ -364,7 +364,7 @@ class SamplingConfig:
     seq_lengths: list[int] = field(default_factory=list)  # the targets' sequence lengths; [] = each model's own
     # a CPU host of several ranks: the budget's part for timing targeted ops beside a neighbouring
     # rank (sampling.co_run); 0: none
-    co_run_share: float = 0.15
+    co_run_share: float = 0.25
     seed: int = 0
     flush_every_s: float = 2.0
     # a cluster job: how long a rank may be silent (a collective's wait, a rank's record) before it
