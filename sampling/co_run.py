@@ -14,7 +14,8 @@ core of its own, a real rank's mix of GEMMs, element-wise ops and framework call
 task is timed alone and then beside the neighbour, back to back, so that a drift of the
 machine's speed falls on both.
 
-The rows' origins are :data:`ALONE` and :data:`BESIDE`; ``prism train`` keeps them out of
+The runner times the tasks with :class:`Neighbour` (``prism sample``'s compute loop). The
+rows' origins are :data:`ALONE` and :data:`BESIDE`; ``prism train`` keeps them out of
 the op models and stores each op's median slowdown (beside / alone at the same shape) in
 the manifest (:func:`predictor.latency.co_run.slowdowns`), which the composer applies to
 the calls of a rank that shares a synchronous host with other ranks
@@ -24,19 +25,15 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import sys
 import time
-from datetime import datetime, timezone
 from itertools import zip_longest
 
 import torch
-from tqdm import tqdm
 
 from predictor.core.ops import OPS, Call
 from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig
 from predictor.latency.co_run import ALONE, BESIDE
-from sampling import kernels
 from sampling.model import Transformer
 from sampling.plan import GROUP_OPS, Task, call_seconds
 from sampling.reference import loss_fn
@@ -107,53 +104,40 @@ def dense_targets(targets: list[str]) -> list[str]:
     return [name for name in targets if not load_model(name).num_experts]
 
 
-def sample_co_run(tasks: list[Task], targets: list[str], repeats: int, warmup: int, timer, device,
-                  writer, base: dict, deadline_wall: float, failures: list, progress: bool) -> str:
-    """Time each of ``tasks`` alone and beside the neighbour (module doc) into ``writer``,
-    until done ("end-of-plan") or past ``deadline_wall`` ("deadline")."""
-    neighbours = dense_targets(targets)
-    if not neighbours or not tasks:
-        return "end-of-plan"
-    ctx = mp.get_context("spawn")  # a fresh interpreter: no state of this one's torch threads
-    running, idle, stop = ctx.Event(), ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_neighbour, args=(neighbours, running, idle, stop), daemon=True)
-    proc.start()
-    try:
-        if not idle.wait(timeout=NEIGHBOUR_START_S):  # its models built
-            failures.append({"task": "co-run", "error": f"the neighbour ({', '.join(neighbours)}) was not ready "
-                                                        f"within {NEIGHBOUR_START_S:g} s"})
-            return "end-of-plan"
-        bar = tqdm(tasks, desc="beside a rank", unit="shape", disable=not progress, file=sys.stderr, mininterval=0.5)
-        for task in bar:
-            if time.time() > deadline_wall:
-                return "deadline"
-            call = task.call
-            bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
-            try:
-                fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
-                host = OPS[call.op].host
-                alone = timer.time(fn, repeats, warmup, host=host)
-                running.set()
-                time.sleep(0.05)  # the neighbour into its step
-                beside = timer.time(fn, repeats, warmup, host=host)
-            except (RuntimeError, MemoryError) as exc:
-                failures.append({"task": f"co-run {task.key}", "error": str(exc).splitlines()[0]})
-                continue
-            finally:
-                fn = None
-                running.clear()
-                time.sleep(0.06)  # past the neighbour's poll: it is in a step or stays idle
-                idle.wait(timeout=NEIGHBOUR_START_S)  # its step ended: the next task's alone is alone
-            now = datetime.now(timezone.utc)
-            writer.add([dict(base, op=call.op, **{"pass": call.pass_}, dtype=task.dtype, **call.shape_dict,
-                             latency_us=lat, repeat=r, timestamp=now, origin=origin)
-                        for origin, lats in ((ALONE, alone), (BESIDE, beside)) for r, lat in enumerate(lats)])
-        bar.close()
-        return "end-of-plan"
-    finally:
-        stop.set()
-        running.set()
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.kill()
+class Neighbour:
+    """The neighbouring rank (module doc): a spawned process training ``targets`` in turn,
+    idle between the tasks; :meth:`origins` times a call alone and then beside it."""
 
+    def __init__(self, targets: list[str]):
+        self.targets = targets
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no state of this one's torch threads
+        self._running, self._idle, self._stop = ctx.Event(), ctx.Event(), ctx.Event()
+        self._proc = ctx.Process(target=_neighbour, args=(targets, self._running, self._idle, self._stop),
+                                 daemon=True)
+
+    def __enter__(self) -> Neighbour:
+        self._proc.start()
+        if not self._idle.wait(timeout=NEIGHBOUR_START_S):  # its models built
+            self.__exit__()
+            raise RuntimeError(f"the neighbour ({', '.join(self.targets)}) was not ready within "
+                               f"{NEIGHBOUR_START_S:g} s")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._running.set()
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+    def origins(self, fn, timer, repeats: int, warmup: int, host: bool) -> dict[str, list[float]]:
+        """``fn``'s latencies alone and beside the neighbour, by origin (:data:`ALONE`, :data:`BESIDE`)."""
+        try:
+            alone = timer.time(fn, repeats, warmup, host=host)
+            self._running.set()
+            time.sleep(0.05)  # the neighbour into its step
+            return {ALONE: alone, BESIDE: timer.time(fn, repeats, warmup, host=host)}
+        finally:
+            self._running.clear()
+            time.sleep(0.06)  # past the neighbour's poll: it is in a step or stays idle
+            self._idle.wait(timeout=NEIGHBOUR_START_S)  # its step ended: the next task's alone is alone

@@ -119,21 +119,28 @@ def host_clock_rows(steps: int, hw: HardwareConfig, device: torch.device, dtype:
     rows = []
     for i in range(warmup + steps):
         for (net, optimizer), launches in zip(trainers, counted):
-            _sync(device)
-            t0 = time.perf_counter_ns()
-            with autocast:
-                loss = loss_fn(net(x), y)
-            t1 = time.perf_counter_ns()
-            _sync(device)
-            t2 = time.perf_counter_ns()
-            loss.backward()
-            t3 = time.perf_counter_ns()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            fwd, bwd = _host_passes(net, optimizer, x, y, device, autocast)
             if i >= warmup:
                 rows += [{"op": "dispatch", "pass": p, "dtype": dtype, "latency_us": us, "launches": launches[p],
-                          "origin": FRAMEWORK} for p, us in (("fwd", (t1 - t0) / 1e3), ("bwd", (t3 - t2) / 1e3))]
+                          "origin": FRAMEWORK} for p, us in (("fwd", fwd), ("bwd", bwd))]
     return rows
+
+
+def _host_passes(net, optimizer, x, y, device: torch.device, autocast) -> tuple[float, float]:
+    """One training step; the host's time (us) to run its forward and its backward, each
+    started on an idle device."""
+    _sync(device)
+    t0 = time.perf_counter_ns()
+    with autocast:
+        loss = loss_fn(net(x), y)
+    t1 = time.perf_counter_ns()
+    _sync(device)
+    t2 = time.perf_counter_ns()
+    loss.backward()
+    t3 = time.perf_counter_ns()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return (t1 - t0) / 1e3, (t3 - t2) / 1e3
 
 
 def checkpoint_rows(steps: int, device: torch.device, dtype: str, seed: int = 0, warmup: int = 2) -> list[dict]:
@@ -150,19 +157,9 @@ def checkpoint_rows(steps: int, device: torch.device, dtype: str, seed: int = 0,
     for i in range(warmup + steps):
         for layers, pair in zip(LAYERS, zip(plain, full)):
             for recompute, (net, optimizer) in zip(("none", "full"), pair):
-                _sync(device)
-                t0 = time.perf_counter_ns()
-                with autocast:
-                    loss = loss_fn(net(x), y)
-                t1 = time.perf_counter_ns()
-                _sync(device)
-                t2 = time.perf_counter_ns()
-                loss.backward()
-                t3 = time.perf_counter_ns()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                passes = _host_passes(net, optimizer, x, y, device, autocast)
                 if i >= warmup:
-                    times.setdefault((layers, recompute), []).append(((t1 - t0) / 1e3, (t3 - t2) / 1e3))
+                    times.setdefault((layers, recompute), []).append(passes)
     rows = []
     for layers in LAYERS:
         fwd, bwd = np.median(np.array(times[(layers, "none")]), axis=0)

@@ -52,7 +52,7 @@ from predictor.data import store
 from predictor.latency.backward_entry import FRAMEWORK
 from predictor.latency.co_run import ORIGINS as CO_RUN_ORIGINS
 from sampling import kernels
-from sampling.co_run import can_co_run, co_run_tasks, sample_co_run
+from sampling.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
 from sampling.collectives import time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
@@ -193,11 +193,13 @@ def _rows(task: Task, latencies: list[float], base: dict) -> list[dict]:
 
 
 def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, base: dict, deadline_wall: float,
-                  failures: list, progress: bool, on_flush=None) -> str:
+                  failures: list, progress: bool, on_flush=None, neighbour: Neighbour | None = None) -> str:
     """Time ``tasks`` into ``writer`` until done ("end-of-plan") or past ``deadline_wall``
     ("deadline"); a task the device cannot run goes to ``failures``. ``on_flush()`` is
-    called after each flush (a cluster rank's heartbeat)."""
-    bar = tqdm(tasks, desc="compute ops", unit="shape", disable=not progress, file=sys.stderr, mininterval=0.5)
+    called after each flush (a cluster rank's heartbeat). With a ``neighbour``, each task
+    is timed alone and beside it (:mod:`sampling.co_run`)."""
+    desc = "beside a rank" if neighbour else "compute ops"
+    bar = tqdm(tasks, desc=desc, unit="shape", disable=not progress, file=sys.stderr, mininterval=0.5)
     last_flush = time.monotonic()
     try:
         for task in bar:
@@ -207,13 +209,16 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
             bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
             try:
                 fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
-                latencies = timer.time(fn, sc.repeats, sc.warmup, host=OPS[call.op].host)
+                host = OPS[call.op].host
+                timed = (neighbour.origins(fn, timer, sc.repeats, sc.warmup, host) if neighbour else
+                         {base["origin"]: timer.time(fn, sc.repeats, sc.warmup, host=host)})
             except (RuntimeError, MemoryError) as exc:  # e.g. a shape the device cannot hold
                 failures.append({"task": task.key, "error": str(exc).splitlines()[0]})
                 continue
             finally:
                 fn = None  # free this shape's operands before the next one allocates
-            writer.add(_rows(task, latencies, base))
+            for origin, latencies in timed.items():
+                writer.add(_rows(task, latencies, dict(base, origin=origin)))
             if time.monotonic() - last_flush > sc.flush_every_s:
                 writer.flush()
                 last_flush = time.monotonic()
@@ -222,6 +227,25 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
     finally:
         bar.close()
     return "end-of-plan"
+
+
+def _sample_co_run(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device, timer, writer, base: dict,
+                   deadline_wall: float, failures: list, progress: bool) -> None:
+    """The targets' longest compute shapes, each timed alone and beside a neighbouring rank
+    (:mod:`sampling.co_run`), for ``sampling.co_run_share`` of the budget at most."""
+    tasks, targets = co_run_tasks(plan.compute, target_calls(sc, hw), hw), dense_targets(sc.targets)
+    if not (tasks and targets):
+        return
+    if progress:
+        print(f"prism sample: beside a rank: {len(tasks)} of the targets' compute shapes, each timed alone and "
+              f"beside a process training {', '.join(targets)}", file=sys.stderr)
+    try:
+        with Neighbour(targets) as neighbour:
+            _compute_loop(tasks, sc, device, timer, writer, base,
+                          min(deadline_wall, time.time() + sc.co_run_share * sc.budget_s), failures, progress,
+                          neighbour=neighbour)
+    except RuntimeError as exc:  # the neighbour did not start: the plan's samples stand without it
+        failures.append({"task": "co-run", "error": str(exc)})
 
 
 def _sample_framework(sc: SamplingConfig, hw: HardwareConfig, device: torch.device, writer, base: dict,
@@ -324,14 +348,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         if ended == "end-of-plan" and framework:
             _sample_framework(sc, hw, device, writer, base, failures, progress)
         if ended == "end-of-plan" and co_run:
-            tasks = co_run_tasks(plan.compute, target_calls(sc, hw), hw)
-            if progress:
-                print(f"prism sample: beside a rank: {len(tasks)} of the targets' compute shapes, each timed alone "
-                      f"and beside a process training the targets", file=sys.stderr)
-            ended = sample_co_run(tasks, sc.targets, sc.repeats, sc.warmup, timer, device, writer, base,
-                                  min(deadline_wall, time.time() + sc.co_run_share * sc.budget_s), failures,
-                                  progress)
-            ended = "end-of-plan" if ended == "deadline" else ended  # its share spent: the plan's tasks are done
+            _sample_co_run(sc, hw, plan, device, timer, writer, base, deadline_wall, failures, progress)
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:

@@ -17,6 +17,7 @@ from predictor.core.specs import ParallelConfig, RegressorConfig, SamplingConfig
 from predictor.data import store
 from predictor.latency.artifacts import ModelSet, models_dir, train
 from predictor.latency.co_run import ALONE, BESIDE, ORIGINS, slowdowns
+from predictor.latency.evaluate import evaluate
 from predictor.latency.lookup import call_quantiles
 from predictor.workload.decompose import decompose
 
@@ -53,6 +54,8 @@ def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_st
     assert set(models.manifest["co_run"]) == {"gemm/fwd", "gemm/bwd", "swiglu/fwd", "swiglu/bwd"}
     assert all(v["slowdown"] > 0 and v["shapes"] >= 2 for v in models.manifest["co_run"].values())
     assert models.manifest["samples"]["rows"] == int((~df.origin.isin(ORIGINS)).sum())  # not the models' rows
+    scored = evaluate(models, df)
+    assert scored.rows.sum() == models.manifest["samples"]["rows"]  # nor the rows prism evaluate scores
 
 
 def test_the_phase_takes_each_compute_op_s_longest_targeted_shapes_in_turns():
