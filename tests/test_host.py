@@ -163,6 +163,15 @@ def test_full_recompute_pays_each_block_s_checkpoint_beside_its_recomputed_calls
         assert q[0][len(q[0]) // 2] == pytest.approx(model.num_layers * each)
 
 
+@pytest.mark.parametrize("key", ["dispatch_us", "checkpoint_fwd_us", "checkpoint_bwd_us"])
+def test_a_negative_host_figure_is_refused_naming_it(key):
+    from predictor.app.config import load_config
+    from predictor.core.profiles import section
+    from predictor.core.specs import HardwareConfig
+    with pytest.raises(PrismError, match=f"hardware.host.{key}=-5.0: must be a non-negative"):
+        section(load_config(["hardware=h100-sxm", f"hardware.host.{key}=-5"]), "hardware", HardwareConfig)
+
+
 def test_sample_if_missing_samples_only_a_cpu_that_lacks_its_own_models(monkeypatch):
     from predictor.app import cli
     with pytest.raises(PrismError, match="GPU profile") as info:
