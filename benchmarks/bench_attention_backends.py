@@ -18,7 +18,6 @@ reported as such, not skipped silently.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from contextlib import nullcontext
 
@@ -26,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from predictor.core.files import write_csv
 from sampling.timers import event_median_ms
 
 BACKENDS = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -70,12 +70,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_attention_backends: needs a CUDA GPU; torch sees none here")
     rows = [measure(b, max(1, args.tokens // seq), seq, args.heads, args.repeats) for seq in seqs for b in backends]
-    fields = sorted({key for row in rows for key in row}, key=lambda k: list(rows[0]).index(k)
-                    if k in rows[0] else 99)
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.out, rows)
     for r in rows:
         if "error" in r:
             print(f"{r['backend']:>9} s={r['seq']:>6}: cannot run ({r['error']})")

@@ -13,7 +13,6 @@ checkpoint a block, and with it, as Megatron's ``tensor_parallel.checkpoint`` (a
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ from scipy.stats import theilslopes
 from torch.utils import checkpoint as torch_checkpoint
 
 import sampling.model
+from predictor.core.files import write_csv
 from sampling.framework import checkpoint_rows
 
 
@@ -64,10 +64,7 @@ def main() -> None:
                         "fwd_us_per_block": round(slopes["fwd"], 1), "bwd_us_per_block": round(slopes["bwd"], 1)})
     sampling.model.checkpoint = plain
     if args.out:
-        with open(args.out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(results[0]))
-            writer.writeheader()
-            writer.writerows(results)
+        write_csv(args.out, results)
 
 
 if __name__ == "__main__":

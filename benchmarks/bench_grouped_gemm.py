@@ -14,11 +14,11 @@ calls (CUDA events) after three untimed ones; a path that cannot run a shape say
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 
 import torch
 
+from predictor.core.files import write_csv
 from sampling.timers import event_median_ms
 
 #: (name, hidden, expert ffn, local experts)
@@ -61,11 +61,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_grouped_gemm: needs a CUDA GPU; torch sees none here")
     rows = [r for name, h, f, e in LAYERS for t in TOKENS for r in measure(name, h, f, e, t, args.repeats)]
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.out, rows)
     for r in rows:
         head = f"{r['layer']:<18} {r['gemm']} {r['experts']:>2}x{r['tokens_per_expert']:>5} {r['path']:<10}"
         print(f"{head} cannot run ({r['error']})" if "error" in r

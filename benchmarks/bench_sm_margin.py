@@ -14,11 +14,12 @@ sets it) and not.
 from __future__ import annotations
 
 import argparse
-import csv
 
 import cupy as cp
 import numpy as np
 import torch
+
+from predictor.core.files import write_csv
 
 HOLD = r"""
 extern "C" __global__ void hold(long long cycles) {
@@ -86,10 +87,7 @@ def main() -> None:
               f"x{row['priced']:.3f})", flush=True)
         rows.append(row)
     if args.out:
-        with open(args.out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ the target, so a reader (or a run interrupted mid-write) finds the old file or t
 never half of one."""
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
 import uuid
@@ -24,6 +25,19 @@ def write_atomically(path, write: Callable[[Path], object]) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_csv(path, rows: list[dict]) -> Path:
+    """``rows`` as a CSV table at ``path`` (atomically), its columns every key of the rows in
+    order of appearance."""
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+    return write_atomically(path, write)
 
 
 def writable(key: str, path, folder: bool = False, create: bool = True) -> Path:

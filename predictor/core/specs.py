@@ -266,8 +266,8 @@ class HardwareConfig:
                 raise PrismError(f"hardware.variability.{key}={getattr(spread, key)}: a coefficient of variation is "
                                  f"a share below 1 (0.03 for 3%)", field=f"hardware.variability.{key}")
         check_number("hardware.variability.checkpoint_interval_min", spread.checkpoint_interval_min)
-        for key in ("dispatch_us", "autograd_us", "launch_us", "collective_launch_us", "dtensor_us", "checkpoint_fwd_us",
-                    "checkpoint_bwd_us"):
+        for key in ("dispatch_us", "autograd_us", "launch_us", "collective_launch_us", "dtensor_us",
+                    "checkpoint_fwd_us", "checkpoint_bwd_us"):
             check_number(f"hardware.host.{key}", getattr(self.host, key), zero=True)
 
     @property
