@@ -208,7 +208,7 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
                                  field="sampling.targets") from None
             for stage in work.stages:
                 for call in stage.forward + stage.backward + stage.step:
-                    call = alone(call)  # a neighbouring rank is the co-run phase's (sampling.co_run)
+                    call = call.keyed("co_runners")  # a neighbouring rank is the co-run phase's (sampling.co_run)
                     if (not OPS[call.op].collective and call.op in sc.ops
                             and (call.op, call.pass_, call.shape) not in seen):
                         seen.add((call.op, call.pass_, call.shape))
@@ -216,14 +216,6 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
     # round robin over the targets: a plan that keeps only the first shapes of an op keeps
     # every target's first ones (in target order, the third model's GEMMs were all cut)
     return [c for group in zip_longest(*per_model) for c in group if c is not None]
-
-
-def alone(call: Call) -> Call:
-    """``call`` without its ``co_runners`` mark (:func:`predictor.workload.decompose.neighbours`)."""
-    if not any(k == "co_runners" for k, _ in call.shape):
-        return call
-    return Call(call.op, call.pass_, tuple((k, v) for k, v in call.shape if k != "co_runners"), call.count,
-                call.role, call.ranks_per_node, call.nodes)
 
 
 def _shapes_per_op(calls: list[Call]) -> dict[str, list[dict]]:

@@ -172,6 +172,14 @@ class Call:
         # rebuilt through __init__ on unpickling: a str hash differs between processes
         return Call, (self.op, self.pass_, self.shape, self.count, self.role, self.ranks_per_node, self.nodes)
 
+    def keyed(self, key: str, value=None) -> Call:
+        """This call with the lookup key ``key`` set to ``value`` (None: removed), a mark the
+        lookup reads, not a feature (``sm_margin``, ``co_runners``)."""
+        shape = tuple(kv for kv in self.shape if kv[0] != key)
+        if value is not None:
+            shape = tuple(sorted((*shape, (key, value))))
+        return Call(self.op, self.pass_, shape, self.count, self.role, self.ranks_per_node, self.nodes)
+
     @classmethod
     def of(cls, op: str, pass_: str, shape: dict, count: int = 1, role: str = "compute",
            topology: tuple[int, int] = (1, 1)) -> Call:

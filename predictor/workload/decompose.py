@@ -228,8 +228,7 @@ def _margined(calls: list[Call], linears: set[tuple], hidden: int, sm_margin: in
             return False
         s = c.shape_dict
         return s["n"] == hidden if c.pass_ == "fwd" else s["k"] == hidden
-    return [Call(c.op, c.pass_, tuple(sorted((*c.shape, ("sm_margin", sm_margin)))), c.count, c.role,
-                 c.ranks_per_node, c.nodes) if margined(c) else c for c in calls]
+    return [c.keyed("sm_margin", sm_margin) if margined(c) else c for c in calls]
 
 
 def neighbours(gpus: int, hw: HardwareConfig) -> int:
@@ -243,9 +242,7 @@ def _beside(calls: list[Call], others: int) -> list[Call]:
     """``calls`` with every one but the collectives marked as run beside ``others`` ranks
     (``co_runners``: a shape key the lookup reads, not a feature;
     :mod:`predictor.latency.co_run`)."""
-    return [c if OPS[c.op].collective else
-            Call(c.op, c.pass_, tuple(sorted((*c.shape, ("co_runners", others)))), c.count, c.role,
-                 c.ranks_per_node, c.nodes) for c in calls]
+    return [c if OPS[c.op].collective else c.keyed("co_runners", others) for c in calls]
 
 
 def userbuffer_sms(par: ParallelConfig, framework: str | None, hw: HardwareConfig) -> int:
