@@ -34,9 +34,8 @@ from predictor.core.ops import OPS, Call
 from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig
 from predictor.latency.co_run import ALONE, BESIDE
-from sampling.model import Transformer
+from sampling.model import Transformer, loss_fn
 from sampling.plan import GROUP_OPS, Task, call_seconds
-from sampling.reference import loss_fn
 
 #: Targeted tasks timed beside the neighbour per (op, pass): the longest the plan's targets
 #: make under :data:`CALL_CAP_MS` (the ops a rank spends its step in, and the least noisy).

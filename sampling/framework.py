@@ -46,8 +46,8 @@ from predictor.latency.backward_entry import FRAMEWORK
 from predictor.workload.decompose import decompose
 from sampling.collectives import _sync
 from sampling.kernels import TORCH_DTYPES
-from sampling.model import Transformer
-from sampling.reference import CYCLE, loss_fn, trace_steps
+from sampling.model import Transformer, loss_fn
+from sampling.tracing import CYCLE, trace_steps
 
 #: The reference model these rows describe: the ground-truth suite's ``tiny``, a Llama layer.
 MODEL = "tiny"

@@ -30,7 +30,7 @@ kept. Rank 0 reports the steps done for the front-end's progress bar.
 With ``trace_dir`` set, each rank then profiles ``trace_steps`` more steps with
 ``torch.profiler`` (``record_shapes=True``, what ``prism import-trace`` reads) and writes
 ``<trace_dir>/rank<r>.step<k>.json``, with the profiler's cost per recorded op on this
-CPU (:func:`profiler_cost_us`) in the trace's metadata. Every traced step is its own
+CPU (:func:`sampling.tracing.profiler_cost_us`) in the trace's metadata. Every traced step is its own
 profiler cycle (one untraced step, one warm-up, one recorded): on CPU, a recording that runs on for several
 steps slows the memory-bound ops of the later ones (+45% step time on the ``small``
 model from the third recorded step on, measured here), so one-step cycles keep the
@@ -41,29 +41,24 @@ from __future__ import annotations
 import json
 import os
 import time
-import warnings
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel
-from torch.profiler import ProfilerActivity, profile, schedule
 
 from predictor.core.layout import layers_per_stage
 from predictor.core.specs import ModelConfig, ParallelConfig
 from sampling.collectives import _sync
 from sampling.launch import report_progress, worker_main
-from sampling.model import Transformer
+from sampling.model import Transformer, loss_fn
+from sampling.tracing import trace_steps
 
-#: Steps per profiler cycle of :func:`trace_steps`: one untraced, one warm-up, one recorded.
-CYCLE = 3
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 #: Megatron-style TP plan of a block: column-parallel into the sharded inner width,
 #: row-parallel back out (its all-reduce restores the replicated residual stream).
@@ -82,10 +77,6 @@ def keep_stage(net: Transformer, stage: int, stages: int) -> Transformer:
     if stage < stages - 1:
         net.norm = net.head = None
     return net
-
-
-def loss_fn(logits, labels):
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
 
 
 class Trainer:
@@ -157,52 +148,6 @@ class Trainer:
                     self.schedule.step()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-
-def profiler_cost_us(calls: int = 4000, rounds: int = 3) -> float:
-    """What recording one op costs on this CPU: the median over ``rounds`` of the extra wall
-    time of ``calls`` tiny ops under ``torch.profiler`` (``record_shapes=True``) per event
-    recorded. ``prism import-trace`` takes it off the traced timings."""
-    x, y = torch.ones(4), torch.ones(4)
-
-    def run() -> float:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            torch.add(x, y)
-        return time.perf_counter() - t0
-
-    run()  # warm-up
-    costs = []
-    for _ in range(rounds):
-        bare = run()
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            traced = run()
-        costs.append(max(traced - bare, 0.0) / max(len(prof.events()), 1) * 1e6)
-    return float(sorted(costs)[len(costs) // 2])
-
-
-def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, rank: int, steps: int) -> None:
-    """Profile ``steps`` more runs of ``step``, one profiler cycle each (see the module doc)."""
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    def export(prof) -> None:  # to a temporary name first: a trace file is whole or absent
-        path = folder / f"rank{rank}.step{len(written)}.json"
-        tmp = path.with_name(f".{path.name}.tmp")
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, path)
-        written.append(path)
-
-    # one-step cycles on purpose: torch's note that each cycle clears the last one's events
-    warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
-    cost = json.dumps(profiler_cost_us())
-    cycle = schedule(wait=1, warmup=1, active=1, repeat=steps)  # CYCLE calls of step
-    with profile(activities=activities, record_shapes=True, schedule=cycle, on_trace_ready=export) as prof:
-        for _ in range(CYCLE * steps):
-            prof.add_metadata_json("prism_profiler_cost_us", cost)  # for prism import-trace
-            step()
-            prof.step()
 
 
 def run_job(job: dict) -> list[float]:

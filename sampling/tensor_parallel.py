@@ -16,8 +16,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 #: Width of the pair's tensors: small enough that only the framework's time is left.
 WIDTH = 4
@@ -36,6 +34,11 @@ class _Pair(nn.Module):
 def build_pair(pass_: str, group, device: torch.device) -> Callable[[], object]:
     """A zero-argument function running one tensor-parallel pair over the process group
     ``group`` (every member calls it): its forward, or its backward replayed on one graph."""
+    # imported here, not with the module: DTensor's modules cost every sampling process
+    # about 1 s of its start, and only this op needs them
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
     mesh = DeviceMesh.from_group(group, device.type)
     width = WIDTH * mesh.size()  # each rank holds a WIDTH-wide shard
     pair = parallelize_module(_Pair(width).to(device), mesh, {"column": ColwiseParallel(), "row": RowwiseParallel()})

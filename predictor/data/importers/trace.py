@@ -54,7 +54,7 @@ The profiler's own cost
 -----------------------
 On a CPU trace every recorded event costs wall time inside its parent's duration and the
 step's. ``prism measure`` measures that cost per event on the machine it traces
-(:func:`sampling.reference.profiler_cost_us`) and writes it into each trace
+(:func:`sampling.tracing.profiler_cost_us`) and writes it into each trace
 (``prism_profiler_cost_us``); the importer takes it off every call per event recorded
 inside it, and off the framework time per event recorded outside the calls. For other
 traces give it as ``profiler_cost_us=`` (the report says when it is not known).

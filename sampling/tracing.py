@@ -1,0 +1,67 @@
+"""Profiling a training step for ``prism import-trace``: the profiler's cost per recorded
+op on this CPU, and one-step profiler cycles (why one step each: :mod:`sampling.reference`).
+
+Kept apart from :mod:`sampling.reference` so that the sampler's own framework rows
+(:mod:`sampling.framework`) trace steps without importing the distributed layouts, whose
+modules (FSDP, pipelining) cost each sampling process about 2 s of its start.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+#: Steps per profiler cycle of :func:`trace_steps`: one untraced, one warm-up, one recorded.
+CYCLE = 3
+
+
+def profiler_cost_us(calls: int = 4000, rounds: int = 3) -> float:
+    """What recording one op costs on this CPU: the median over ``rounds`` of the extra wall
+    time of ``calls`` tiny ops under ``torch.profiler`` (``record_shapes=True``) per event
+    recorded. ``prism import-trace`` takes it off the traced timings."""
+    x, y = torch.ones(4), torch.ones(4)
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            torch.add(x, y)
+        return time.perf_counter() - t0
+
+    run()  # warm-up
+    costs = []
+    for _ in range(rounds):
+        bare = run()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            traced = run()
+        costs.append(max(traced - bare, 0.0) / max(len(prof.events()), 1) * 1e6)
+    return float(sorted(costs)[len(costs) // 2])
+
+
+def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, rank: int, steps: int) -> None:
+    """Profile ``steps`` more runs of ``step``, one profiler cycle each (see the module doc)."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def export(prof) -> None:  # to a temporary name first: a trace file is whole or absent
+        path = folder / f"rank{rank}.step{len(written)}.json"
+        tmp = path.with_name(f".{path.name}.tmp")
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, path)
+        written.append(path)
+
+    # one-step cycles on purpose: torch's note that each cycle clears the last one's events
+    warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+    cost = json.dumps(profiler_cost_us())
+    cycle = schedule(wait=1, warmup=1, active=1, repeat=steps)  # CYCLE calls of step
+    with profile(activities=activities, record_shapes=True, schedule=cycle, on_trace_ready=export) as prof:
+        for _ in range(CYCLE * steps):
+            prof.add_metadata_json("prism_profiler_cost_us", cost)  # for prism import-trace
+            step()
+            prof.step()
