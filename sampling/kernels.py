@@ -210,10 +210,6 @@ def build(op: str, pass_: str, shape: dict, dtype: str, device: torch.device) ->
         raise PrismError(unknown_op_message(op) if op not in OPS else f"{op} is a collective")
     if op in IN_STEPS:
         raise PrismError(in_steps_message(op), field="sampling.ops")
-    if op == "checkpoint":
-        raise PrismError("sampling.ops: checkpoint is timed in the reference model's steps with dispatch "
-                         "(sampling.framework), not as a call of its own: drop it from sampling.ops",
-                         field="sampling.ops")
     if pass_ not in OPS[op].passes:
         raise PrismError(f"{op} has no pass {pass_!r}; it has {', '.join(OPS[op].passes)}", field=str(op))
     if op == "optimizer_step":
