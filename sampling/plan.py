@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from itertools import product, zip_longest
 
 import numpy as np
-from scipy.stats import qmc
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import BUS_FACTOR, DTYPE_BYTES, OPS, OPTIMIZERS, Call, bytes_moved, flops, unknown_op_message
@@ -273,6 +272,9 @@ def _shape_from_point(op: str, point: dict, i: int) -> dict:
 def _space_filling(op, n, sc, hw, targeted, cap_s, seed) -> list[dict]:
     cols = _DRAWN.get(op) or tuple(c for c in OPS[op].shape if c not in _CATEGORICAL)
     box = _box(op, cols, sc, targeted)
+    # imported here: scipy.stats costs every process that imports this module (a collective
+    # job's ranks read only its constants) about 1.7 s of its start
+    from scipy.stats import qmc
     sobol = qmc.Sobol(d=len(cols), scramble=True, seed=seed)
     points = sobol.random(1024)
     out, seen = [], set()
