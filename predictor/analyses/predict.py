@@ -118,6 +118,10 @@ def check_confidence(value) -> float | None:
     return level
 
 
+#: The largest token budget taken: past it a figure is a typo (and the days to train no figure to plan by).
+MAX_TRAIN_TOKENS = 1e18
+
+
 def check_train_tokens(value) -> float:
     """``train_tokens`` as a positive number of tokens."""
     try:
@@ -127,6 +131,9 @@ def check_train_tokens(value) -> float:
     if not 0 < tokens < math.inf:
         raise PrismError(f"train_tokens={value}: the token budget to train on, a positive finite number, "
                          f"e.g. train_tokens=15e12", field="train_tokens")
+    if tokens > MAX_TRAIN_TOKENS:
+        raise PrismError(f"train_tokens={value}: above {MAX_TRAIN_TOKENS:.0e} tokens, tens of thousands of times the "
+                         f"largest published runs (15e12 to 36e12); a typo?", field="train_tokens")
     return tokens
 
 

@@ -263,6 +263,11 @@ def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisCo
     return rows
 
 
+#: Interruptions over all runs past which the lost work is drawn per run from its normal limit
+#: instead of per interruption (whose arrays would not fit in memory).
+MANY_FAILURES = 1_000_000
+
+
 def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus: int, runs: int,
                   seed: int) -> dict:
     """Days to train with interruptions and restarts, over ``runs`` Monte Carlo runs.
@@ -272,9 +277,17 @@ def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus
     rng = np.random.default_rng(seed)
     var = hw.variability
     productive = rng.choice(run_step_s, size=runs) * steps / SECONDS_PER_DAY
-    failures = rng.poisson(var.interruptions_per_gpu_day * gpus * productive)
-    lost_work = np.bincount(np.repeat(np.arange(runs), failures), minlength=runs,
-                            weights=rng.uniform(0, var.checkpoint_interval_min, failures.sum()))
+    expected = var.interruptions_per_gpu_day * gpus * productive
+    if expected.max() < MANY_FAILURES:
+        failures = rng.poisson(expected)
+    else:  # Poisson past numpy's range: its normal limit (mean and variance the expected count)
+        failures = np.maximum(np.rint(rng.normal(expected, np.sqrt(expected))), 0)
+    if failures.sum() <= MANY_FAILURES:
+        lost_work = np.bincount(np.repeat(np.arange(runs), failures.astype(int)), minlength=runs,
+                                weights=rng.uniform(0, var.checkpoint_interval_min, int(failures.sum())))
+    else:  # a sum of n uniforms on [0, c) without drawing each: mean n·c/2, variance n·c²/12 (central limit)
+        c = var.checkpoint_interval_min
+        lost_work = np.clip(rng.normal(failures * c / 2, np.sqrt(failures / 12) * c), 0, failures * c)
     total = productive + (failures * var.restart_cost_min + lost_work) / MINUTES_PER_DAY
     band = (0.05, 0.5, 0.95)
 

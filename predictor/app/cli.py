@@ -43,10 +43,32 @@ def _load(args):
         from predictor.app.config_text import show_config
         print(show_config(composition), end="")
         raise SystemExit(0)
+    _no_new_keys(composition)
     if composition.cfg.get("output", "table") not in OUTPUTS:
         raise PrismError(f"output={composition.cfg.output}: choose {' or '.join(OUTPUTS)} (--json is output=json)",
                          field="output")
     return composition.cfg
+
+
+def _no_new_keys(composition) -> None:
+    """Refuse a top-level key that ``+key=value`` added (no verb reads it, so a typo such as
+    ``+paralel.tp=8`` would otherwise be ignored without a word) or that ``~key`` deleted
+    (the verbs read every one)."""
+    import difflib
+
+    from predictor.app.config import ROOT_FILE
+    from predictor.core.profiles import GROUPS, read_yaml
+    known = {*GROUPS, *read_yaml(ROOT_FILE)} - {"defaults"}
+    for key in composition.cfg:
+        if key not in known:
+            given = next((s.text for s in composition.overrides if s.key.split(".")[0] == key), key)
+            near = difflib.get_close_matches(str(key), sorted(known), n=1)
+            raise PrismError(f"{given}: {key} is no setting of PRISM{f'; did you mean {near[0]}?' if near else ''}; "
+                             f"`prism <verb> --show-config` lists the settings", field=str(key))
+    for key in sorted(known - set(composition.cfg)):
+        given = next((s.text for s in composition.overrides if s.key == key and s.text.startswith("~")), f"~{key}")
+        raise PrismError(f"{given}: deletes {key}, a setting prism reads; drop {given} to keep its default, or set "
+                         f"it with {key}=VALUE (`prism <verb> --show-config` shows it)", field=key)
 
 
 def _json(payload) -> str:
@@ -236,7 +258,8 @@ def _import_trace(args) -> int:
     try:
         cost = None if cost is None else float(cost)
     except ValueError:
-        cost = math.nan  # import_trace refuses it, naming the setting
+        raise PrismError(f"profiler_cost_us={cost}: give the microseconds (>= 0) one recorded event costs, e.g. 0.5",
+                         field="profiler_cost_us") from None
     report = import_trace(files, settings["out"], settings["hardware"], cost, progress=sys.stderr.isatty())
     _print_reports(report, settings["json"])
     return 0
@@ -436,6 +459,9 @@ def _predict_batch(args) -> int:
         settings[key] = value
     if not settings["out"]:
         raise PrismError("out=OUT.csv is required: where to write the table with the predicted columns", field="out")
+    if settings["output"] not in (None, *OUTPUTS):
+        raise PrismError(f"output={settings['output']}: choose {' or '.join(OUTPUTS)} (--json is output=json)",
+                         field="output")
     numbers = {}
     for key, low in (("draws", 1), ("seed", 0)):
         try:

@@ -58,6 +58,9 @@ def plot_path(value, key: str = "plot") -> Path | None:
     if isinstance(value, bool) or not str(value).strip():
         raise PrismError(f"{key}={value}: a file to write the figure to, e.g. {key}=step.png", field=key)
     path = Path(str(value))
+    if path.is_dir() or str(value).endswith(("/", "\\")):  # not a file beside it, FOLDER.png
+        raise PrismError(f"{key}={value}: names a folder; give a file in it, e.g. {key}={path / 'figure.png'}",
+                         field=key)
     if not path.suffix:
         path = path.with_suffix(".png")
     elif path.suffix.lower() != ".png":

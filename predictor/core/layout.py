@@ -93,6 +93,7 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     if par.attention not in ATTENTIONS:
         raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose auto, flash, cudnn or unfused",
                          field='parallel.attention')
+    check_number("parallel.moe_capacity_factor", par.moe_capacity_factor, zero=True)  # on a dense model too
     if par.moe_dispatcher not in DISPATCHERS:  # a typo is named on a dense model too, where it does nothing yet
         raise PrismError(f"parallel.moe_dispatcher={par.moe_dispatcher!r}: unknown; choose one of: "
                          f"{', '.join(DISPATCHERS)}", field="parallel.moe_dispatcher")

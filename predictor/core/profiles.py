@@ -45,6 +45,7 @@ def section(cfg: DictConfig, name: str, schema: type):
     node = cfg.get(name)
     if node is None:
         raise PrismError(f"{name}: missing from the configuration", field=name)
+    _check_switches(node, name, schema)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         return OmegaConf.to_object(merged)
@@ -69,6 +70,21 @@ def section(cfg: DictConfig, name: str, schema: type):
                    else f"no such setting; {name}{'.' + parent if parent else ''} has {', '.join(known)}")
         raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}",
                          field=f"{name}.{key}" if key else name) from None
+
+
+def _check_switches(node, prefix: str, schema: type) -> None:
+    """Refuse a number other than 0 or 1 where ``schema`` takes true or false: OmegaConf
+    reads any other integer as true, so ``parallel.overlap_grad_reduce=2`` would pass."""
+    if not (dataclasses.is_dataclass(schema) and isinstance(node, DictConfig)):
+        return
+    for key, kind in typing.get_type_hints(schema).items():
+        value = node.get(key)
+        if dataclasses.is_dataclass(kind):
+            _check_switches(value, f"{prefix}.{key}", kind)
+        elif kind is bool and isinstance(value, int | float) and not isinstance(value, bool) and value not in (0, 1):
+            raise PrismError(f"{prefix}.{key}={value}: takes true or false (any number but 0 would read as true); "
+                             f"give {prefix}.{key}=true or {prefix}.{key}=false",
+                             field=f"{prefix}.{key}")
 
 
 def _schema_at(schema: type, path: str):

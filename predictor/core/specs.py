@@ -372,6 +372,11 @@ class SamplingConfig:
     # counts as hung or lost and the others go on without it
     rank_timeout_s: float = 600.0
 
+    def __post_init__(self):
+        # NaN passes every "below the minimum" test of the plan's checks (a NaN budget never ends)
+        for key in ("budget_s", "collective_share", "max_call_ms", "co_run_share", "flush_every_s", "rank_timeout_s"):
+            check_number(f"sampling.{key}", getattr(self, key), zero=True)
+
 
 @dataclass
 class MeasureConfig:

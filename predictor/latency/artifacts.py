@@ -501,6 +501,17 @@ def whole_folder(directory: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_latencies(rows: pd.DataFrame) -> None:
+    """One error naming ``latency_us`` where a row's latency is empty, non-positive or
+    infinite (``prism train`` and ``prism evaluate`` refuse them alike)."""
+    bad = ~(rows["latency_us"] > 0) | ~np.isfinite(rows["latency_us"])  # NaN fails the first test
+    if bad.any():
+        where = ", ".join(f"{op}/{p} {n}" for (op, p), n in rows[bad].groupby(["op", "pass"]).size().items())
+        raise PrismError(f"samples: latency_us is empty, non-positive or infinite in {int(bad.sum())} row(s) "
+                         f"({where}); a sample is a measured time: drop those rows or sample again",
+                         field="latency_us")
+
+
 def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs: int = 2,
           progress: bool = False) -> ModelSet:
     """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
@@ -511,12 +522,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
-    bad = ~(rows["latency_us"] > 0) | ~np.isfinite(rows["latency_us"])  # NaN fails the first test
-    if bad.any():
-        where = ", ".join(f"{op}/{p} {n}" for (op, p), n in rows[bad].groupby(["op", "pass"]).size().items())
-        raise PrismError(f"samples: latency_us is empty, non-positive or infinite in {int(bad.sum())} row(s) "
-                         f"({where}); a sample is a measured time: drop those rows or sample again",
-                         field="latency_us")
+    check_latencies(rows)
     beside = slowdowns(rows)  # a neighbouring rank's cost, from the co-run phase's own rows
     rows = without_co_run(rows)
     rows, entries = as_trained(rows, hw.host.asynchronous)  # the entry once per backward, not per op

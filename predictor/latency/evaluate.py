@@ -13,7 +13,7 @@ import pandas as pd
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS
-from predictor.latency.artifacts import ModelSet, data_hash, shape_groups
+from predictor.latency.artifacts import ModelSet, check_latencies, data_hash, shape_groups
 from predictor.latency.backward_entry import as_trained
 from predictor.latency.co_run import without_co_run
 
@@ -65,6 +65,7 @@ def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> 
     if by is not None and by not in samples.columns:
         columns = ", ".join(map(str, samples.columns))
         raise PrismError(f"by={by}: no such column of the samples; choose one of {columns}", field="by")
+    check_latencies(samples[samples["hardware"] == models.hw.name])  # else NaN scores, or rows dropped unsaid
     rows = _as_trained(models, samples)
     network = models.manifest.get("collective_network") or ""
     out = []

@@ -1,0 +1,101 @@
+"""Settings a new user gets wrong (added or deleted keys, numbers for switches, NaN budgets,
+absurd token budgets, folders for figures) and samples with impossible latencies: one line
+naming the field, exit code 2, never a traceback, a silent default or a figure written
+somewhere else than asked."""
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.analyses.variability import time_to_train
+from predictor.app.cli import main
+from predictor.app.config import load_config
+from predictor.core.errors import PrismError
+from predictor.core.profiles import REPO_ROOT, load_hardware, section
+from predictor.core.specs import SamplingConfig
+
+JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("args, says", [
+    ([*JOB, "+foo=1"], "+foo=1: foo is no setting of PRISM"),  # was ignored without a word
+    ([*JOB, "+paralel.tp=8"], "did you mean parallel?"),
+    ([*JOB, "~gpus"], "~gpus: deletes gpus"),  # was a ConfigAttributeError traceback
+    ([*JOB, "~seed"], "~seed: deletes seed"),
+    ([*JOB, "parallel.overlap_grad_reduce=2"], "parallel.overlap_grad_reduce=2: takes true or false"),  # read as true
+    ([*JOB, "hardware.host.asynchronous=5"], "hardware.host.asynchronous=5: takes true or false"),
+    ([*JOB, "parallel.moe_capacity_factor=-1"], "parallel.moe_capacity_factor=-1.0"),  # dense: was ignored
+    ([*JOB, "train_tokens=1e40"], "train_tokens=1e+40: above 1e+18 tokens"),
+    (["variability", *JOB[1:], "train_tokens=1e40"], "train_tokens=1e+40"),  # was numpy's 'lam value too large'
+])
+def test_a_bad_setting_is_one_line_naming_it(args, says, capsys):
+    assert main(args) == 2
+    assert says in _one_line(capsys)
+
+
+def test_switches_still_take_true_false_and_0_1(capsys):
+    for value in ("true", "false", "0", "1"):
+        assert main([*JOB, f"parallel.overlap_grad_reduce={value}", "--json"]) == 0
+    capsys.readouterr()
+
+
+def test_many_interruptions_are_counted_without_running_out_of_memory():
+    """A high interruption rate (or a long run on many GPUs) made one array entry per
+    interruption: 34 GiB for 1000 interruptions per GPU-day on 8 GPUs, then a MemoryError."""
+    hw = load_hardware("h100-sxm")
+    for rate in (1000.0, 1e12):  # the second past numpy's Poisson range
+        busy = replace(hw, variability=replace(hw.variability, interruptions_per_gpu_day=rate))
+        out = time_to_train(np.full(10, 3.2), 3.8e6, busy, gpus=8, runs=4000, seed=0)
+        assert all(np.isfinite(v) for part in out.values() for v in part.values())
+        assert out["days"]["p50"] > out["productive_days"]["p50"] and 0 < out["goodput"]["p50"] < 0.01
+    few = time_to_train(np.full(10, 3.2), 3.8e6, hw, gpus=8, runs=4000, seed=0)  # the usual case: unchanged path
+    assert few["interruptions"]["p50"] < 10 and few["goodput"]["p50"] > 0.9
+
+
+def test_a_non_finite_sampling_budget_is_refused():
+    """NaN passed the plan's ``budget_s < 1`` check and sampled without end."""
+    for key in ("budget_s", "max_call_ms"):
+        with pytest.raises(PrismError) as err:
+            section(load_config([f"sampling.{key}=nan"]), "sampling", SamplingConfig)
+        assert err.value.field == f"sampling.{key}"
+
+
+def test_predict_batch_names_an_unknown_output(tmp_path, capsys):
+    table = REPO_ROOT / "data" / "e2e" / "e2e_training_visible.csv"
+    assert main(["predict-batch", str(table), f"out={tmp_path / 'p.csv'}", "output=xml"]) == 2
+    assert "output=xml: choose table or json" in _one_line(capsys)
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_a_profiler_cost_that_is_no_number_is_named_as_written(tmp_path, capsys):
+    trace = REPO_ROOT / "measurements" / "h100-gpt3-1.3b-step-trace.json.gz"
+    assert main(["import-trace", str(trace), f"out={tmp_path}", "profiler_cost_us=abc"]) == 2
+    assert "profiler_cost_us=abc:" in _one_line(capsys)  # was 'profiler_cost_us=nan'
+
+
+def test_a_figure_path_that_names_a_folder_is_refused(tmp_path, capsys):
+    """plot=DIR wrote DIR.png beside the folder."""
+    for value in (str(tmp_path), f"{tmp_path / 'new'}/"):
+        assert main(["predict", "model=tiny", "hardware=local-cpu", f"plot={value}"]) == 2
+        assert "names a folder; give a file in it" in _one_line(capsys)
+    assert not list(tmp_path.parent.glob(f"{tmp_path.name}*.png")) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("latency", [np.inf, np.nan, -1.0])
+def test_evaluate_refuses_latencies_that_are_no_measurement(tmp_path, latency, capsys):
+    """Infinite latencies printed NaN and inf scores with exit 0; NaN and negative ones were
+    dropped and the store then read as holding no op with a model."""
+    store = REPO_ROOT / "samples" / "local-cpu"
+    frame = pd.read_parquet(next(store.glob("*.parquet")))
+    frame = frame[frame.op == "all_reduce"].head(20).copy()
+    frame["latency_us"] = latency
+    frame.to_parquet(tmp_path / "bad.parquet")
+    assert main(["evaluate", f"samples={tmp_path / 'bad.parquet'}", "hardware=local-cpu"]) == 2
+    assert "latency_us is empty, non-positive or infinite in 20 row(s)" in _one_line(capsys)
