@@ -34,7 +34,7 @@ _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=
 
 
 def _load(args):
-    from predictor.app.config import compose
+    from predictor.app.config import check_keys, compose
     overrides = list(args.overrides)
     if args.json and "output=json" not in overrides:
         overrides.append("output=json")
@@ -43,32 +43,11 @@ def _load(args):
         from predictor.app.config_text import show_config
         print(show_config(composition), end="")
         raise SystemExit(0)
-    _no_new_keys(composition)
+    check_keys(composition)
     if composition.cfg.get("output", "table") not in OUTPUTS:
         raise PrismError(f"output={composition.cfg.output}: choose {' or '.join(OUTPUTS)} (--json is output=json)",
                          field="output")
     return composition.cfg
-
-
-def _no_new_keys(composition) -> None:
-    """Refuse a top-level key that ``+key=value`` added (no verb reads it, so a typo such as
-    ``+paralel.tp=8`` would otherwise be ignored without a word) or that ``~key`` deleted
-    (the verbs read every one)."""
-    import difflib
-
-    from predictor.app.config import ROOT_FILE
-    from predictor.core.profiles import GROUPS, read_yaml
-    known = {*GROUPS, *read_yaml(ROOT_FILE)} - {"defaults"}
-    for key in composition.cfg:
-        if key not in known:
-            given = next((s.text for s in composition.overrides if s.key.split(".")[0] == key), key)
-            near = difflib.get_close_matches(str(key), sorted(known), n=1)
-            raise PrismError(f"{given}: {key} is no setting of PRISM{f'; did you mean {near[0]}?' if near else ''}; "
-                             f"`prism <verb> --show-config` lists the settings", field=str(key))
-    for key in sorted(known - set(composition.cfg)):
-        given = next((s.text for s in composition.overrides if s.key == key and s.text.startswith("~")), f"~{key}")
-        raise PrismError(f"{given}: deletes {key}, a setting prism reads; drop {given} to keep its default, or set "
-                         f"it with {key}=VALUE (`prism <verb> --show-config` shows it)", field=key)
 
 
 def _json(payload) -> str:

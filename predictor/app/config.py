@@ -204,6 +204,23 @@ def _error(message: str, cause, cfg: DictConfig) -> PrismError:
     return PrismError(f"configuration: {' '.join(message.split())}")
 
 
+def check_keys(composition: Composition) -> None:
+    """Refuse a top-level key that ``+key=value`` added (no verb reads it, so a typo such as
+    ``+paralel.tp=8`` would otherwise be ignored without a word) or that ``~key`` deleted
+    (the verbs read every one). ``--show-config`` shows such a composition as Hydra would."""
+    known = {*GROUPS, *read_yaml(ROOT_FILE)} - {"defaults"}
+    for key in composition.cfg:
+        if key not in known:
+            given = next((s.text for s in composition.overrides if s.key.split(".")[0] == key), key)
+            near = difflib.get_close_matches(str(key), sorted(known), n=1)
+            raise PrismError(f"{given}: {key} is no setting of PRISM{f'; did you mean {near[0]}?' if near else ''}; "
+                             f"`prism <verb> --show-config` lists the settings", field=str(key))
+    for key in sorted(known - set(composition.cfg)):
+        given = next((s.text for s in composition.overrides if s.key == key and s.text.startswith("~")), f"~{key}")
+        raise PrismError(f"{given}: deletes {key}, a setting prism reads; drop {given} to keep its default, or set "
+                         f"it with {key}=VALUE (`prism <verb> --show-config` shows it)", field=key)
+
+
 def load_config(overrides: list[str] = ()) -> DictConfig:
     """The configuration composed from ``conf/`` and ``key=value`` overrides."""
     return compose(overrides).cfg

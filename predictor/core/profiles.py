@@ -77,7 +77,7 @@ def _check_switches(node, prefix: str, schema: type) -> None:
     reads any other integer as true, so ``parallel.overlap_grad_reduce=2`` would pass."""
     if not (dataclasses.is_dataclass(schema) and isinstance(node, DictConfig)):
         return
-    for key, kind in typing.get_type_hints(schema).items():
+    for key, kind in _hints(schema).items():
         value = node.get(key)
         if dataclasses.is_dataclass(kind):
             _check_switches(value, f"{prefix}.{key}", kind)
@@ -90,8 +90,15 @@ def _check_switches(node, prefix: str, schema: type) -> None:
 def _schema_at(schema: type, path: str):
     """The dataclass (or type) that the dotted ``path`` under ``schema`` names, or None."""
     for part in filter(None, path.split(".")):
-        schema = typing.get_type_hints(schema).get(part) if dataclasses.is_dataclass(schema) else None
+        schema = _hints(schema).get(part) if dataclasses.is_dataclass(schema) else None
     return schema
+
+
+@functools.cache
+def _hints(schema: type) -> dict:
+    """A dataclass's field types, resolved once per process (every profile a batch reads is
+    checked against them)."""
+    return typing.get_type_hints(schema)
 
 
 def _field_type(schema: type, key: str) -> str:
