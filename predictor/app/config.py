@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from predictor.core.errors import PrismError
-from predictor.core.profiles import CONF_DIR, GROUPS, group_options, no_option, read_yaml
+from predictor.core.profiles import CONF_DIR, GROUPS, group_options, is_setting, no_option, read_yaml
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
@@ -178,21 +178,26 @@ def _apply(setting: Setting, cfg: DictConfig) -> None:
         try:
             OmegaConf.update(cfg, setting.key, setting.value, merge=True)
         except OmegaConfBaseException as exc:
-            raise _error(f"could not set {setting.text}: {exc}", exc, cfg) from None
+            raise _error(f"could not set {setting.text}: {exc}", exc, cfg, setting) from None
         return
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.errors import HydraException
     try:
         ConfigLoaderImpl._apply_overrides_to_config([setting.hydra], cfg)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise _error(str(exc), exc.__cause__, cfg) from None
+        raise _error(str(exc), exc.__cause__, cfg, setting) from None
 
 
-def _error(message: str, cause, cfg: DictConfig) -> PrismError:
+def _error(message: str, cause, cfg: DictConfig, setting: Setting) -> PrismError:
     """One line for a setting that could not be set; a key that is not there named as such,
     with the settings of its section it may have meant."""
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         key = cause.full_key
+        if is_setting(key):  # a setting the chosen file leaves at its default, not a typo
+            add = f"+{setting.text}" if setting.key == key else f"+{key}=VALUE"
+            return PrismError(f"{key}: a setting the chosen {key.split('.')[0]} file does not write (so its default "
+                              f"applies), and key=value changes only the keys a file writes; add it with {add}",
+                              field=key)
         section, _, name = key.rpartition(".")
         node = OmegaConf.select(cfg, section) if section else cfg
         known = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []

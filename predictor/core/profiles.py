@@ -25,7 +25,14 @@ from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from predictor.core.errors import PrismError
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.specs import (
+    HardwareConfig,
+    MeasureConfig,
+    ModelConfig,
+    ParallelConfig,
+    RegressorConfig,
+    SamplingConfig,
+)
 
 _YAML_LOADER = get_yaml_loader()
 
@@ -34,6 +41,9 @@ CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
 #: The reference data the project ships (published measurements, with sources and licences).
 DATA_DIR = REPO_ROOT / "data"
 GROUPS = ("model", "hardware", "parallel", "sampling", "regressor", "measure")
+#: The dataclass each group is read into (:func:`section`).
+SCHEMAS = {"model": ModelConfig, "hardware": HardwareConfig, "parallel": ParallelConfig, "sampling": SamplingConfig,
+           "regressor": RegressorConfig, "measure": MeasureConfig}
 
 
 def group_options(group: str) -> list[str]:
@@ -108,6 +118,14 @@ def _field_type(schema: type, key: str) -> str:
 def _field_names(schema: type, path: str) -> list[str]:
     node = _schema_at(schema, path)
     return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
+
+
+def is_setting(key: str) -> bool:
+    """Whether the dotted ``key`` (``model.num_experts``) names a field of its group's
+    dataclass, whether or not the group's chosen file writes it."""
+    group, _, rest = key.partition(".")
+    parent, _, leaf = rest.rpartition(".")
+    return group in SCHEMAS and bool(leaf) and leaf in _field_names(SCHEMAS[group], parent)
 
 
 def read_yaml(path: Path) -> dict:

@@ -227,6 +227,9 @@ class HardwareConfig:
         if self.device.kind not in DEVICE_KINDS:
             raise PrismError(f"hardware.device.kind={self.device.kind!r}: choose {' or '.join(DEVICE_KINDS)}",
                              field="hardware.device.kind")
+        # 0 is "none" (a CPU, or not given); a negative figure picked the wrong attention kernel or SM share
+        check_number("hardware.device.compute_capability", self.device.compute_capability, zero=True)
+        check_number("hardware.device.sms", self.device.sms, integer=True, zero=True)
         for dtype, peak in self.peak_flops.items():
             if peak is not None:  # null: the device has no such precision
                 check_number(f"hardware.peak_flops.{dtype}", peak)

@@ -96,8 +96,19 @@ def read_measurements(path) -> pd.DataFrame:
                          field='measured')
     if frame.empty:
         raise PrismError(f"measured={path}: no rows; measure at least one layout", field='measured')
-    if (frame.step_time_s <= 0).any() or frame.step_time_s.isna().any():
-        raise PrismError(f"measured={path}: column 'step_time_s' has non-positive or empty values", field='measured')
+    # a file written by another tool: text where numbers belong failed a comparison deep in pandas, an empty
+    # hardware or layout_id a join or the figure, and an infinite step passed as a measurement (NaN scores)
+    for column in COLUMNS:
+        numeric = pa.types.is_integer(SCHEMA.field(column).type) or pa.types.is_floating(SCHEMA.field(column).type)
+        if numeric and not pd.api.types.is_numeric_dtype(frame[column]):
+            raise PrismError(f"measured={path}: column {column!r} holds {frame[column].dtype} values, not numbers; "
+                             f"not a `prism measure` file: measure again", field='measured')
+        if frame[column].isna().any():
+            raise PrismError(f"measured={path}: column {column!r} has {int(frame[column].isna().sum())} empty "
+                             f"value(s); measure the layouts again", field='measured')
+    if not (np.isfinite(frame.step_time_s) & (frame.step_time_s > 0)).all():
+        raise PrismError(f"measured={path}: column 'step_time_s' has non-positive or infinite values; measure the "
+                         f"layouts again", field='measured')
     return frame
 
 
@@ -111,6 +122,8 @@ def layout_configs(frame: pd.DataFrame, layout_id: str) -> tuple[ModelConfig, Pa
         except (TypeError, ValueError) as exc:  # not JSON, not an object, or fields the spec lacks
             raise PrismError(f"measured: column {column} of layout {layout_id!r} is not a {spec.__name__} as JSON "
                              f"({exc}); measure that layout again with prism measure", field="measured") from None
+        except PrismError as exc:  # a value the spec refuses, named with the layout it came from
+            raise PrismError(f"measured: layout {layout_id!r}: {exc}", field=exc.field) from None
     return specs[0], specs[1]
 
 
@@ -124,8 +137,11 @@ def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[st
     out = []
     for layout_id, group in step_times(frame).groupby("layout_id", sort=False):
         model, par = layout_configs(frame, layout_id)
-        out.append((layout_id, decompose(model, par, hw, par.world_size, framework=REFERENCE_FRAMEWORK),
-                    group.step_time_s.to_numpy()))
+        try:
+            work = decompose(model, par, hw, par.world_size, framework=REFERENCE_FRAMEWORK)
+        except PrismError as exc:  # "parallel.tp=0" alone would read as a setting of the command line
+            raise PrismError(f"measured: layout {layout_id!r}: {exc}", field=exc.field) from None
+        out.append((layout_id, work, group.step_time_s.to_numpy()))
     return out
 
 

@@ -33,6 +33,7 @@ from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.runs_table import (
     BY_NAME,
     FRAMEWORK_DEFAULTS,
+    MISSING_WORDS,
     OFF_WORDS,
     PRECISIONS,
     RECOMPUTES,
@@ -257,7 +258,19 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
         head_dim=hidden // heads, ffn_hidden_size=ffn, vocab_size=vocab, seq_length=seq,
         activation="swiglu" if llama else "gelu", norm="rmsnorm" if llama else "layernorm",
         position="rope" if llama else "learned", tied_embeddings=not llama)
-    return _with_experts(model, row, known, notes) if count(row, "num_experts") or known else model
+    if count(row, "num_experts") or known:
+        return _with_experts(model, row, known, notes)
+    # a dense row: an expert column filled in means num_experts was forgotten, not a dense model meant
+    for column in MOE_COLUMNS:
+        text = cell(row, column)
+        if text.lower() not in ("", "0", *MISSING_WORDS):
+            raise PrismError(f"{column}={text!r}: an expert setting on a row without num_experts, which reads as a "
+                             f"dense model; fill num_experts (the routed experts) or clear {column}", field=column)
+    return model
+
+
+#: The columns only a Mixture-of-Experts row reads (num_experts makes a row one).
+MOE_COLUMNS = ("top_k", "expert_ffn", "shared_experts", "moe_layer_freq")
 
 
 #: Architectures a model name may name that PRISM does not model, and why.

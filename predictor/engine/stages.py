@@ -84,6 +84,11 @@ def ep_sm_share(par, hw) -> float:
     (0 where it is not overlapped, or the profile gives no SM count)."""
     if not par.overlap_ep_comm or not hw.device.sms:
         return 0.0
+    if DISPATCHER_SMS[par.moe_dispatcher] >= hw.device.sms:  # no SM left for the compute it overlaps
+        raise PrismError(f"hardware.device.sms={hw.device.sms}: parallel.moe_dispatcher={par.moe_dispatcher}'s "
+                         f"kernels hold {DISPATCHER_SMS[par.moe_dispatcher]} SMs, leaving the compute none of this "
+                         f"GPU's; give its real SM count (132 on an H100 SXM) or 0 where unknown",
+                         field="hardware.device.sms")
     return DISPATCHER_SMS[par.moe_dispatcher] / hw.device.sms
 
 

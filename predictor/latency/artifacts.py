@@ -201,19 +201,53 @@ def _check_manifest(path: Path, manifest: dict) -> None:
     if not isinstance(manifest.get("floor_fingerprint"), str):
         fail("no floor_fingerprint", "floor_fingerprint")
     entries = manifest.get("models")
-    if not isinstance(entries, dict):
-        fail(f"'models' is {type(entries).__name__}, not the map of trained models", "models")
+    if not isinstance(entries, dict) or not entries:  # prism train writes at least one model
+        fail(f"'models' is {entries!r:.40}, not the map of trained models", "models")
     for key, entry in entries.items():
-        if not isinstance(entry, dict) or entry.get("op") not in OPS or not isinstance(entry.get("files"), dict) \
-                or not all(isinstance(f, dict) and {"file", "sha256"} <= set(f) for f in entry["files"].values()):
-            fail(f"models.{key} is not an entry prism train writes (op, pass, files with file and sha256)",
-                 f"models.{key}")
+        # the key is what predictions look the model up by: "gemm/fwd" holding gemm's bwd would answer for it
+        if not isinstance(entry, dict) or entry.get("op") not in OPS \
+                or entry.get("pass") not in OPS[entry["op"]].passes or key != f"{entry['op']}/{entry['pass']}" \
+                or not isinstance(entry.get("features"), list) or not isinstance(entry.get("files"), dict) \
+                or set(entry["files"]) != {"center", "quantiles"} \
+                or not all(isinstance(f, dict) and isinstance(f.get("file"), str) and isinstance(f.get("sha256"), str)
+                           for f in entry["files"].values()):
+            fail(f"models.{key} is not an entry prism train writes (op, pass, features, files center and quantiles "
+                 f"with file and sha256)", f"models.{key}")
         offsets = entry.get("offsets")
         if (not isinstance(offsets, list) or len(offsets) != len(quantiles)
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_OFFSET
                            for v in offsets)):
             fail(f"models.{key}.offsets {offsets!r} are not {len(quantiles)} finite shifts within +-{MAX_OFFSET:g}",
                  f"models.{key}.offsets")
+    # the parts prism calibrate and prism train add, read far from here (every op's latency, the note on
+    # another CPU's models, a neighbour's slowdown): a damaged one is named now, not met as a traceback or NaN
+    calibration = manifest.get("calibration")
+    if calibration is not None and not _is_calibration(calibration):
+        raise PrismError(f"{path}: calibration {calibration!r:.80} is not what prism calibrate stores "
+                         f"(compute_scale > 0, op_overhead_us and tp_overhead_us >= 0, finite); run prism calibrate "
+                         f"again", field="calibration")
+    device = manifest.get("device")
+    if device is not None and not (isinstance(device, dict) and isinstance(device.get("name"), str)
+                                   and isinstance(device.get("hosts"), list)):
+        fail(f"device {device!r:.80} is not the sampled device's name and hosts", "device")
+    co_run = manifest.get("co_run", {})
+    if not (isinstance(co_run, dict) and all(isinstance(v, dict) and _positive(v.get("slowdown"))
+                                             for v in co_run.values())):
+        fail(f"co_run {co_run!r:.80} is not a map of op/pass to a positive slowdown", "co_run")
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < np.inf
+
+
+def _is_calibration(value) -> bool:
+    """Whether a manifest's ``calibration`` is as :meth:`ModelSet.save_calibration` writes it."""
+    try:
+        cal = Calibration(**value)
+    except TypeError:  # not a mapping, or keys Calibration does not have
+        return False
+    return _positive(cal.compute_scale) and all(_positive(v) or v == 0 for v in
+                                                (cal.op_overhead_us, cal.tp_overhead_us))
 
 
 def _is_ceiling(value) -> bool:
@@ -369,6 +403,9 @@ class ModelSet:
             manifest = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise PrismError(f"{path}: not valid JSON ({exc}); retrain with prism train", field=str(path)) from None
+        except OSError as exc:  # a folder of that name, or unreadable
+            raise PrismError(f"{path}: cannot be read ({exc.strerror or exc}); retrain with prism train",
+                             field=str(path)) from None
         if not isinstance(manifest, dict):
             raise PrismError(f"{path}: a JSON {type(manifest).__name__}, not the manifest's object; retrain with "
                              f"prism train", field=str(path))
@@ -392,7 +429,7 @@ class ModelSet:
             boosters = {}
             for part, f in entry["files"].items():
                 file = directory / f["file"]
-                if not file.exists():
+                if not file.is_file():  # missing, or a folder of that name
                     raise PrismError(f"{file}: listed in {MANIFEST} but missing; retrain with prism train",
                                      field=str(file))
                 boosters[part] = (file, read_booster(file, f["sha256"]))

@@ -93,7 +93,7 @@ def read_variability(directory) -> MeasuredVariability | None:
         if bad:
             raise ValueError(f"sigma of {bad[0]} is {sigmas[bad[0]].sigma}, not a finite number >= 0")
         return MeasuredVariability(data["hardware"], sigmas, data["method"], data["samples"], data["created"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: JSON but no object
         raise PrismError(f"{path}: not a measured variability file ({exc}); refit it with prism train "
                          f"(or delete it to use the profile's cited figures)", field=str(path)) from None
 

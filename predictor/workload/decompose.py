@@ -39,6 +39,7 @@ import functools
 import math
 from dataclasses import dataclass, field, replace
 
+from predictor.core.errors import PrismError
 from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, Call
@@ -252,6 +253,10 @@ def userbuffer_sms(par: ParallelConfig, framework: str | None, hw: HardwareConfi
     Transformer Engine's)."""
     on = (par.overlap_tp_comm and par.tp > 1 and par.sequence_parallel and hw.device.sms
           and _family(framework) == "megatron-core")
+    if on and hw.device.sms <= USERBUFFER_SMS:  # the GEMM would run on no SM at all: an infinite step
+        raise PrismError(f"hardware.device.sms={hw.device.sms}: parallel.overlap_tp_comm's collectives hold "
+                         f"{USERBUFFER_SMS} SMs beside each GEMM, leaving it none of this GPU's; give its real SM "
+                         f"count (132 on an H100 SXM) or 0 where unknown", field="hardware.device.sms")
     return USERBUFFER_SMS if on else 0
 
 

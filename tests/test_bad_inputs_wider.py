@@ -1,0 +1,160 @@
+"""Bad input met further from the command line: model folders edited by hand or another
+tool, measurement files of another writer, profile figures no GPU has, settings a profile
+file leaves out, and table rows that half describe a Mixture-of-Experts model. Each is one
+line naming the field, never a traceback, a NaN or a plausible wrong answer."""
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.analyses.batch import predict_table
+from predictor.app.cli import main
+from predictor.core.errors import PrismError
+from predictor.core.profiles import REPO_ROOT, load_hardware
+from predictor.core.specs import ParallelConfig
+from predictor.data.measurements import measured_workloads, read_measurements
+from predictor.engine.stages import ep_sm_share
+from predictor.latency.artifacts import ModelSet
+
+JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def local_models(tmp_path):
+    folder = tmp_path / "local-cpu"
+    shutil.copytree(REPO_ROOT / "models" / "local-cpu", folder)
+    return folder
+
+
+def _edit_manifest(folder, damage) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    damage(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _gemm(m: dict) -> dict:
+    return m["models"]["gemm/fwd"]
+
+
+@pytest.mark.parametrize("damage, field", [
+    (lambda m: _gemm(m).pop("pass"), "models.gemm/fwd"),  # was KeyError: 'pass'
+    (lambda m: _gemm(m).pop("features"), "models.gemm/fwd"),  # was KeyError: 'features'
+    (lambda m: _gemm(m)["files"].pop("center"), "models.gemm/fwd"),  # was KeyError: 'center'
+    (lambda m: _gemm(m)["files"]["center"].update(file=5), "models.gemm/fwd"),  # was a TypeError
+    (lambda m: _gemm(m).update({"pass": "sideways"}), "models.gemm/fwd"),  # gemm/fwd fell to the prior, silently
+    (lambda m: m["models"].update({"gemm/bwd": dict(m["models"]["gemm/fwd"])}), "models.gemm/bwd"),  # fwd twice
+    (lambda m: m.update(models={}), "models"),  # every op on the prior, reported as measured samples
+    (lambda m: m.update(calibration={"foo": 1}), "calibration"),  # was a TypeError
+    (lambda m: m.update(calibration="yes"), "calibration"),
+    (lambda m: m.update(calibration={"compute_scale": float("nan")}), "calibration"),  # was NaN step times
+    (lambda m: m.update(device={"foo": 1}), "device"),  # was KeyError: 'name'
+    (lambda m: m.update(device="cpu"), "device"),
+    (lambda m: m.update(co_run="x"), "co_run"),
+])
+def test_a_damaged_manifest_is_named_at_load(local_models, damage, field):
+    _edit_manifest(local_models, damage)
+    with pytest.raises(PrismError) as exc:
+        ModelSet.load(local_models, load_hardware("local-cpu"))
+    assert exc.value.field == field and str(local_models / "manifest.json") in str(exc.value)
+
+
+def test_the_shipped_and_calibrated_manifests_still_load(local_models):
+    _edit_manifest(local_models, lambda m: m.update(calibration={"compute_scale": 1.2, "op_overhead_us": 3.0,
+                                                                  "tp_overhead_us": 0.0, "layouts": 4}))
+    assert ModelSet.load(local_models, load_hardware("local-cpu")).calibration.compute_scale == 1.2
+
+
+def test_a_folder_in_place_of_a_manifest_or_booster_is_named(local_models, capsys):
+    hw = load_hardware("local-cpu")
+    (local_models / "gemm__fwd.ubj.gz").unlink()
+    (local_models / "gemm__fwd.ubj.gz").mkdir()  # was IsADirectoryError
+    with pytest.raises(PrismError, match="gemm__fwd.ubj.gz: listed in manifest.json but missing"):
+        ModelSet.load(local_models, hw)
+    (local_models / "manifest.json").unlink()
+    (local_models / "manifest.json").mkdir()
+    assert main(["predict", "model=tiny", "hardware=local-cpu", f"models_dir={local_models.parent}"]) == 2
+    assert "manifest.json: cannot be read" in _one_line(capsys)
+
+
+def test_a_variability_file_that_is_json_but_no_object_is_named(local_models):
+    (local_models / "variability.json").write_text("[]")  # was AttributeError: 'list' object has no attribute 'get'
+    with pytest.raises(PrismError, match="variability.json: not a measured variability file"):
+        ModelSet.load(local_models, load_hardware("local-cpu"))
+
+
+@pytest.fixture
+def measured(tmp_path):
+    """Two layouts of a shipped measurement file, and where to write a damaged copy."""
+    frame = pd.read_parquet(REPO_ROOT / "measurements" / "local-cpu-suite-C.parquet")
+    return frame[frame.layout_id.isin(frame.layout_id.unique()[:2])].reset_index(drop=True), tmp_path / "m.parquet"
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda f: f.assign(step_time_s=f.step_time_s.astype(str)), "'step_time_s' holds"),  # was a pandas TypeError
+    (lambda f: f.assign(step_time_s=np.where(f.index < 3, np.inf, f.step_time_s)), "non-positive or infinite"),
+    (lambda f: f.assign(hardware=None), "'hardware' has"),  # was a TypeError joining the hardware names
+    (lambda f: f.assign(layout_id=None), "'layout_id' has"),  # was a ZeroDivisionError drawing no layout
+    (lambda f: f.assign(step=np.where(f.index == 0, np.nan, f.step)), "'step' has 1 empty"),  # a step dropped
+])
+def test_a_measurement_file_of_another_writer_is_refused(measured, damage, says):
+    frame, path = measured
+    damage(frame).to_parquet(path)
+    with pytest.raises(PrismError, match=says) as exc:
+        read_measurements(path)
+    assert exc.value.field == "measured"
+
+
+def test_a_measured_layout_the_specs_refuse_is_named_with_its_layout(measured):
+    frame, path = measured
+    par = json.loads(frame.parallel_json[0]) | {"tp": 0}
+    frame.assign(parallel_json=json.dumps(par)).to_parquet(path)
+    with pytest.raises(PrismError, match=r"measured: layout 'tiny .*': parallel.tp=0"):  # was "parallel.tp=0" alone
+        measured_workloads(read_measurements(path), load_hardware("local-cpu"))
+
+
+def test_a_setting_the_profile_file_leaves_out_says_to_add_it(capsys):
+    # was "model.num_experts: no such setting; did you mean model.num_layers?" for a real setting
+    assert main([*JOB, "model.num_experts=8"]) == 2
+    assert "add it with +model.num_experts=8" in _one_line(capsys)
+    assert main([*JOB, "hardware.node.nvlink_domain=16"]) == 2
+    assert "+hardware.node.nvlink_domain=16" in _one_line(capsys)
+    assert main([*JOB, "model.num_expert=8"]) == 2  # a typo is still no setting
+    assert "model.num_expert: no such setting" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["hardware.device.sms=-5"], "hardware.device.sms=-5: must be a non-negative integer"),
+    (["hardware.device.compute_capability=-1"], "hardware.device.compute_capability=-1.0"),  # changed the kernel
+    (["hardware.device.sms=16", "parallel.tp=8", "parallel.sequence_parallel=true", "parallel.overlap_tp_comm=true"],
+     "hardware.device.sms=16: parallel.overlap_tp_comm's collectives hold 16 SMs"),  # was NaN step times
+])
+def test_an_sm_count_no_gpu_has_is_named(capsys, overrides, says):
+    assert main([*JOB, *overrides]) == 2
+    assert says in _one_line(capsys)
+
+
+def test_an_expert_dispatcher_that_holds_every_sm_is_named():
+    hw = load_hardware("h100-sxm")
+    par = ParallelConfig(ep=8, moe_dispatcher="flex", overlap_ep_comm=True)
+    assert 0 < ep_sm_share(par, hw) < 1
+    with pytest.raises(PrismError, match="hardware.device.sms=20: parallel.moe_dispatcher=flex's kernels hold 20"):
+        ep_sm_share(par, replace(hw, device=replace(hw.device, sms=20)))
+
+
+def test_a_dense_row_with_expert_columns_is_refused_not_read_as_dense():
+    row = dict(model="llama-x", layers=32, hidden=4096, heads=32, seq_len=4096, gbs=64, tp=1, pp=1, dp=8, gpu="H100",
+               num_gpus=8, num_experts="", top_k="2", expert_ffn="", shared_experts="", moe_layer_freq="")
+    blank_experts = [row | {"top_k": value} for value in ("", "0", "nan")]
+    out = predict_table([row, row | {"top_k": "", "expert_ffn": "1024"}, *blank_experts], draws=20)
+    assert out.pred_status[0].startswith("top_k='2': an expert setting on a row without num_experts")  # was dense
+    assert out.pred_status[1].startswith("expert_ffn='1024'")
+    assert list(out.pred_status[2:]) == ["ok"] * 3
