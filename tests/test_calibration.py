@@ -79,3 +79,13 @@ def test_the_stored_calibration_is_used_by_default(uncalibrated):
     plain = compose(work, models, draws=100, calibration=Calibration()).draws
     np.testing.assert_array_equal(stored, explicit)
     assert not np.array_equal(stored, plain)
+
+
+def test_calibrate_names_the_models_it_would_change_and_leaves_the_shipped_set(capsys):
+    from predictor.app.cli import main
+    manifest = models_dir() / "local-cpu" / "manifest.json"
+    before = manifest.read_bytes()
+    assert main(["calibrate", f"measured={MEASURED}", "hardware=local-cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "models_dir: unset" in err and "models_dir=runs/models" in err and "Traceback" not in err
+    assert manifest.read_bytes() == before

@@ -545,6 +545,10 @@ def _calibrate(args) -> int:
     from predictor.app.render import format_validation
     from predictor.latency.artifacts import ModelSet, models_dir
     cfg = _load(args)
+    if not cfg.models_dir:  # prism train's rule: only a deliberate models_dir=models changes the shipped set
+        raise PrismError("models_dir: unset; prism calibrate stores its fit in the manifest of the models it "
+                         "calibrates, so name them: models_dir=runs/models (where prism train writes) or "
+                         "models_dir=models (the shipped set, tracked by git)", field="models_dir")
     hw, frame = _measured(cfg)
     directory = models_dir(cfg.models_dir) / hw.name
     models = ModelSet.load(directory, hw)
@@ -722,7 +726,7 @@ VERBS = {
                     "compute_scale, op_overhead_us and tp_overhead_us to the measured layouts of a "
                     "`prism measure` file, store them in the models' manifest, and report how well "
                     "each layout is predicted by a calibration fitted on the other layouts only.",
-        examples=["prism calibrate measured=runs/measured.parquet hardware=local-cpu",
+        examples=["prism calibrate measured=runs/measured.parquet hardware=local-cpu models_dir=runs/models",
                   "prism calibrate measured=runs/suite/measured.parquet models_dir=runs/suite/models --json"]),
     "samples": dict(
         run=_samples, help="summarise a sample store (shapes, rows, repeats per op)",
