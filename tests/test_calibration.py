@@ -89,3 +89,14 @@ def test_calibrate_names_the_models_it_would_change_and_leaves_the_shipped_set(c
     err = capsys.readouterr().err
     assert "models_dir: unset" in err and "models_dir=runs/models" in err and "Traceback" not in err
     assert manifest.read_bytes() == before
+
+
+def test_the_fit_s_tolerance_predicts_as_the_exact_fit_does(uncalibrated):
+    from predictor.analyses.calibrate import _fit, _workloads
+    hw, _, models = uncalibrated
+    frame = read_measurements(MEASURED)
+    _, works, medians = _workloads(frame[frame.layout_id.isin(step_times(frame).layout_id.unique()[:5])], hw)
+    loose, exact = _fit(works, medians, models, draws=50), _fit(works, medians, models, draws=50, tol=1e-8)
+    for work in works:
+        a, b = (np.median(compose(work, models, draws=50, seed=0, calibration=c).draws) for c in (loose, exact))
+        assert abs(a / b - 1) < 0.005
