@@ -99,3 +99,16 @@ def test_evaluate_refuses_latencies_that_are_no_measurement(tmp_path, latency, c
     frame.to_parquet(tmp_path / "bad.parquet")
     assert main(["evaluate", f"samples={tmp_path / 'bad.parquet'}", "hardware=local-cpu"]) == 2
     assert "latency_us is empty, non-positive or infinite in 20 row(s)" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["compare", "model=llama3-8b", "gpus=8", "confidence=0.95"],  # compare has no confidence: was ignored
+     "confidence=0.95: prism compare does not read confidence (prism predict reads it)"),
+    (["search", *JOB[1:], "confidence=0.95"], "prism search does not read confidence"),  # ranked by p50 regardless
+    ([*JOB, "pue=1.2"], "pue=1.2: prism predict does not read pue (prism compare reads it)"),
+    (["train", "samples=samples/h200", "hardware=h200", "analysis.scales=[8]"], "prism train does not read analysis"),
+    (["sample", "hardware=local-cpu", "gpus=8"], "prism sample does not read gpus"),
+])
+def test_a_setting_the_verb_does_not_read_is_refused_naming_who_reads_it(args, says, capsys):
+    assert main(args) == 2
+    assert says in _one_line(capsys)

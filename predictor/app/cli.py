@@ -33,8 +33,38 @@ _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=
                    "parallel.tp=8, sampling.ops=[gemm,attention]). --show-config lists every key.")
 
 
+#: The top-level settings only some verbs read, by verb (the rest every verb ignores or all read:
+#: output, seed, the config groups). Given to a verb that does not read it, a setting is refused:
+#: `prism search confidence=0.95` would otherwise rank by p50 as if it were heard.
+VERB_SETTINGS = {
+    "predict": {"gpus", "plot", "models_dir", "train_tokens", "framework", "target_step_s", "confidence",
+                "sample_if_missing"},
+    "variability": {"gpus", "plot", "models_dir", "train_tokens", "framework", "analysis"},
+    "compare": {"gpus", "plot", "models_dir", "train_tokens", "framework", "pue"},
+    "search": {"gpus", "plot", "models_dir", "framework", "rank_by", "top"},
+    "train": {"samples", "models_dir", "fit_variability"},
+    "evaluate": {"samples", "models_dir", "by"},
+    "sample": {"output_dir"},
+    "measure": {"gpus", "out"},
+    "validate": {"measured", "published", "plot", "out", "models_dir"},
+    "calibrate": {"measured", "models_dir"},
+}
+_SOME_VERBS = set().union(*VERB_SETTINGS.values())
+
+
+def _check_verb_settings(verb: str, overrides: list[str]) -> None:
+    """Refuse a setting ``verb`` does not read (:data:`VERB_SETTINGS`), naming the verbs that do."""
+    for text in overrides:
+        key = text.partition("=")[0].lstrip("+~").split(".")[0]
+        if key in _SOME_VERBS and key not in VERB_SETTINGS[verb]:
+            readers = [f"prism {v}" for v, keys in VERB_SETTINGS.items() if key in keys]
+            raise PrismError(f"{text}: prism {verb} does not read {key} ({', '.join(readers)} "
+                             f"{'reads' if len(readers) == 1 else 'read'} it); drop it", field=key)
+
+
 def _load(args):
     from predictor.app.config import check_keys, compose
+    _check_verb_settings(args.verb, args.overrides)
     overrides = list(args.overrides)
     if args.json and "output=json" not in overrides:
         overrides.append("output=json")
