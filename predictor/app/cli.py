@@ -33,9 +33,9 @@ _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=
                    "parallel.tp=8, sampling.ops=[gemm,attention]). --show-config lists every key.")
 
 
-#: The top-level settings only some verbs read, by verb (the rest every verb ignores or all read:
-#: output, seed, the config groups). Given to a verb that does not read it, a setting is refused:
-#: `prism search confidence=0.95` would otherwise rank by p50 as if it were heard.
+#: The top-level settings only some verbs read, by verb (output, seed and the config groups are
+#: not checked). Given to a verb that does not read it, a setting is refused: `prism search
+#: confidence=0.95` would otherwise rank by p50 as if it were heard.
 VERB_SETTINGS = {
     "predict": {"gpus", "plot", "models_dir", "train_tokens", "framework", "target_step_s", "confidence",
                 "sample_if_missing"},
