@@ -7,7 +7,7 @@ step time (median and 90th percentile), and the Spearman correlation of predicte
 measured time within each group of rows sharing model and GPU count. narayanan2021_t1/t2
 publish hardware TFLOP/s per GPU, not step times: the step time is recovered with their
 FLOP count (eq. 3 of arXiv 2104.04473, full recompute; predictor.data.published).
-vtrain_single_node: 1,440 runs on one 8-GPU A100 node, with the median signed error per
+vtrain_single_node: 1,440 runs on one 8-GPU A100 node, with the median signed and absolute error per
 tp degree and per micro-batch size (small models at high tp are host-bound:
 predictor.workload.host).
 """
@@ -63,7 +63,9 @@ def main():
     signed = ((pred.pred_iter_time_s_p50 - pred.measured_s) / pred.measured_s)[ok]
     for column in ("tp", "mbs"):
         by = signed.groupby(pred[column][ok]).median()
-        print(f"  median signed error by {column}: " + ", ".join(f"{k}: {v:+.1%}" for k, v in by.items()))
+        size = signed.abs().groupby(pred[column][ok]).median()
+        print(f"  median signed error by {column}: " + ", ".join(f"{k}: {v:+.1%}" for k, v in by.items())
+              + "; median abs. error: " + ", ".join(f"{k}: {v:.1%}" for k, v in size.items()))
 
 
 if __name__ == "__main__":
