@@ -10,6 +10,7 @@ kept). Nothing is written until every rank has finished; Ctrl-C, SIGTERM or
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -24,6 +25,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from predictor.analyses.predict import check_gpus
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
 from predictor.core.layout import _divisors, resolve_layout, validate_layout
@@ -134,12 +136,14 @@ def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
 def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, str]:
     """(device type, backend) of ``mc`` on ``hw``, checked; ``auto`` follows the hardware
     profile, so the rows' ``hardware`` names the device that ran them."""
-    for name, low in (("steps", 1), ("warmup", 0), ("threads_per_rank", 1)):
+    # trace_steps=0 would write no trace into trace_dir; below 0, the ranks fail after the timed steps
+    for name, low in (("steps", 1), ("warmup", 0), ("threads_per_rank", 1), ("trace_steps", 1)):
         if getattr(mc, name) < low:
             raise PrismError(f"measure.{name}={getattr(mc, name)}: must be an integer >= {low}",
                              field=f"measure.{name}")
-    if mc.timeout_s <= 0:
-        raise PrismError(f"measure.timeout_s={mc.timeout_s}: must be positive (seconds)", field='measure.timeout_s')
+    if not 0 < mc.timeout_s < math.inf:  # a NaN limit never stops a hung layout
+        raise PrismError(f"measure.timeout_s={mc.timeout_s}: must be a positive finite number of seconds, e.g. 900",
+                         field='measure.timeout_s')
     if mc.device not in ("auto", "cpu", "cuda"):
         raise PrismError(f"measure.device={mc.device}: choose auto, cpu or cuda", field='measure.device')
     device = _device(hw).type
@@ -199,7 +203,7 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
         raise PrismError("out=FILE.parquet is required: the measurement file to write "
                          "(layouts already in it are kept)", field='out')
     model = section(cfg, "model", ModelConfig)
-    par = resolve_layout(section(cfg, "parallel", ParallelConfig), cfg.get("gpus"))
+    par = resolve_layout(section(cfg, "parallel", ParallelConfig), check_gpus(cfg.get("gpus")))
     mc = section(cfg, "measure", MeasureConfig)
     hw = section(cfg, "hardware", HardwareConfig)
     check_layout(model, par)

@@ -160,6 +160,9 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
             raise PrismError(f"sampling.ops: {unknown_op_message(op)}", field='sampling.ops')
         if op in IN_STEPS:
             raise PrismError(in_steps_message(op), field='sampling.ops')
+    if not sc.dtypes:  # every compute task is timed in each dtype, and the plan's costs in the first
+        raise PrismError("sampling.dtypes=[]: names no dtype to time the ops in; list some "
+                         "(sampling.dtypes=[float32]) or leave it out for the plan's own", field='sampling.dtypes')
     for dtype in sc.dtypes:
         if dtype not in DTYPE_BYTES:
             raise PrismError(f"sampling.dtypes: unknown dtype {dtype!r}; use {', '.join(DTYPE_BYTES)}",
@@ -171,6 +174,16 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     if any(not isinstance(n, int) or n < 1 for n in sc.seq_lengths):
         raise PrismError(f"sampling.seq_lengths: {list(sc.seq_lengths)} must be positive token counts, e.g. "
                          f"[1024,4096]; [] samples each target at its own seq_length", field='sampling.seq_lengths')
+    for name in ("tp_degrees", "micro_batch_sizes"):
+        values = list(getattr(sc, name))
+        # a degree below 1 would be skipped as one the targets cannot take, and [] skips them all,
+        # so the targets' own shapes would silently go unsampled
+        if any(n < 1 for n in values) or (sc.targets and not values):
+            raise PrismError(f"sampling.{name}={values}: must list positive whole numbers, e.g. [1,2]",
+                             field=f"sampling.{name}")
+    if sc.warmup < 0:
+        raise PrismError(f"sampling.warmup={sc.warmup}: the untimed calls before the first repeat; must be a whole "
+                         f"number >= 0, e.g. 2", field='sampling.warmup')
     for name, minimum in [("budget_s", 1), ("repeats", 1), ("shapes_per_op", 1),
                           ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2), ("rank_timeout_s", 1)]:
         if getattr(sc, name) < minimum:

@@ -144,10 +144,13 @@ def scaled_layout(par: ParallelConfig, micro_batches: int, gpus: int) -> Paralle
 
 
 def scale_points(par: ParallelConfig, scales, gpus: int) -> list[int]:
-    """GPU counts of the scale study: each scale rounded up to a multiple of tp·pp·cp, plus
-    the job's own count."""
-    replica = par.replica_gpus
-    return sorted({math.ceil(s / replica) * replica for s in scales} | {gpus})
+    """GPU counts of the scale study: each scale rounded up to a multiple of the fewest GPUs
+    that hold the layout, plus the job's own count. That is tp·pp·cp, times the dp at which
+    ep·etp divides tp·cp·dp (the experts' mesh, :mod:`predictor.core.mesh`):
+    the default scale of 8 GPUs cannot hold ep=64, and would end the whole study."""
+    experts = par.ep * par.etp
+    unit = par.replica_gpus * (experts // math.gcd(experts, par.tp * par.cp))
+    return sorted({math.ceil(s / unit) * unit for s in scales} | {gpus})
 
 
 def slowdown_probability(draws: np.ndarray, nominal: float, thresholds) -> dict:

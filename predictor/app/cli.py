@@ -50,6 +50,10 @@ VERB_SETTINGS = {
     "calibrate": {"measured", "models_dir"},
 }
 _SOME_VERBS = set().union(*VERB_SETTINGS.values())
+#: The top-level settings that name a file or folder, each with an example.
+PATH_SETTINGS = {"samples": "samples=samples/cpu", "models_dir": "models_dir=runs/models",
+                 "measured": "measured=runs/measured.parquet", "published": "published=runs.csv",
+                 "out": "out=runs/measured.parquet", "output_dir": "output_dir=samples/cpu", "plot": "plot=step.png"}
 
 
 def _check_verb_settings(verb: str, overrides: list[str]) -> None:
@@ -74,10 +78,24 @@ def _load(args):
         print(show_config(composition), end="")
         raise SystemExit(0)
     check_keys(composition)
+    _paths_as_typed(composition)
     if composition.cfg.get("output", "table") not in OUTPUTS:
         raise PrismError(f"output={composition.cfg.output}: choose {' or '.join(OUTPUTS)} (--json is output=json)",
                          field="output")
     return composition.cfg
+
+
+def _paths_as_typed(composition) -> None:
+    """A path setting as the text typed: Hydra reads ``models_dir=2024`` as a number, which
+    no path function takes. ``plot=true`` (a switch, not a file) and ``plot=[a]`` (written
+    as ``['a'].png``) are refused."""
+    for setting in composition.overrides:
+        if setting.key not in PATH_SETTINGS or setting.value is None or isinstance(setting.value, str):
+            continue
+        if isinstance(setting.value, bool | list | dict):
+            raise PrismError(f"{setting.text}: {setting.key} takes one path, e.g. {PATH_SETTINGS[setting.key]}",
+                             field=setting.key)
+        composition.cfg[setting.key] = setting.text.partition("=")[2]
 
 
 def _json(payload) -> str:
@@ -233,6 +251,9 @@ def _importer_settings(args, verb: str, defaults: dict, usage: str, example: str
         settings[key] = value
     if "out" not in settings:
         raise PrismError(f"out=DIR is required: the sample store to write into, e.g. {example}", field='out')
+    if settings.get("output", "table") not in OUTPUTS:
+        raise PrismError(f"output={settings['output']}: choose {' or '.join(OUTPUTS)} (--json is output=json)",
+                         field="output")
     settings["json"] = args.json or settings.get("output") == "json"
     return settings
 
@@ -275,11 +296,14 @@ def _import_trace(args) -> int:
 
 
 def _import_microbench(args) -> int:
-    from predictor.data.importers.microbench import SOURCES, import_microbench
+    from predictor.data.importers.microbench import SOURCES, check_target, import_microbench
     settings = _importer_settings(args, "import-microbench", {"hardware": ",".join(SOURCES)},
                                   "out=DIR (required), hardware=NAME[,NAME] and output=json|table",
                                   "out=samples/microbench")
-    reports = [import_microbench(args.path, h, settings["out"]) for h in settings["hardware"].split(",")]
+    names = list(dict.fromkeys(settings["hardware"].split(",")))  # hardware=b200,b200 is one run
+    for name in names:
+        check_target(name, settings["out"])
+    reports = [import_microbench(args.path, h, settings["out"]) for h in names]
     _print_reports(reports, settings["json"])
     return 0
 

@@ -102,8 +102,8 @@ def _parse(text: str) -> Setting:
         raise PrismError(f"malformed override {text!r}: write key=value, e.g. sampling.budget_s=60, "
                          f"hardware=local-cpu or sampling.ops=[gemm,attention]") from None
     if override.is_sweep_override():
-        raise PrismError(f"{text}: one value per key (a list is written in brackets: "
-                         f"{override.key_or_group}=[a,b])", field=override.key_or_group)
+        raise PrismError(f"{text}: one value per key (a list is written in brackets: {override.key_or_group}=[a,b]; "
+                         f"a text with commas in quotes: {override.key_or_group}='a,b')", field=override.key_or_group)
     return Setting(override.key_or_group, text, override.value(), override)
 
 

@@ -70,6 +70,9 @@ def section(cfg: DictConfig, name: str, schema: type):
             want = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(
                 _field_type(schema, key), "of the type this setting takes")
             msg = f"{getattr(exc, 'value', '?')!r} is not {want}"
+        elif "ListConfig" in msg and key and _field_type(schema, key) == "str":  # a list where one text goes
+            msg = (f"{list(getattr(exc, 'value', None) or [])} is a list, and this setting takes one text; several "
+                   f"values go comma-separated in quotes: {name}.{key}='a,b'")
         elif "ListConfig" in msg and key:  # a single value where the setting takes a list
             msg = f"{getattr(exc, 'value', None) or 'a single value'!r} is not a list; write it in brackets, [a,b]"
         elif isinstance(exc, ConfigKeyError) and key:
@@ -207,6 +210,14 @@ def names_profile(gpu: str, name: str) -> bool:
     and case ignored), not a longer name that merely contains one ("A100 40GB")."""
     return _norm(gpu) in {_norm(name), *(_norm(c) for n, candidates in _device_names() if n == name
                                          for c in candidates)}
+
+
+def fits_profile(gpu: str, name: str) -> bool:
+    """Whether one of profile ``name``'s device names or aliases is part of ``gpu`` (spaces
+    and case ignored): an H100 PCIe fits a profile of its own (``match: [H100 PCIe]``) as it
+    fits h100-sxm's catch-all ``H100``; it fits no B200 profile."""
+    key = _norm(gpu)
+    return any(_norm(c) and _norm(c) in key for n, candidates in _device_names() if n == name for c in candidates)
 
 
 @functools.lru_cache(maxsize=1)

@@ -62,6 +62,9 @@ def models_dir(configured=None) -> Path:
     ``models/``."""
     if not configured:
         return SHIPPED_MODELS
+    if not isinstance(configured, str | os.PathLike):
+        raise PrismError(f"models_dir={configured!r}: a folder of trained models, as a str or Path, e.g. "
+                         f"models_dir='runs/models'", field="models_dir")
     path = Path(configured)
     if path.exists() and not path.is_dir():
         raise PrismError(f"models_dir={configured}: a file; name the folder prism train wrote (it holds one "

@@ -149,6 +149,19 @@ def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict) ->
     return out.assign(**{"pass": "step"}, ranks_per_node=out.group_size, nodes=1, dtype="float32")
 
 
+def check_target(hardware: str, out_dir) -> None:
+    """Refuse, before any work, a ``hardware`` without published microbenchmarks or one
+    whose run is already in ``out_dir`` (``prism import-microbench`` checks every name it
+    is given first, so that a bad one does not end the command with some runs written)."""
+    if hardware not in SOURCES:
+        raise PrismError(f"hardware={hardware}: no published microbenchmarks for it; those with some: "
+                         f"{', '.join(SOURCES)}", field='hardware')
+    target = Path(out_dir) / f"microbench-{hardware}.parquet"
+    if target.exists():
+        raise PrismError(f"{target} already exists; a run id is never reused: import into another out= folder, "
+                         f"or move the old run away first", field=str(target))
+
+
 def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     """Write ``<out_dir>/microbench-<hardware>.parquet`` from the published microbenchmarks.
 
@@ -158,9 +171,7 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     >>> report.rows["gemm/fwd"]                                                                   # doctest: +SKIP
     375
     """
-    if hardware not in SOURCES:
-        raise PrismError(f"hardware={hardware}: no published microbenchmarks for it; those with some: "
-                         f"{', '.join(SOURCES)}", field='hardware')
+    check_target(hardware, out_dir)
     source_dir, keys, hw = Path(source_dir), SOURCES[hardware], load_hardware(hardware)
     if not source_dir.is_dir():
         raise PrismError(f"{source_dir}: {'a file' if source_dir.exists() else 'no such folder'}; give the folder of "

@@ -75,7 +75,7 @@ import pandas as pd
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import DTYPE_BYTES, OPS
-from predictor.core.profiles import load_hardware, match_hardware
+from predictor.core.profiles import fits_profile, load_hardware, match_hardware
 from predictor.data import store
 from predictor.data.importers.chrome_json import TraceStream
 from predictor.workload.host import CALLS, HOOK_CALLS_PER_TENSOR, host_family
@@ -580,6 +580,12 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
             raise PrismError(f"hardware=NAME is required: the trace names no known GPU (device {device_name!r}); "
                              f"give the conf/hardware profile of the machine traced, e.g. hardware=local-cpu",
                              field='hardware')
+    elif device_props and (traced := match_hardware(device_name)) not in (None, hardware) \
+            and not fits_profile(device_name, hardware):
+        # another GPU's profile would file this GPU's kernel times as that GPU's samples; a profile
+        # whose names fit the device (the user's own h100-pcie for an H100 PCIe) is the user's to choose
+        raise PrismError(f"hardware={hardware}: the trace was recorded on {device_name} (profile {traced}); drop "
+                         f"hardware= or give hardware={traced}", field='hardware')
     if profiler_cost_us is None:
         recorded = metadata.get("prism_profiler_cost_us")
         profiler_cost_us = float(recorded) if recorded is not None else None
