@@ -56,10 +56,11 @@ PATH_SETTINGS = {"samples": "samples=samples/cpu", "models_dir": "models_dir=run
                  "out": "out=runs/measured.parquet", "output_dir": "output_dir=samples/cpu", "plot": "plot=step.png"}
 
 
-def _check_verb_settings(verb: str, overrides: list[str]) -> None:
-    """Refuse a setting ``verb`` does not read (:data:`VERB_SETTINGS`), naming the verbs that do."""
-    for text in overrides:
-        key = text.partition("=")[0].lstrip("+~").split(".")[0]
+def _check_verb_settings(verb: str, settings) -> None:
+    """Refuse a setting ``verb`` does not read (:data:`VERB_SETTINGS`), naming the verbs that do;
+    ``settings`` are the command line's, as :func:`predictor.app.config.compose` read them."""
+    for setting in settings:
+        key, text = setting.key.split(".")[0], setting.text
         if key in _SOME_VERBS and key not in VERB_SETTINGS[verb]:
             readers = [f"prism {v}" for v, keys in VERB_SETTINGS.items() if key in keys]
             raise PrismError(f"{text}: prism {verb} does not read {key} ({', '.join(readers)} "
@@ -68,7 +69,6 @@ def _check_verb_settings(verb: str, overrides: list[str]) -> None:
 
 def _load(args):
     from predictor.app.config import check_keys, compose
-    _check_verb_settings(args.verb, args.overrides)
     overrides = list(args.overrides)
     if args.json and "output=json" not in overrides:
         overrides.append("output=json")
@@ -78,6 +78,7 @@ def _load(args):
         print(show_config(composition), end="")
         raise SystemExit(0)
     check_keys(composition)
+    _check_verb_settings(args.verb, composition.overrides)
     _paths_as_typed(composition)
     if composition.cfg.get("output", "table") not in OUTPUTS:
         raise PrismError(f"output={composition.cfg.output}: choose {' or '.join(OUTPUTS)} (--json is output=json)",
