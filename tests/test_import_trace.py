@@ -305,3 +305,12 @@ def test_an_empty_file_or_one_given_twice_is_named(traces, tmp_path):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(PrismError, match="no such trace file"):
         import_trace([tmp_path / "rank0.json"], tmp_path / "out", hardware="local-cpu")
+
+
+def test_a_trace_imported_again_is_refused_and_two_imports_get_two_runs(traces, tmp_path):
+    first = import_trace(traces[:1], tmp_path, hardware="local-cpu")
+    with pytest.raises(PrismError, match="imported already, as .*count its steps twice"):
+        import_trace(traces, tmp_path, hardware="local-cpu")  # rank 0's file is in the first run
+    assert store.run_files(tmp_path) == [tmp_path / f"{first.run_id}.parquet"]  # nothing more written
+    second = import_trace(traces[1:], tmp_path, hardware="local-cpu")  # within the same second, likely
+    assert second.run_id != first.run_id and len(store.run_files(tmp_path)) == 2

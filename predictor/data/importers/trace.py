@@ -61,13 +61,13 @@ traces give it as ``profiler_cost_us=`` (the report says when it is not known).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -293,6 +293,36 @@ class TraceReport:
         for reason, n in self.skipped.items():
             lines.append(f"skipped        {n} {reason}")
         return "\n".join(lines)
+
+
+def _fingerprint(path: Path) -> str | None:
+    """The SHA-256 of a trace file's bytes (None where it cannot be read: the reader names why)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _refuse_imported_before(paths: list[Path], fingerprints: list[str | None], out) -> None:
+    """Refuse a file whose bytes a trace run of the store ``out`` already holds: its calls
+    would be counted twice, and a regressor's quantiles weighted toward that one job."""
+    wanted = {f: p for p, f in zip(paths, fingerprints) if f is not None}
+    if not wanted or not Path(out).is_dir():
+        return
+    for run in sorted(Path(out).glob("trace-*.parquet")):
+        try:
+            held = store.read_run_metadata(run).get("fingerprints") or []
+        except (PrismError, ValueError):
+            continue  # a damaged run file: the verbs that read the store name it
+        for fingerprint in held:
+            if fingerprint in wanted:
+                raise PrismError(f"{wanted[fingerprint]}: this trace was imported already, as {run}; importing it "
+                                 f"again would count its steps twice. Delete that run file first to import it "
+                                 f"anew, or import into another out=", field=str(wanted[fingerprint]))
 
 
 class _TraceReader:
@@ -531,7 +561,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     Parameters
     ----------
     paths : trace files (``.json`` or ``.json.gz``) exported by ``torch.profiler``.
-    out : the sample store (a folder) to write ``trace-<hardware>-<stamp>.parquet`` into.
+    out : the sample store (a folder) to write ``trace-<hardware>-<stamp>-<id>.parquet`` into.
     hardware : profile of the device traced; default: matched from the trace's GPU name
         (required for CPU traces, which name no device).
     profiler_cost_us : what recording one event costs on the traced CPU; default: the value
@@ -565,6 +595,8 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     if profiler_cost_us is not None and not 0 <= profiler_cost_us < math.inf:
         raise PrismError(f"profiler_cost_us={profiler_cost_us}: give the microseconds (>= 0) one recorded event "
                          f"costs, e.g. 0.5", field='profiler_cost_us')
+    fingerprints = [_fingerprint(p) for p in paths]
+    _refuse_imported_before(paths, fingerprints, out)
     readers = []
     for path in tqdm(paths, desc="traces", unit="file", disable=not progress):
         reader = _TraceReader(path)
@@ -619,7 +651,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     profiler_us = cost * np.array([s["loose_events"] for s in steps], dtype=float)
     share = float(attributed.sum() / step_us.sum()) if len(steps) else None
     overhead = framework_us_per_call(step_us - profiler_us, attributed, instances) if kind == "cpu" else None
-    run_id = f"trace-{hardware}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
+    run_id = f"trace-{store.new_run_id(hardware)}"  # two imports within a second get two runs
     run_file = None
     if len(rows):
         rows = rows.assign(hardware=hardware, device_name=device_name, world_size=world, run_id=run_id,
@@ -629,7 +661,8 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         rows["repeat"] = rows.groupby(["op", "pass", "dtype"] + [c for c in store.SHAPE_COLUMNS
                                                                  if c in rows], dropna=False).cumcount()
         meta = {"importer": "trace", "importer_version": IMPORTER_VERSION, "hardware": hardware,
-                "files": [str(p) for p in paths], "kind": kind, "profiler_cost_us": profiler_cost_us,
+                "files": [str(p) for p in paths], "fingerprints": fingerprints, "kind": kind,
+                "profiler_cost_us": profiler_cost_us,
                 "steps": len(steps), "step_us": step_us.tolist(), "profiler_us": profiler_us.tolist(),
                 "attributed_us": attributed.tolist(), "compute_instances": instances.tolist(),
                 "op_overhead_us": overhead}
