@@ -383,6 +383,14 @@ def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, work
             invalid[reason] = invalid.get(reason, 0) + n
     too_big = sum(part.too_big for part in parts)
     fitting = [par for part in parts for par in part.fitting]
+    if not fitting and not too_big:  # no layout is valid at all: memory is not why, and more GPUs do not help
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(invalid.items(), key=lambda kv: -kv[1]))
+        batch_bound = "parallel.global_batch_size" in invalid  # dp·micro-batch must divide it
+        raise PrismError(f"gpus={gpus}: none of the {len(candidates)} layouts of {model.name} with a global batch of "
+                         f"{batch} is valid (refused for {reasons}); "
+                         + (f"give a parallel.global_batch_size that is a multiple of {gpus}, or use fewer GPUs"
+                            if batch_bound else "use another GPU count"),
+                         field="parallel.global_batch_size" if batch_bound else "gpus")
     if not fitting:
         least, states = min(part.smallest for part in parts)
         capacity = hardware.memory.capacity_gib

@@ -324,13 +324,14 @@ def _train(args) -> int:
 
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
-    from predictor.latency.artifacts import TRAINED_MODELS, train
+    from predictor.latency.artifacts import TRAINED_MODELS, check_replaceable, train
     from predictor.latency.variability_fit import fit_variability
     cfg = _load(args)
     hw, samples = _hardware_and_samples(cfg)
     rc = section(cfg, "regressor", RegressorConfig)
     fit = _flag(cfg, "fit_variability")
     root = writable("models_dir", cfg.models_dir or TRAINED_MODELS, folder=True)  # the shipped models/ when unnamed
+    check_replaceable(root / hw.name)  # before the fit, not after it
     t0 = time.perf_counter()
     models = train(samples, hw, rc, n_jobs=2)
     # Off by default: on this CPU the fitted sigmas put the within-run spread within 5% of the
@@ -578,6 +579,16 @@ def _validate(args) -> int:
     from predictor.app.render import format_validation
     from predictor.latency.artifacts import trained_models
     cfg = _load(args)
+    # the two inputs are scored apart, each reading its own settings: one the other reads would go unheard
+    unread = {"measured": "validate scores one input at a time; run it once for each",
+              "out": "published= draws its figure to plot=PATH.png",
+              "models_dir": "published runs are scored with the shipped models, on which their predictive "
+                            "uncertainty was learned; drop it"} if cfg.published else \
+        {"plot": "measured= draws its CDF to out=PATH.png (default: beside the measured file)"}
+    for key, why in unread.items():
+        if cfg.get(key):
+            raise PrismError(f"{key}={cfg[key]}: not read with {'published' if cfg.published else 'measured'}=; "
+                             f"{why}", field=key)
     if cfg.published:
         return _validate_published(cfg)
     hw, frame = _measured(cfg)
@@ -886,7 +897,7 @@ def main(argv=None) -> int:
     # on 2 busy cores. Set before numpy loads; a user's own setting stands.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(_flags_first(sys.argv[1:] if argv is None else list(argv)))
-    signal.signal(signal.SIGTERM, _terminate)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.run(args)
     except PrismError as exc:
@@ -898,6 +909,10 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader left (prism ... | head): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush stays quiet
         return 128 + signal.SIGPIPE
+    finally:
+        # the verb is over (its files saved): a SIGTERM while the interpreter shuts down and joins
+        # joblib's worker threads (prism train) is no interrupt to raise, which would print a traceback
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

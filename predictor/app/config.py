@@ -34,7 +34,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from predictor.core.errors import PrismError
-from predictor.core.profiles import CONF_DIR, GROUPS, group_options, is_setting, no_option, read_yaml
+from predictor.core.profiles import (
+    CONF_DIR,
+    GROUPS,
+    check_own_name,
+    group_options,
+    is_setting,
+    no_option,
+    read_yaml,
+)
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
@@ -99,12 +107,33 @@ def _parse(text: str) -> Setting:
     try:
         override = OverridesParser.create().parse_override(text)
     except HydraException:
-        raise PrismError(f"malformed override {text!r}: write key=value, e.g. sampling.budget_s=60, "
-                         f"hardware=local-cpu or sampling.ops=[gemm,attention]") from None
+        raise PrismError(f"malformed override {text!r}: {_quoting_hint(text)}") from None
     if override.is_sweep_override():
         raise PrismError(f"{text}: one value per key (a list is written in brackets: {override.key_or_group}=[a,b]; "
                          f"a text with commas in quotes: {override.key_or_group}='a,b')", field=override.key_or_group)
     return Setting(override.key_or_group, text, override.value(), override)
+
+
+def _quoting_hint(text: str) -> str:
+    """How to write a ``key=value`` Hydra's grammar refused: a value with characters it
+    reads only in quotes (a path with ``é`` or ``~``) gets the quoted form that parses."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    key, sep, value = text.partition("=")
+    if value == "~" or value.startswith("~/"):  # quoted, a folder named ~ would be written
+        return f"~ is the shell's to expand (not in quotes), not prism's; write {key}=$HOME{value[1:]}"
+    quote = "'" if "'" not in value else '"'
+    if sep and re.fullmatch(r"[A-Za-z_][\w.-]*", key) and quote not in value and not value.startswith(("[", "{")):
+        quoted = f"{key}={quote}{value}{quote}"
+        try:
+            OverridesParser.create().parse_override(quoted)
+        except HydraException:
+            pass
+        else:
+            outer = '"' if quote == "'" else "'"
+            return (f"this value is read only in quotes; write {quoted} (in the shell, quoted once more: "
+                    f"{outer}{quoted}{outer})")
+    return "write key=value, e.g. sampling.budget_s=60, hardware=local-cpu or sampling.ops=[gemm,attention]"
 
 
 def _choice(setting: Setting) -> str:
@@ -146,6 +175,7 @@ def _load_option(group: str, name: str, files: list[Path]) -> dict:
         else:
             raise PrismError(f"{path}: defaults entry {entry}: a file of conf/{group}/ may extend only "
                              f"another file of conf/{group}/ (by its name) or _self_", field=str(path))
+    check_own_name(group, name, node, path)
     return node
 
 

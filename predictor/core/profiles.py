@@ -55,6 +55,10 @@ def section(cfg: DictConfig, name: str, schema: type):
     node = cfg.get(name)
     if node is None:
         raise PrismError(f"{name}: missing from the configuration", field=name)
+    if not isinstance(node, DictConfig):  # analysis=foo replaced the section by one value
+        raise PrismError(f"{name}={node}: {name} is a section of settings, not one value; set one of its keys, "
+                         f"e.g. {name}.{dataclasses.fields(schema)[0].name}=VALUE (--show-config lists them)",
+                         field=name)
     _check_switches(node, name, schema)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
@@ -152,6 +156,17 @@ def read_yaml(path: Path) -> dict:
     return node
 
 
+def check_own_name(group: str, name: str, node: dict, path: Path) -> None:
+    """Refuse a ``conf/<group>`` file whose ``name:`` is not its file's name: a copy of
+    h100-sxm.yaml saved as h100-pcie.yaml but still named h100-sxm would be reported as
+    h100-sxm, read h100-sxm's models and have prism train replace them."""
+    own = str(node.get("name", name))  # name: 2024 reads as a number
+    if own != name:
+        raise PrismError(f"{path}: name: {own} is not the file's name; write name: {name} (the name {group}={name} "
+                         f"picks it by, and its results and models go under), or rename the file to {own}.yaml",
+                         field=f"{group}.name")
+
+
 def no_option(group: str, name) -> PrismError:
     """The error for a ``conf/<group>`` entry that is not there: its options, the one a GPU
     name like "H100" or "DGX B200" would match, and how to use a YAML file of one's own."""
@@ -169,7 +184,9 @@ def load_entry(group: str, name: str, schema: type):
     path = CONF_DIR / group / f"{name}.yaml"
     if not isinstance(name, str) or not path.is_file():
         raise no_option(group, name)
-    return section(OmegaConf.create({group: read_yaml(path)}), group, schema)
+    node = read_yaml(path)
+    check_own_name(group, name, node, path)
+    return section(OmegaConf.create({group: node}), group, schema)
 
 
 def this_cpu() -> str:

@@ -43,6 +43,32 @@ def check_number(key: str, value, *, integer: bool = False, zero: bool = False) 
     raise PrismError(f"{key}={value!r}: must be {what}", field=key)
 
 
+def check_switch(key: str, value) -> None:
+    """Raise one :class:`PrismError` naming ``key`` unless ``value`` is True or False: "no"
+    from a CSV or JSON, or 2, would count as on."""
+    if not isinstance(value, bool):
+        raise PrismError(f"{key}={value!r}: true or false", field=key)
+
+
+def check_name(key: str, value, folder: bool = False) -> None:
+    """Raise one :class:`PrismError` naming ``key`` unless ``value`` is a non-empty text
+    (without a path separator where it names a folder too, as a hardware's models do)."""
+    if isinstance(value, str) and value.strip() and not (folder and ("/" in value or "\\" in value)):
+        return
+    what = "a non-empty text without / or \\ (it names the folder of its models)" if folder else "a non-empty text"
+    raise PrismError(f"{key}={value!r}: must be {what}, e.g. {key}=my-{key.split('.')[0]}", field=key)
+
+
+def check_unit(key: str, value: float, low: float, high: float, unit: str) -> None:
+    """Raise one :class:`PrismError` naming ``key`` where a positive ``value`` lies outside
+    ``low`` to ``high``, the range of every device in ``unit`` (``"bytes/s, e.g. 3.35e+12
+    for 3.35 TB/s"``): a figure written in another unit (3.35 for 3.35 TB/s, 989 for 989
+    TFLOP/s) would be a thousandfold off and still print a plausible-looking report."""
+    if not low <= value <= high:
+        raise PrismError(f"{key}={value:g}: outside {low:g}-{high:g}, where every device lies; give it in {unit}",
+                         field=key)
+
+
 @dataclass
 class ModelConfig:
     """A decoder-only transformer (GPT and Llama families), dense or Mixture-of-Experts."""
@@ -79,6 +105,8 @@ class ModelConfig:
     v_head_dim: int = 0  # value head width (0: head_dim)
 
     def __post_init__(self):
+        check_name("model.name", self.name)
+        check_switch("model.tied_embeddings", self.tied_embeddings)
         for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
                     "vocab_size", "seq_length"):
             check_number(f"model.{key}", getattr(self, key), integer=True)
@@ -224,6 +252,13 @@ class HardwareConfig:
     models_from: str | None = None
 
     def __post_init__(self):
+        check_name("hardware.name", self.name, folder=True)
+        for key, kind in (("device", DeviceSpec), ("memory", MemorySpec), ("node", NodeSpec),
+                          ("network", NetworkSpec), ("variability", VariabilitySpec), ("host", HostSpec),
+                          ("peak_flops", dict)):
+            if not isinstance(getattr(self, key), kind):  # a section of the YAML built by hand, or left out
+                raise PrismError(f"hardware.{key}={getattr(self, key)!r}: must be a {kind.__name__} (see the "
+                                 f"{key} section of conf/hardware/h100-sxm.yaml)", field=f"hardware.{key}")
         if self.device.kind not in DEVICE_KINDS:
             raise PrismError(f"hardware.device.kind={self.device.kind!r}: choose {' or '.join(DEVICE_KINDS)}",
                              field="hardware.device.kind")
@@ -233,8 +268,12 @@ class HardwareConfig:
         for dtype, peak in self.peak_flops.items():
             if peak is not None:  # null: the device has no such precision
                 check_number(f"hardware.peak_flops.{dtype}", peak)
+                check_unit(f"hardware.peak_flops.{dtype}", peak, 1e9, 1e18, "FLOP/s, e.g. 989.5e+12 for 989.5 TFLOP/s")
         check_number("hardware.memory.bandwidth", self.memory.bandwidth)
+        check_unit("hardware.memory.bandwidth", self.memory.bandwidth, 1e9, 1e15,
+                   "bytes/s, e.g. 3.35e+12 for 3.35 TB/s")
         check_number("hardware.memory.capacity_gib", self.memory.capacity_gib)
+        check_unit("hardware.memory.capacity_gib", self.memory.capacity_gib, 0, 1e6, "GiB, e.g. 80")
         check_number("hardware.memory.l2_bytes", self.memory.l2_bytes, integer=True, zero=True)
         check_number("hardware.node.gpus_per_node", self.node.gpus_per_node, integer=True)
         if self.node.nvlink_domain is not None:
@@ -255,6 +294,8 @@ class HardwareConfig:
         for side in ("intra_node", "inter_node"):
             link = getattr(self.network, side)
             check_number(f"hardware.network.{side}.bandwidth", link.bandwidth)
+            check_unit(f"hardware.network.{side}.bandwidth", link.bandwidth, 1e6, 1e14,
+                       "bytes/s per GPU and direction, e.g. 50e+9 for one 400 Gb/s NIC")
             check_number(f"hardware.network.{side}.latency_us", link.latency_us, zero=True)
             if link.nics_per_node is not None:
                 check_number(f"hardware.network.{side}.nics_per_node", link.nics_per_node, integer=True)
@@ -269,6 +310,7 @@ class HardwareConfig:
                 raise PrismError(f"hardware.variability.{key}={getattr(spread, key)}: a coefficient of variation is "
                                  f"a share below 1 (0.03 for 3%)", field=f"hardware.variability.{key}")
         check_number("hardware.variability.checkpoint_interval_min", spread.checkpoint_interval_min)
+        check_switch("hardware.host.asynchronous", self.host.asynchronous)
         for key in ("dispatch_us", "autograd_us", "launch_us", "collective_launch_us", "dtensor_us",
                     "checkpoint_fwd_us", "checkpoint_bwd_us"):
             check_number(f"hardware.host.{key}", getattr(self.host, key), zero=True)

@@ -513,6 +513,19 @@ def booster(data: bytes) -> xgb.Booster:
         return xgb.Booster(params={"nthread": 1}, model_file=bytearray(gzip.decompress(data)))
 
 
+def check_replaceable(directory: Path) -> None:
+    """Refuse ``directory`` as the place of a set unless it is missing, empty or a set saved
+    before (its manifest): saving replaces the whole folder, so anything else there (the
+    sample store itself, with ``prism train samples=samples/cpu models_dir=samples``) would be lost."""
+    if directory.exists() and not directory.is_dir():
+        raise PrismError(f"{directory}: a file, where the set's folder goes; move it, or save elsewhere "
+                         f"(models_dir=)", field=str(directory))
+    if directory.is_dir() and not (directory / MANIFEST).is_file() and any(directory.iterdir()):
+        raise PrismError(f"{directory}: holds files that are no saved model set (no {MANIFEST}), and saving one "
+                         f"replaces the whole folder, so they would be lost; move them, or save elsewhere "
+                         f"(models_dir=)", field=str(directory))
+
+
 @contextmanager
 def whole_folder(directory: Path) -> Iterator[Path]:
     """Yield an empty temporary sibling of ``directory`` to write a set of files into; when
@@ -520,6 +533,7 @@ def whole_folder(directory: Path) -> Iterator[Path]:
     aside, then removed). On an error or an interrupt the temporary folder is removed and
     ``directory`` is left as it was: a reader finds the old set or the new (or, for the
     instant between two renames, none), never a mix."""
+    check_replaceable(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     tmp, old = directory.with_name(f".{directory.name}.{tag}.tmp"), directory.with_name(f".{directory.name}.{tag}.old")
