@@ -158,3 +158,15 @@ def test_the_sigterm_handler_is_given_back_when_the_verb_is_done(capsys):
         assert code == 2 and signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_folder_without_sample_runs_says_how_it_gets_them(capsys, tmp_path):
+    # data/microbench is a folder of published tables: read as a store it held "nothing"
+    tables = profiles.REPO_ROOT / "data" / "microbench"
+    code, _, err = _run(capsys, "train", f"samples={tables}", "hardware=h100-sxm", f"models_dir={tmp_path}")
+    assert code == 2 and "holds no sample runs (.parquet) but 6 table(s) (.csv)" in err
+    assert f"prism import-microbench {tables} out=" in err
+    code, _, err = _run(capsys, "evaluate", f"samples={tmp_path}", "hardware=local-cpu")
+    assert code == 2 and f"fill it with prism sample output_dir={tmp_path}" in err
+    code, _, err = _run(capsys, "samples", f"samples={tables}")  # train's way of naming it
+    assert code == 2 and f"prism samples takes the folder itself: prism samples {tables}" in err

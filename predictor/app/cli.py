@@ -229,12 +229,16 @@ def _sample(args) -> int:
 
 
 def _samples(args) -> int:
+    from predictor.data.store import no_runs
     from predictor.data.summary import summarize
+    key, sep, value = args.path.partition("=")
+    if sep and key == "samples" and not Path(args.path).exists():  # train's way of naming a store
+        raise PrismError(f"{args.path}: prism samples takes the folder itself: prism samples {value}", field='path')
     table = summarize(args.path)
     if args.json:
         print(table.to_json(orient="records", indent=2))
     else:
-        print(table.to_string(index=False) if len(table) else f"{args.path}: no samples")
+        print(table.to_string(index=False) if len(table) else f"{args.path}: no samples; {no_runs(args.path)}")
         if len(table) and table.unusable_rows.sum():
             print(f"note: {int(table.unusable_rows.sum())} rows have a latency that is not a positive number; "
                   f"prism train refuses them: drop those rows or sample again")
@@ -312,11 +316,14 @@ def _import_microbench(args) -> int:
 def _hardware_and_samples(cfg):
     from predictor.core.profiles import section
     from predictor.core.specs import HardwareConfig
-    from predictor.data.store import read_samples
+    from predictor.data.store import no_runs, read_samples
     if not cfg.samples:
         raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)",
                          field='samples')
-    return section(cfg, "hardware", HardwareConfig), read_samples(cfg.samples)
+    hw, samples = section(cfg, "hardware", HardwareConfig), read_samples(cfg.samples)
+    if samples.empty:
+        raise PrismError(f"samples={cfg.samples}: {no_runs(cfg.samples)}", field='samples')
+    return hw, samples
 
 
 def _train(args) -> int:

@@ -300,6 +300,20 @@ def run_files(path) -> list[Path]:
     return sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
 
 
+def no_runs(path) -> str:
+    """What a store without a run file holds instead, and how it gets runs: a folder of
+    published tables (data/microbench, data/ett) is imported, not read."""
+    path = Path(path)
+    tables = [p.suffix for p in path.iterdir() if p.suffix in (".csv", ".json", ".gz")] if path.is_dir() else []
+    if tables:
+        kinds = ", ".join(sorted(set(tables)))
+        return (f"{path} holds no sample runs (.parquet) but {len(tables)} table(s) ({kinds}); "
+                f"import them into a store first, with prism import-microbench (published microbenchmarks, as "
+                f"data/microbench), import-ett or import-trace, e.g. prism import-microbench {path} "
+                f"out=samples/microbench")
+    return f"{path} holds no sample runs (.parquet); fill it with prism sample output_dir={path}"
+
+
 def read_run_metadata(path) -> dict:
     """The run metadata of one file (``{}`` for files written by other tools)."""
     meta = _open(path).schema_arrow.metadata or {}
