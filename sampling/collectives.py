@@ -14,7 +14,9 @@ A task runs on its group only (the first ``nodes`` nodes, the first ``ranks_per_
 ranks of each), one task at a time across the job, so that no two collectives share the
 network; the other ranks wait. Each repeat starts after a barrier of the group and is
 timed on every member; the stored latency is the slowest member's, since a collective
-ends when its last member does. The group's lowest rank writes the rows as parts of the
+ends when its last member does. On a CPU each repeat is timed as a step issues it, after
+:data:`STEP_GAP_S` of computing on every member rather than straight after the barrier:
+gloo's collectives cost several times more after a gap (below). The group's lowest rank writes the rows as parts of the
 run, so the run keeps every finished message size even if killed. The host op ``dtensor``
 (:mod:`sampling.tensor_parallel`) needs a group of ranks too, and is timed alike.
 """
@@ -63,6 +65,24 @@ def build_collective(op: str, message_bytes: int, dtype: str, device, index: int
     raise ValueError(f"unknown collective {op!r}")
 
 
+#: What every member computes between the barrier and a timed repeat on a CPU: a step's gap
+#: between two collectives. A 393 KB gloo all_reduce (``small``'s tensor-parallel one) on
+#: this 2-core EPYC slice took 0.7-1.2 ms straight after a barrier, and 3.5-3.8 ms after
+#: 8 or 16 ms of computing on both ranks, 2.7-3.1 ms of it after the later rank had
+#: arrived (arrival skew 0.3-0.5 ms): not waiting for the peer, but the collective itself
+#: (gloo's threads woken from idle). A traced ``small`` tp=2 step's 64 all-reduces, each
+#: some 15 ms apart, took 2.6-4.1 ms (2026-11-26). The cost rises from 1 to 5 ms of gap
+#: and is flat beyond 8: 10 ms lies on the flat part, below any step's gap there.
+STEP_GAP_S = 0.010
+
+
+def _compute_for(seconds: float) -> None:
+    """Keep this rank's core busy for ``seconds``, as a step's compute does."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -107,6 +127,8 @@ def time_collectives(tasks: list[dict], job: dict, rank: int, placement: list[tu
                 for _ in range(job["repeats"]):
                     dist.barrier(group=group)
                     _sync(device)
+                    if device.type == "cpu":  # a GPU's gap is its device's compute, not a host spin: not yet measured
+                        _compute_for(STEP_GAP_S)
                     t0 = time.perf_counter_ns()
                     fn()
                     _sync(device)

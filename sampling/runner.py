@@ -53,7 +53,7 @@ from predictor.latency.backward_entry import FRAMEWORK
 from predictor.latency.co_run import ORIGINS as CO_RUN_ORIGINS
 from sampling import kernels
 from sampling.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
-from sampling.collectives import time_collectives
+from sampling.collectives import STEP_GAP_S, time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
 from sampling.plan import Plan, Task, make_plan, target_calls, task_key
@@ -229,13 +229,20 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
     return "end-of-plan"
 
 
-def _sample_co_run(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device, timer, writer, base: dict,
+def _co_run_work(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device) -> tuple[list[Task], list[str]]:
+    """The co-run phase's tasks and the neighbour's models; none where it has nothing to time
+    (no compute op of the targets' in the plan, as ``sampling.ops=[all_reduce]``), so that a
+    run without it is complete, not a task always "still to do"."""
+    if not (sc.co_run_share > 0 and can_co_run(device, hw.node.gpus_per_node, sc.threads)):
+        return [], []
+    tasks, targets = co_run_tasks(plan.compute, target_calls(sc, hw), hw), dense_targets(sc.targets)
+    return (tasks, targets) if tasks and targets else ([], [])
+
+
+def _sample_co_run(sc: SamplingConfig, tasks: list[Task], targets: list[str], device, timer, writer, base: dict,
                    deadline_wall: float, failures: list, progress: bool) -> None:
     """The targets' longest compute shapes, each timed alone and beside a neighbouring rank
     (:mod:`sampling.co_run`), for ``sampling.co_run_share`` of the budget at most."""
-    tasks, targets = co_run_tasks(plan.compute, target_calls(sc, hw), hw), dense_targets(sc.targets)
-    if not (tasks and targets):
-        return
     if progress:
         print(f"prism sample: beside a rank: {len(tasks)} of the targets' compute shapes, each timed alone and "
               f"beside a process training {', '.join(targets)}", file=sys.stderr)
@@ -276,6 +283,7 @@ def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resume
                  "max_call_ms": plan.max_call_ms, "estimated_s": plan.estimated_s,
                  "resumed_tasks": resumed, "collective_coverage": plan.collective_coverage()},
         "warmup": sc.warmup, "repeats": sc.repeats, "threads": sc.threads,
+        "collective_gap_s": STEP_GAP_S if device.type == "cpu" else 0.0,  # computed before each timed collective
         "clock": "perf_counter_ns" if device.type == "cpu" else "cuda_event+l2_flush; host ops perf_counter_ns",
         "versions": {"torch": torch.__version__, "python": platform.python_version(),
                      "numpy": np.__version__, "pandas": pd.__version__},
@@ -316,8 +324,8 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
     todo_compute = [t for t in plan.compute if t.key not in done]
     todo_coll = [t for t in plan.collectives if t.key not in done]
     framework = "dispatch" in sc.ops and FRAMEWORK_TASK not in done
-    co_run = (sc.co_run_share > 0 and CO_RUN_TASK not in done
-              and can_co_run(device, hw.node.gpus_per_node, sc.threads))
+    co_tasks, co_targets = _co_run_work(sc, hw, plan, device) if CO_RUN_TASK not in done else ([], [])
+    co_run = bool(co_tasks)
     resumed = len(plan.compute) + len(plan.collectives) - len(todo_compute) - len(todo_coll)
     budget = sc.budget_s - spent
     if not (todo_compute or todo_coll or framework or co_run) or budget <= 0:
@@ -348,7 +356,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         if ended == "end-of-plan" and framework:
             _sample_framework(sc, hw, device, writer, base, failures, progress)
         if ended == "end-of-plan" and co_run:
-            _sample_co_run(sc, hw, plan, device, timer, writer, base, deadline_wall, failures, progress)
+            _sample_co_run(sc, co_tasks, co_targets, device, timer, writer, base, deadline_wall, failures, progress)
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:

@@ -117,3 +117,17 @@ def test_the_lookup_scales_a_marked_call_by_its_op_s_slowdown_only():
     q, _ = call_quantiles(calls, models, hw, "float32")
     np.testing.assert_allclose(q[1] / q[0], 1.5)
     np.testing.assert_allclose(q[3], q[2])  # no slowdown sampled for it: as timed alone
+
+
+def test_a_plan_without_the_targets_compute_has_no_co_run_phase():
+    # sampling.ops=[all_reduce]: the phase had nothing to time, so its task stayed "still to do"
+    # and every run of the plan ended "budget", asking for a larger budget
+    torch = pytest.importorskip("torch")
+    from sampling.plan import make_plan
+    from sampling.runner import _co_run_work
+    hw = load_hardware("local-cpu")
+    collectives = section(load_config(["sampling.ops=[all_reduce]"]), "sampling", SamplingConfig)
+    assert _co_run_work(collectives, hw, make_plan(collectives, hw), torch.device("cpu")) == ([], [])
+    both = section(load_config(["sampling.ops=[gemm,all_reduce]"]), "sampling", SamplingConfig)
+    tasks, targets = _co_run_work(both, hw, make_plan(both, hw), torch.device("cpu"))
+    assert {t.call.op for t in tasks} == {"gemm"} and targets  # on a host of several ranks with a spare core
