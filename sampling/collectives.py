@@ -11,15 +11,21 @@ Two jobs time collectives with :func:`time_collectives`:
   jointly time every task over the sub-group of its placement (nodes x ranks per node).
 
 A task runs on its group only (the first ``nodes`` nodes, the first ``ranks_per_node``
-ranks of each), one task at a time across the job, so that no two collectives share the
-network; the other ranks wait. Each repeat starts after a barrier of the group and is
-timed on every member; the stored latency is the slowest member's, since a collective
-ends when its last member does. On a CPU each repeat of a collective is timed as a step
-issues it, after :data:`STEP_GAP_S` of computing on every member rather than straight
-after the barrier: gloo's collectives cost several times more after a gap (below). The
-group's lowest rank writes the rows as parts of the run, so the run keeps every finished
-message size even if killed. The host op ``dtensor`` (:mod:`sampling.tensor_parallel`)
-needs a group of ranks too, and is timed alike, without the gap.
+ranks of each), one collective at a time across the job, so that no two share the
+network; the other ranks wait. Consecutive tasks of one op and group are timed as a block
+(:func:`blocks`), round by round: repeat r of every size, then repeat r + 1. A slow spell
+of a shared host then lands as one repeat of many sizes, which their medians ignore, not
+as every repeat of one size: in suite run Z (2026-11-26), timed size by size, the 12 KB
+all_reduce's repeats 6-9 took 5.5-5.8 ms in a row against 2.1-2.4 ms medians of the sizes
+beside it, and its median of 5.1 ms put a tp=2 layout that issues it 69% high. Each
+repeat starts after a barrier of the group and is timed on every member; the stored
+latency is the slowest member's, since a collective ends when its last member does. On a
+CPU each repeat of a collective is timed as a step issues it, after :data:`STEP_GAP_S` of
+computing on every member rather than straight after the barrier: gloo's collectives cost
+several times more after a gap (below). The group's lowest rank writes the rows as parts
+of the run, so the run keeps every finished block even if killed. The host op ``dtensor``
+(:mod:`sampling.tensor_parallel`) needs a group of ranks too, and is timed alike, without
+the gap.
 """
 from __future__ import annotations
 
@@ -96,59 +102,89 @@ def group_ranks(placement: list[tuple[int, int]], shapes) -> dict[tuple[int, int
     return {(n, k): [where[(node, local)] for node in range(n) for local in range(k)] for n, k in shapes}
 
 
+#: The most bytes a block's buffers may hold together (each task holds about twice its
+#: message): small messages, whose timings a slow spell of the host distorts most, share
+#: rounds, and a block of the largest ones is a single task, as long as a repeat takes.
+BLOCK_BYTES = 64 << 20
+
+
+def blocks(tasks: list[dict]) -> list[list[dict]]:
+    """``tasks`` cut into runs of consecutive tasks of one op, pass, dtype and group shape,
+    whose messages take at most :data:`BLOCK_BYTES` of buffers together (one task at least)."""
+    out, held = [], 0
+    for task in tasks:
+        kind = (task["op"], task.get("pass"), task["dtype"], task["nodes"], task["ranks_per_node"])
+        size = 2 * int(task["shape"].get("message_bytes", 0))
+        last = out[-1][-1] if out else None
+        if last is None or kind != (last["op"], last.get("pass"), last["dtype"], last["nodes"],
+                                    last["ranks_per_node"]) or held + size > BLOCK_BYTES:
+            out.append([])
+            held = 0
+        out[-1].append(task)
+        held += size
+    return out
+
+
+def _build(task: dict, rank: int, members: list[int], group, device):
+    if task["op"] == "dtensor":  # a host op timed on the group's ranks
+        return build_pair(task["pass"], group, device)
+    return build_collective(task["op"], task["shape"]["message_bytes"], task["dtype"], device,
+                            members.index(rank), members, group)
+
+
 def time_collectives(tasks: list[dict], job: dict, rank: int, placement: list[tuple[int, int]], device,
                      writer: RunWriter | None, base: dict, control=None, on_done=None) -> int:
     """Time ``tasks`` (op, dtype, shape, nodes, ranks_per_node) jointly with every rank of
-    the initialised process group; see the module doc. ``job`` gives repeats, warmup,
-    deadline (wall clock, rank 0's word stops every rank) and flush_every_s; ``writer``
-    takes the rows of the groups this rank leads; ``control`` is the group that carries the
-    stop word (gloo; None: the default group); ``on_done(n)`` follows progress. Returns
-    the tasks done. A lost peer raises (RuntimeError) on the ranks that wait for it."""
+    the initialised process group, a block at a time (:func:`blocks`); see the module doc.
+    ``job`` gives repeats, warmup, deadline (wall clock, rank 0's word stops every rank,
+    checked before each block) and flush_every_s; ``writer`` takes the rows of the groups
+    this rank leads; ``control`` is the group that carries the stop word (gloo; None: the
+    default group); ``on_done(n)`` follows progress. Returns the tasks done. A lost peer
+    raises (RuntimeError) on the ranks that wait for it."""
     groups = group_ranks(placement, sorted({(t["nodes"], t["ranks_per_node"]) for t in tasks}))
     handles = {shape: dist.new_group(ranks) for shape, ranks in groups.items()}  # every rank, same order
     done, last_flush = 0, time.monotonic()
     try:
-        for task in tasks:
+        for block in blocks(tasks):
             stop = torch.tensor([int(time.time() > job["deadline"])])
             dist.broadcast(stop, 0, group=control)  # every rank stops together, at rank 0's word
             if stop.item():
                 break
-            shape = (task["nodes"], task["ranks_per_node"])
+            shape = (block[0]["nodes"], block[0]["ranks_per_node"])
             members = groups[shape]
             if rank in members:
                 group = handles[shape]
                 # a CPU's collective after a step's gap; the host op dtensor right after the barrier: it
                 # is the framework's time, and the composer adds the collective its pair ends with as a
                 # collective, whose gap's cost is then counted once
-                gap = STEP_GAP_S if device.type == "cpu" and task["op"] != "dtensor" else 0.0
-                if task["op"] == "dtensor":  # a host op timed on the group's ranks
-                    fn = build_pair(task["pass"], group, device)
-                else:
-                    fn = build_collective(task["op"], task["shape"]["message_bytes"], task["dtype"], device,
-                                          members.index(rank), members, group)
-                for _ in range(job["warmup"]):
-                    fn()
-                times = []
+                gap = STEP_GAP_S if device.type == "cpu" and block[0]["op"] != "dtensor" else 0.0
+                fns = [_build(task, rank, members, group, device) for task in block]
+                for fn in fns:
+                    for _ in range(job["warmup"]):
+                        fn()
+                times = [[] for _ in block]
                 for _ in range(job["repeats"]):
-                    dist.barrier(group=group)
-                    _sync(device)
-                    _compute_for(gap)  # a GPU's gap is its device's compute, not a host spin: not measured there
-                    t0 = time.perf_counter_ns()
-                    fn()
-                    _sync(device)
-                    times.append((time.perf_counter_ns() - t0) / 1e3)
+                    for fn, each in zip(fns, times):
+                        dist.barrier(group=group)
+                        _sync(device)
+                        _compute_for(gap)  # a GPU's gap is its device's compute, not a host spin: not measured there
+                        t0 = time.perf_counter_ns()
+                        fn()
+                        _sync(device)
+                        each.append((time.perf_counter_ns() - t0) / 1e3)
+                del fns  # the block's buffers, before the next block's
                 slowest = torch.tensor(times, dtype=torch.float64, device=device)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
                 if rank == members[0] and writer is not None:
                     now = datetime.now(timezone.utc)
                     writer.add([dict(base, op=task["op"], **{"pass": task.get("pass", "step")}, dtype=task["dtype"],
-                                     **task["shape"],
-                                     ranks_per_node=shape[1], nodes=shape[0], rank=rank, latency_us=float(v),
-                                     repeat=r, timestamp=now) for r, v in enumerate(slowest.tolist())])
+                                     **task["shape"], ranks_per_node=shape[1], nodes=shape[0], rank=rank,
+                                     latency_us=float(v), repeat=r, timestamp=now)
+                                for task, row in zip(block, slowest.tolist()) for r, v in enumerate(row)])
                     if time.monotonic() - last_flush > job["flush_every_s"]:
                         writer.flush()
                         last_flush = time.monotonic()
-            done += 1
+            done += len(block)
             if on_done is not None:
                 on_done(done)
     finally:

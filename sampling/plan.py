@@ -184,7 +184,7 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     if sc.warmup < 0:
         raise PrismError(f"sampling.warmup={sc.warmup}: the untimed calls before the first repeat; must be a whole "
                          f"number >= 0, e.g. 2", field='sampling.warmup')
-    for name, minimum in [("budget_s", 1), ("repeats", 1), ("shapes_per_op", 1),
+    for name, minimum in [("budget_s", 1), ("repeats", 1), ("collective_repeats", 1), ("shapes_per_op", 1),
                           ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2), ("rank_timeout_s", 1)]:
         if getattr(sc, name) < minimum:
             raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}",
@@ -367,7 +367,8 @@ def _collective_tasks(sc: SamplingConfig, topology: tuple[int, int] | None) -> l
 
 def _plan_id(hw: HardwareConfig, sc: SamplingConfig, tasks: list[Task]) -> str:
     """The plan's identity: what it measures and how, not the budget that shaped it."""
-    text = json.dumps({"hardware": hw.name, "repeats": sc.repeats, "warmup": sc.warmup,
+    text = json.dumps({"hardware": hw.name, "repeats": sc.repeats, "collective_repeats": sc.collective_repeats,
+                       "warmup": sc.warmup,
                        "threads": sc.threads, "tasks": [t.key for t in tasks]})
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -387,5 +388,5 @@ def make_plan(sc: SamplingConfig, hw: HardwareConfig, topology: tuple[int, int] 
             break
         cap_s /= 2
     collectives = _collective_tasks(sc, topology)
-    est += sum(task_seconds(t, sc.repeats, sc.warmup, hw) for t in collectives)
+    est += sum(task_seconds(t, sc.collective_repeats, sc.warmup, hw) for t in collectives)
     return Plan(compute, collectives, _plan_id(hw, sc, compute + collectives), cap_s * 1e3, est)

@@ -53,10 +53,10 @@ from predictor.latency.backward_entry import FRAMEWORK
 from predictor.latency.co_run import ORIGINS as CO_RUN_ORIGINS
 from sampling import kernels
 from sampling.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
-from sampling.collectives import STEP_GAP_S, time_collectives
+from sampling.collectives import BLOCK_BYTES, STEP_GAP_S, time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
-from sampling.plan import Plan, Task, make_plan, target_calls, task_key
+from sampling.plan import GROUP_OPS, Plan, Task, make_plan, target_calls, task_key
 from sampling.timers import make_timer
 
 #: What the collective job may take beyond its share of the budget: torchrun's start and
@@ -115,9 +115,10 @@ def _calibrate(device: torch.device, dtype: str) -> dict:
             "dtype": dtype}
 
 
-def _stored_keys(df: pd.DataFrame, repeats: int) -> set:
-    """Keys of the tasks with at least ``repeats`` stored rows (a collective's keyed by its
-    group's placement, nodes x ranks per node)."""
+def _stored_keys(df: pd.DataFrame, sc: SamplingConfig) -> set:
+    """Keys of the tasks with all their repeats stored (``sc.repeats``; the collective job's
+    ``sc.collective_repeats``; a collective's keyed by its group's placement, nodes x ranks
+    per node)."""
     keys = set()
     co_run = df["origin"].isin(CO_RUN_ORIGINS) if "origin" in df else pd.Series(False, index=df.index)
     if co_run.any():
@@ -129,14 +130,14 @@ def _stored_keys(df: pd.DataFrame, repeats: int) -> set:
         where = ["nodes", "ranks_per_node"] if OPS[op].collective else []
         for values, n in g.groupby(cols + where, dropna=False).size().items():
             values = values if isinstance(values, tuple) else (values,)
-            if n >= repeats:
+            if n >= (sc.collective_repeats if OPS[op].collective or op in GROUP_OPS else sc.repeats):
                 keys.add(task_key(op, pass_, dtype, dict(zip(cols, values)), tuple(values[len(cols):]) or (1, 1)))
     if "origin" in df and (df["origin"] == FRAMEWORK).any():
         keys.add(FRAMEWORK_TASK)
     return keys
 
 
-def _done_tasks(output_dir: Path, plan: Plan, hardware: str, repeats: int,
+def _done_tasks(output_dir: Path, plan: Plan, hardware: str, sc: SamplingConfig,
                 by_rank: bool = False) -> tuple[set | dict, float]:
     """Task keys stored for ``hardware``, and the time earlier runs of this plan spent.
     ``by_rank``: the compute tasks' keys per rank that timed them ({rank: set}, rows of a
@@ -148,13 +149,13 @@ def _done_tasks(output_dir: Path, plan: Plan, hardware: str, repeats: int,
         df = store.read_samples(f)
         df = df[df.hardware == hardware]
         if not by_rank:
-            done |= _stored_keys(df, repeats)
+            done |= _stored_keys(df, sc)
             continue
         collective = df["op"].map(lambda op: OPS[op].collective).astype(bool)
-        done.setdefault(-1, set()).update(_stored_keys(df[collective], repeats))
+        done.setdefault(-1, set()).update(_stored_keys(df[collective], sc))
         ranks = df["rank"].fillna(0).astype(int) if "rank" in df else pd.Series(0, index=df.index)
         for r, g in df[~collective].groupby(ranks[~collective]):
-            done.setdefault(int(r), set()).update(_stored_keys(g, repeats))
+            done.setdefault(int(r), set()).update(_stored_keys(g, sc))
     return done, spent
 
 
@@ -164,7 +165,7 @@ def _run_collectives(tasks: list[Task], sc: SamplingConfig, hw: HardwareConfig, 
     ``writer``'s run as parts; the ranks stop taking tasks after ``share_s`` seconds."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     job = {
-        "backend": backend, "repeats": sc.repeats, "warmup": sc.warmup, "deadline": time.time() + share_s,
+        "backend": backend, "repeats": sc.collective_repeats, "warmup": sc.warmup, "deadline": time.time() + share_s,
         "tasks": _task_dicts(tasks),
         "output_dir": str(writer.output_dir), "run_id": writer.run_id, "metadata": writer.metadata,
         "hardware": hw.name, "device_name": device_name, "flush_every_s": sc.flush_every_s,
@@ -282,8 +283,9 @@ def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resume
         "plan": {"compute_tasks": len(plan.compute), "collective_tasks": len(plan.collectives),
                  "max_call_ms": plan.max_call_ms, "estimated_s": plan.estimated_s,
                  "resumed_tasks": resumed, "collective_coverage": plan.collective_coverage()},
-        "warmup": sc.warmup, "repeats": sc.repeats, "threads": sc.threads,
+        "warmup": sc.warmup, "repeats": sc.repeats, "collective_repeats": sc.collective_repeats, "threads": sc.threads,
         "collective_gap_s": STEP_GAP_S if device.type == "cpu" else 0.0,  # computed before each timed collective
+        "collective_block_bytes": BLOCK_BYTES,  # sizes timed round by round: sampling.collectives.blocks
         "clock": "perf_counter_ns" if device.type == "cpu" else "cuda_event+l2_flush; host ops perf_counter_ns",
         "versions": {"torch": torch.__version__, "python": platform.python_version(),
                      "numpy": np.__version__, "pandas": pd.__version__},
@@ -320,7 +322,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
             progress: bool) -> SamplingReport:
     """The tasks of ``plan`` not yet in ``output_dir``, measured and stored as a new run."""
     recovered = [str(p) for p in store.recover_unfinished(output_dir)]
-    done, spent = _done_tasks(output_dir, plan, hw.name, sc.repeats)
+    done, spent = _done_tasks(output_dir, plan, hw.name, sc)
     todo_compute = [t for t in plan.compute if t.key not in done]
     todo_coll = [t for t in plan.collectives if t.key not in done]
     framework = "dispatch" in sc.ops and FRAMEWORK_TASK not in done
@@ -371,7 +373,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         report.rows = len(df)
         report.shapes_per_op = {op: int(g[list(OPS[op].shape)].drop_duplicates().shape[0])
                                 for op, g in df.groupby("op")}
-        stored = _stored_keys(df, sc.repeats)
+        stored = _stored_keys(df, sc)
     report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll) + (
         framework and FRAMEWORK_TASK not in stored) + (co_run and CO_RUN_TASK not in stored)
     if ended != "interrupted":
@@ -400,7 +402,7 @@ def _setup(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, cl: Cluster, devi
     opened (its writer in the result). What every rank needs goes in the result."""
     note = stack.enter_context(store.writer_lock(output_dir))
     recovered = [str(p) for p in store.recover_unfinished(output_dir)]
-    done, spent = _done_tasks(output_dir, plan, hw.name, sc.repeats, by_rank=True)
+    done, spent = _done_tasks(output_dir, plan, hw.name, sc, by_rank=True)
     todo_coll = [t.key for t in plan.collectives if t.key not in done.get(-1, set())]
     todo = {r: [t.key for t in plan.compute if t.key not in done.get(r, set())] for r in range(cl.world)}
     resumed = len(plan.collectives) - len(todo_coll) + sum(len(plan.compute) - len(v) for v in todo.values())
@@ -543,7 +545,7 @@ def _cluster_run(sc, hw, plan, cl, device, backend, control, placement, output_d
         try:
             if todo_coll:
                 any_compute = any(info["todo"].values())
-                job = {"repeats": sc.repeats, "warmup": sc.warmup, "flush_every_s": sc.flush_every_s,
+                job = {"repeats": sc.collective_repeats, "warmup": sc.warmup, "flush_every_s": sc.flush_every_s,
                        "deadline": started + (info["budget"] * sc.collective_share if any_compute else info["budget"])}
                 with tqdm(total=len(todo_coll), desc="collectives", unit="task", file=sys.stderr,
                           disable=not progress or cl.rank != 0) as bar:
@@ -610,7 +612,7 @@ def _join(sc, plan, cl, writer, report: SamplingReport, ended: str, started: flo
         report.rows = len(df)
         report.shapes_per_op = {op: int(g[list(OPS[op].shape)].drop_duplicates().shape[0])
                                 for op, g in df.groupby("op")}
-    done, _ = _done_tasks(writer.output_dir, plan, writer.metadata["hardware"], sc.repeats, by_rank=True)
+    done, _ = _done_tasks(writer.output_dir, plan, writer.metadata["hardware"], sc, by_rank=True)
     left = sum(t.key not in done.get(-1, set()) for t in plan.collectives)
     left += sum(t.key not in done.get(r, set()) for r in range(cl.world) for t in plan.compute)
     report.remaining_tasks = left

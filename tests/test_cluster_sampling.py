@@ -17,6 +17,7 @@ pytest.importorskip("torch")
 from predictor.core.errors import PrismError  # noqa: E402
 from predictor.core.ops import OPS  # noqa: E402
 from predictor.data import store  # noqa: E402
+from sampling.collectives import BLOCK_BYTES, blocks  # noqa: E402
 from sampling.launch import SLURM_PORT_BASE, cluster_env  # noqa: E402
 from sampling.plan import group_shapes  # noqa: E402
 
@@ -24,7 +25,8 @@ REPEATS = 3
 #: A tiny plan: two compute ops at two shapes each, two collectives at two sizes over the 3
 #: group shapes of 2 x 2 ranks; ranks flush after every task.
 TINY = ["hardware=local-cpu", "sampling.ops=[gemm,layernorm,all_reduce,send_recv]", "sampling.shapes_per_op=2",
-        f"sampling.repeats={REPEATS}", "sampling.warmup=1", "sampling.message_sizes=2",
+        f"sampling.repeats={REPEATS}", f"sampling.collective_repeats={REPEATS}", "sampling.warmup=1",
+        "sampling.message_sizes=2",
         "sampling.space.message_bytes=[1024,65536]", "sampling.targets=[tiny]", "sampling.micro_batch_sizes=[1]",
         "sampling.tp_degrees=[1]", "sampling.flush_every_s=0", "sampling.budget_s=300"]
 
@@ -237,6 +239,23 @@ def test_a_bad_launcher_environment_is_one_error_naming_the_variable(env, field)
     with pytest.raises(PrismError) as err:
         cluster_env(env)
     assert err.value.field == field and field in str(err.value)
+
+
+def test_collectives_are_timed_in_blocks_of_one_op_and_group_that_fit_the_buffer_cap():
+    """Sizes of one op and group share rounds until their buffers would pass BLOCK_BYTES; a
+    new op, dtype or group shape starts a block; a message past the cap is a block alone."""
+    def task(op, size, per_node=2, dtype="float32"):
+        return {"op": op, "pass": "step", "dtype": dtype, "shape": {"message_bytes": size}, "nodes": 1,
+                "ranks_per_node": per_node}
+    small = [task("all_reduce", 1024 << i) for i in range(10)]  # 1 KiB .. 512 KiB: 2 MiB of buffers in all
+    big = [task("all_reduce", BLOCK_BYTES // 4), task("all_reduce", BLOCK_BYTES // 4), task("all_reduce", BLOCK_BYTES)]
+    tasks = small + big + [task("all_gather", 1024), task("all_gather", 1024, dtype="bfloat16"),
+                           task("all_gather", 1024, per_node=4)]
+    got = blocks(tasks)
+    assert [t for b in got for t in b] == tasks  # every task once, in order
+    assert [len(b) for b in got] == [11, 1, 1, 1, 1, 1]  # the first quarter-cap one joins the small sizes
+    assert got[1] == [big[1]] and got[2] == [big[2]]
+    assert all(2 * sum(t["shape"]["message_bytes"] for t in b) <= BLOCK_BYTES for b in got if len(b) > 1)
 
 
 def test_group_shapes_cover_within_and_across_nodes():

@@ -218,7 +218,8 @@ def test_cpu_samples_train_and_evaluate_through_the_same_commands(tmp_path):
     pytest.importorskip("torch")
     samples = tmp_path / "samples"
     out = _prism("sample", "sampling.ops=[gemm,rmsnorm,all_reduce]", "sampling.shapes_per_op=15",
-                 "sampling.message_sizes=4", "sampling.threads=1", "sampling.co_run_share=0", f"output_dir={samples}")
+                 "sampling.message_sizes=4", "sampling.collective_repeats=10", "sampling.threads=1",
+                 "sampling.co_run_share=0", f"output_dir={samples}")
     assert out.returncode == 0, out.stderr
     out = _prism("train", f"samples={samples}", "hardware=local-cpu", f"models_dir={tmp_path}",
                  "regressor.params.n_estimators=20")

@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 from predictor.app.cli import main  # noqa: E402
 from predictor.data import store  # noqa: E402
 
-SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10",
+SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10", "sampling.collective_repeats=12",
               "sampling.shapes_per_op=3", "sampling.message_sizes=2", "sampling.targets=[tiny]",
               "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]", "sampling.flush_every_s=0",
               "sampling.co_run_share=0"]  # the co-run phase: tests/test_co_run.py
@@ -36,12 +36,14 @@ def test_sample_writes_every_repeat_with_the_contract_columns(tmp_path, cpu_env)
     assert (df.latency_us > 0).all() and (df.hardware == "local-cpu").all()
     per_task = df.groupby(["op", "pass", "m", "n", "k", "tokens", "hidden", "message_bytes"],
                           dropna=False).size()
-    assert (per_task == 10).all()
+    collective = per_task.index.get_level_values("op").isin(["all_reduce", "send_recv"])
+    assert (per_task[~collective] == 10).all() and (per_task[collective] == 12).all()
     coll = df[df.op == "all_reduce"]
     assert (coll.world_size == 2).all() and (coll.backend == "gloo").all()
     assert coll.message_bytes.nunique() == 2
     meta = store.read_run_metadata(report["run_file"])
-    assert meta["repeats"] == 10 and meta["versions"]["torch"] and meta["calibration"]["matmul_flops"] > 0
+    assert meta["repeats"] == 10 and meta["collective_repeats"] == 12
+    assert meta["versions"]["torch"] and meta["calibration"]["matmul_flops"] > 0
 
 
 def test_a_cpu_s_framework_time_is_sampled_once_per_store(tmp_path, cpu_env):
@@ -95,7 +97,7 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
 
 def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
     args = ["sample", *SMALL_PLAN, "sampling.ops=[all_reduce]", "sampling.message_sizes=30",
-            "sampling.repeats=100", f"output_dir={tmp_path}"]
+            "sampling.collective_repeats=100", f"output_dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args], env=cpu_env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 120

@@ -411,6 +411,10 @@ class SamplingConfig:
     # a CPU host of several ranks: the budget's part for timing targeted ops beside a neighbouring
     # rank (sampling.co_run); 0: none
     co_run_share: float = 0.25
+    # timed repeats of each task of the collective job (collectives, dtensor pairs): a CPU's
+    # small collectives vary 0.6-7.6 ms between repeats (gloo's threads waking); ten repeats
+    # gave the sizes of 1-140 KB medians of 1.4-4.9 ms where all of them pool to 2.8 (2026-11-26)
+    collective_repeats: int = 30
     seed: int = 0
     flush_every_s: float = 2.0
     # a cluster job: how long a rank may be silent (a collective's wait, a rank's record) before it
