@@ -1,6 +1,7 @@
 """Quantile regressors on real data: ETT's A100 samples (data/ett) and this CPU's."""
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 
@@ -129,6 +130,22 @@ def test_a_save_is_whole_or_nothing(ett_a100, tmp_path, monkeypatch):
     monkeypatch.undo()
     new.save(tmp_path / A100)  # a whole save replaces the folder: nothing of the old set is left
     assert set(ModelSet.load(tmp_path / A100, hw).models) == set(new.models)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [A100]
+
+
+def test_a_save_killed_between_its_renames_is_finished_by_the_next_load_or_save(ett_a100, tmp_path):
+    """kill -9 between whole_folder's two renames left only the old set, aside under a
+    hidden name: the next load puts it back; a replaced set left half-removed is removed."""
+    _, rows = ett_a100
+    hw = _hw()
+    old = train(rows[rows.op == "layernorm"], hw, _rc(n_estimators=5), n_jobs=1)
+    old.save(tmp_path / A100)
+    aside = tmp_path / f".{A100}.0123abcd.old"
+    (tmp_path / A100).rename(aside)  # the state such a kill leaves
+    assert set(ModelSet.load(tmp_path / A100, hw).models) == set(old.models)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [A100]
+    shutil.copytree(tmp_path / A100, aside)  # killed while removing the replaced set
+    old.save(tmp_path / A100)
     assert sorted(p.name for p in tmp_path.iterdir()) == [A100]
 
 

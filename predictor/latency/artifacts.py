@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import uuid
@@ -398,6 +399,7 @@ class ModelSet:
     def load(cls, directory, hw: HardwareConfig) -> ModelSet:
         """Load a hardware's models, checking them against the manifest and the profile."""
         directory = Path(directory)
+        recover_folder(directory)
         path = directory / MANIFEST
         if not path.exists():
             raise PrismError(f"{directory}: no trained models ({MANIFEST} missing); train them with "
@@ -526,13 +528,37 @@ def check_replaceable(directory: Path) -> None:
                          f"(models_dir=)", field=str(directory))
 
 
+def _aside(directory: Path) -> list[Path]:
+    """The old sets :func:`whole_folder` moved aside from ``directory`` and has not removed
+    yet, oldest first."""
+    if not directory.parent.is_dir():
+        return []
+    name = re.compile(rf"\.{re.escape(directory.name)}\.[0-9a-f]{{8}}\.old")
+    return sorted((p for p in directory.parent.iterdir() if name.fullmatch(p.name) and p.is_dir()),
+                  key=lambda p: p.stat().st_mtime)
+
+
+def recover_folder(directory: Path) -> None:
+    """Finish a replacement that :func:`whole_folder` was killed in (``kill -9``, power
+    loss), before ``directory`` is read or replaced: killed between its two renames, the set
+    is back in its place (the new one had not arrived); killed while removing the replaced
+    set, what is left of that is removed."""
+    olds = _aside(Path(directory))
+    if olds and not Path(directory).exists():
+        os.rename(olds.pop(), directory)
+    for old in olds:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextmanager
 def whole_folder(directory: Path) -> Iterator[Path]:
     """Yield an empty temporary sibling of ``directory`` to write a set of files into; when
     the block ends without an error it replaces ``directory`` (the old folder is moved
     aside, then removed). On an error or an interrupt the temporary folder is removed and
-    ``directory`` is left as it was: a reader finds the old set or the new (or, for the
-    instant between two renames, none), never a mix."""
+    ``directory`` is left as it was: a reader finds the old set or the new, never a mix; a
+    process killed outright between the two renames leaves the old set aside, and the next
+    load or save puts it back (:func:`recover_folder`)."""
+    recover_folder(directory)
     check_replaceable(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from predictor.core.errors import PrismError
-from predictor.latency.artifacts import booster, read_booster, whole_folder, write_booster
+from predictor.latency.artifacts import booster, read_booster, recover_folder, whole_folder, write_booster
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, xgb
 
 #: Features of one prediction, in the order the model reads them.
@@ -214,6 +214,7 @@ class DoubtModel:
     @classmethod
     def load(cls, directory) -> DoubtModel:
         directory = Path(directory)
+        recover_folder(directory)
         path = directory / "manifest.json"
         if not path.is_file():
             raise PrismError(f"{directory}: no predictive-uncertainty model (manifest.json missing); train one with "
