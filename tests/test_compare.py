@@ -80,6 +80,9 @@ def test_plot_path_checks_the_suffix(tmp_path):
     assert plot_path(None) is None and plot_path("runs/cmp") == plot_path("runs/cmp.png")
     with pytest.raises(PrismError, match="^plot="):
         plot_path("cmp.svg")
+    for bare in (".png", f"{tmp_path}/.PNG"):  # a suffix alone once wrote ".png.png"
+        with pytest.raises(PrismError, match="a suffix with no name; give the file a name, e.g. plot=.*step.png"):
+            plot_path(bare)
 
 
 def test_cli_json_parses_and_the_plot_is_written(tmp_path, capsys):

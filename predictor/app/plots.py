@@ -61,6 +61,9 @@ def plot_path(value, key: str = "plot") -> Path | None:
     if path.is_dir() or str(value).endswith(("/", "\\")):  # not a file beside it, FOLDER.png
         raise PrismError(f"{key}={value}: names a folder; give a file in it, e.g. {key}={path / 'figure.png'}",
                          field=key)
+    if path.name.lower() == ".png":  # Path reads it as a hidden file with no suffix: ".png.png"
+        raise PrismError(f"{key}={value}: a suffix with no name; give the file a name, e.g. "
+                         f"{key}={path.with_name('step.png')}", field=key)
     if not path.suffix:
         path = path.with_suffix(".png")
     elif path.suffix.lower() != ".png":
