@@ -62,6 +62,7 @@ def test_a_copied_profile_that_keeps_the_original_s_name_is_refused(conf, capsys
     ("memory.capacity_gib", 80e9, "GiB"),  # bytes
     ("peak_flops.bfloat16", 989.5, "FLOP/s"),  # TFLOP/s
     ("network.inter_node.bandwidth", 400.0, "bytes/s per GPU"),  # Gb/s
+    ("network.inter_node.latency_us", 5e-6, "microseconds"),  # seconds
 ])
 def test_a_profile_figure_in_another_unit_is_named(key, value, unit):
     section, _, leaf = key.partition(".")
@@ -71,7 +72,8 @@ def test_a_profile_figure_in_another_unit_is_named(key, value, unit):
         elif section == "memory":
             replace(H100, memory=replace(H100.memory, **{leaf: value}))
         else:
-            replace(H100, network=replace(H100.network, inter_node=replace(H100.network.inter_node, bandwidth=value)))
+            link = replace(H100.network.inter_node, **{key.rpartition(".")[2]: value})
+            replace(H100, network=replace(H100.network, inter_node=link))
     assert error.value.field == f"hardware.{key}" and f"give it in {unit}" in str(error.value)
 
 

@@ -297,6 +297,9 @@ class HardwareConfig:
             check_unit(f"hardware.network.{side}.bandwidth", link.bandwidth, 1e6, 1e14,
                        "bytes/s per GPU and direction, e.g. 50e+9 for one 400 Gb/s NIC")
             check_number(f"hardware.network.{side}.latency_us", link.latency_us, zero=True)
+            if link.latency_us:  # 0: a link priced by bandwidth alone
+                check_unit(f"hardware.network.{side}.latency_us", link.latency_us, 0.01, 1e5,
+                           "microseconds, e.g. 5.0 for 5 us (5e-06 is 5 us in seconds)")
             if link.nics_per_node is not None:
                 check_number(f"hardware.network.{side}.nics_per_node", link.nics_per_node, integer=True)
         for key in ("price_per_gpu_hour", "power_w"):
