@@ -36,12 +36,11 @@ import pandas as pd
 
 from predictor.analyses.doubt import measured_errors, write_errors
 from predictor.app.config import load_config
-from predictor.core.ops import OPS
 from predictor.core.profiles import load_hardware, load_model, section
 from predictor.core.specs import SamplingConfig
 from predictor.data.measurements import read_measurements
 from predictor.latency.artifacts import ModelSet
-from sampling.plan import GROUP_OPS
+from sampling.plan import in_collective_job
 
 #: CPU layouts: world size <= 2 (one core per rank). Two model sizes (tiny 0.6 M, small
 #: 9 M parameters), three sequence lengths, dp / tp / pp (1F1B and GPipe, 4+ micro-batches),
@@ -94,7 +93,7 @@ def one_gpu_plan() -> list[str]:
     """The GPU plan (conf/sampling/gpu.yaml) for one GPU: its ops but those timed on a group
     of ranks (collectives, DTensor pairs)."""
     sc = section(load_config(["sampling=gpu"]), "sampling", SamplingConfig)
-    ops = [op for op in sc.ops if not OPS[op].collective and op not in GROUP_OPS]
+    ops = [op for op in sc.ops if not in_collective_job(op)]
     return ["sampling=gpu", f"sampling.ops=[{','.join(ops)}]"]
 
 

@@ -35,7 +35,7 @@ from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig
 from predictor.latency.co_run import ALONE, BESIDE
 from sampling.model import Transformer, loss_fn
-from sampling.plan import GROUP_OPS, Task, call_seconds
+from sampling.plan import Task, call_seconds, in_collective_job
 
 #: Targeted tasks timed beside the neighbour per (op, pass): the longest the plan's targets
 #: make under :data:`CALL_CAP_MS` (the ops a rank spends its step in, and the least noisy).
@@ -56,7 +56,7 @@ def co_run_tasks(tasks: list[Task], targeted: list[Call], hw: HardwareConfig,
     by_op: dict[tuple, list] = {}
     for task in tasks:
         call = task.call
-        if OPS[call.op].collective or call.op in GROUP_OPS:
+        if in_collective_job(call.op):
             continue
         if (call.op, call.pass_, tuple((k, call.shape_dict[k]) for k in OPS[call.op].shape)) not in shapes:
             continue

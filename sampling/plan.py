@@ -51,6 +51,11 @@ TARGETED_SHARE = 0.75
 GROUP_OPS = ("dtensor",)
 
 
+def in_collective_job(op: str) -> bool:
+    """Whether the collective job times ``op``: the collectives and :data:`GROUP_OPS`."""
+    return OPS[op].collective or op in GROUP_OPS
+
+
 @dataclass(frozen=True)
 class Task:
     """One call (op, pass, shape) timed ``repeats`` times in ``dtype``."""
@@ -308,7 +313,7 @@ def _space_filling(op, n, sc, hw, targeted, cap_s, seed) -> list[dict]:
 def _compute_tasks(sc: SamplingConfig, hw: HardwareConfig, targeted: dict[str, list[dict]],
                    cap_s: float) -> list[Task]:
     per_op: dict[str, list[dict]] = {}
-    for j, op in enumerate(o for o in sc.ops if not OPS[o].collective and o not in GROUP_OPS):
+    for j, op in enumerate(o for o in sc.ops if not in_collective_job(o)):
         fits = [s for s in targeted.get(op, [])
                 if all(call_seconds(op, p, s, sc.dtypes[0], hw) <= cap_s for p in OPS[op].passes)]
         chosen = fits[: round(sc.shapes_per_op * TARGETED_SHARE)]

@@ -56,7 +56,7 @@ from sampling.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
 from sampling.collectives import BLOCK_BYTES, STEP_GAP_S, time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
-from sampling.plan import GROUP_OPS, Plan, Task, make_plan, target_calls, task_key
+from sampling.plan import Plan, Task, in_collective_job, make_plan, target_calls, task_key
 from sampling.timers import make_timer
 
 #: What the collective job may take beyond its share of the budget: torchrun's start and
@@ -130,7 +130,7 @@ def _stored_keys(df: pd.DataFrame, sc: SamplingConfig) -> set:
         where = ["nodes", "ranks_per_node"] if OPS[op].collective else []
         for values, n in g.groupby(cols + where, dropna=False).size().items():
             values = values if isinstance(values, tuple) else (values,)
-            if n >= (sc.collective_repeats if OPS[op].collective or op in GROUP_OPS else sc.repeats):
+            if n >= (sc.collective_repeats if in_collective_job(op) else sc.repeats):
                 keys.add(task_key(op, pass_, dtype, dict(zip(cols, values)), tuple(values[len(cols):]) or (1, 1)))
     if "origin" in df and (df["origin"] == FRAMEWORK).any():
         keys.add(FRAMEWORK_TASK)
@@ -141,7 +141,7 @@ def _done_tasks(output_dir: Path, plan: Plan, hardware: str, sc: SamplingConfig,
                 by_rank: bool = False) -> tuple[set | dict, float]:
     """Task keys stored for ``hardware``, and the time earlier runs of this plan spent.
     ``by_rank``: the compute tasks' keys per rank that timed them ({rank: set}, rows of a
-    one-process run counting as rank 0's) and the collectives' under -1."""
+    one-process run counting as rank 0's) and the collective job's under -1."""
     done, spent = ({} if by_rank else set()), 0.0
     for f in store.run_files(output_dir):
         if store.read_run_metadata(f).get("plan_id") == plan.plan_id:
@@ -151,7 +151,7 @@ def _done_tasks(output_dir: Path, plan: Plan, hardware: str, sc: SamplingConfig,
         if not by_rank:
             done |= _stored_keys(df, sc)
             continue
-        collective = df["op"].map(lambda op: OPS[op].collective).astype(bool)
+        collective = df["op"].map(in_collective_job).astype(bool)
         done.setdefault(-1, set()).update(_stored_keys(df[collective], sc))
         ranks = df["rank"].fillna(0).astype(int) if "rank" in df else pd.Series(0, index=df.index)
         for r, g in df[~collective].groupby(ranks[~collective]):

@@ -258,6 +258,30 @@ def test_collectives_are_timed_in_blocks_of_one_op_and_group_that_fit_the_buffer
     assert all(2 * sum(t["shape"]["message_bytes"] for t in b) <= BLOCK_BYTES for b in got if len(b) > 1)
 
 
+def test_a_cluster_resume_finds_the_dtensor_pairs_with_the_collectives_it_timed(tmp_path):
+    """The collective job times dtensor pairs too; a cluster run's resume looked for their
+    rows among the ranks' compute rows, so it timed them again and never reported done."""
+    from predictor.app.config import load_config
+    from predictor.core.profiles import load_hardware, section
+    from predictor.core.specs import SamplingConfig
+    from sampling.plan import make_plan
+    from sampling.runner import _done_tasks
+
+    sc = section(load_config(["sampling.ops=[all_reduce,dtensor]", "sampling.message_sizes=2",
+                              "sampling.collective_repeats=2"]), "sampling", SamplingConfig)
+    plan = make_plan(sc, load_hardware("local-cpu"), (2, 2))
+    writer = store.RunWriter(tmp_path, "cluster-run", {"plan_id": plan.plan_id})
+    writer.add([{"op": t.call.op, "pass": t.call.pass_, "dtype": t.dtype, **t.call.shape_dict,
+                 "nodes": t.call.nodes, "ranks_per_node": t.call.ranks_per_node, "hardware": "local-cpu",
+                 "rank": 0, "latency_us": 10.0, "repeat": r, "origin": "sampled"}
+                for t in plan.collectives for r in range(2)])
+    writer.flush()
+    writer.close()
+    done, _ = _done_tasks(tmp_path, plan, "local-cpu", sc, by_rank=True)
+    assert {t.call.op for t in plan.collectives} == {"all_reduce", "dtensor"}
+    assert {t.key for t in plan.collectives} <= done[-1] and not done.get(0)
+
+
 def test_group_shapes_cover_within_and_across_nodes():
     assert group_shapes(2, 2) == [(1, 2), (2, 1), (2, 2)]
     assert group_shapes(4, 8) == [(1, 2), (1, 4), (1, 8), (2, 1), (2, 8), (4, 1), (4, 8)]
