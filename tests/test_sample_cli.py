@@ -96,8 +96,10 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
 
 
 def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
+    # sizes of 32-64 MiB: each a block of its own (sampling.collectives.BLOCK_BYTES), written when timed
     args = ["sample", *SMALL_PLAN, "sampling.ops=[all_reduce]", "sampling.message_sizes=30",
-            "sampling.collective_repeats=100", f"output_dir={tmp_path}"]
+            "sampling.space.message_bytes=[33554432,67108864]", "sampling.collective_repeats=30",
+            f"output_dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args], env=cpu_env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 120
@@ -107,7 +109,7 @@ def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
     stdout, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in stdout, stdout
     kept = store.read_samples(tmp_path)
-    assert set(kept.op) == {"all_reduce"} and (kept.groupby("message_bytes").size() == 100).all()
+    assert set(kept.op) == {"all_reduce"} and (kept.groupby("message_bytes").size() == 30).all()
     assert 1 <= kept.message_bytes.nunique() < 30
 
 
