@@ -37,6 +37,8 @@ JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
     ([*JOB, "model.num_layers=4096"], "model.num_layers=4096"),
     (["predict", "model=llama3-8b", "hardware=H100", "gpus=8"], "did you mean h100-sxm?"),
     ([*JOB, "parallel.tp=eight"], "parallel.tp: 'eight' is not a whole number"),
+    ([*JOB, "parallel.tp=null"], "parallel.tp: null leaves it empty, and it takes a whole number"),  # OmegaConf's words
+    ([*JOB, "model.name=null"], "model.name: null leaves it empty, and it takes a text"),
     ([*JOB, "parallel.sequence_parallel=maybe"], "parallel.sequence_parallel: 'maybe' is not true or false"),
     (["predict", "model=llama3-8b", "hardware=DGX B200", "gpus=8"], "did you mean b200?"),
     (["predict", "model=/tmp/mine.yaml", "hardware=h100-sxm", "gpus=8"], "a file path; model= takes the name"),

@@ -50,6 +50,10 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+#: What a setting of each type takes, in a message's words.
+_WANT = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
+
+
 def section(cfg: DictConfig, name: str, schema: type):
     """Check ``cfg[name]`` against the dataclass ``schema`` and return an instance."""
     node = cfg.get(name)
@@ -70,10 +74,11 @@ def section(cfg: DictConfig, name: str, schema: type):
             msg = "not set; every entry of this group sets it (see the shipped files of its conf/ folder)"
         elif isinstance(exc, ValidationError) and key and "is not a valid bool" in msg:
             msg = f"{getattr(exc, 'value', '?')!r} is not true or false"
+        elif isinstance(exc, ValidationError) and key and msg.startswith("Incompatible value 'None'"):
+            msg = (f"null leaves it empty, and it takes {_WANT.get(_field_type(schema, key), 'a value')}: give one, "
+                   f"or drop the override for the default")
         elif isinstance(exc, ValidationError) and key and "could not be converted" in msg:
-            want = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(
-                _field_type(schema, key), "of the type this setting takes")
-            msg = f"{getattr(exc, 'value', '?')!r} is not {want}"
+            msg = f"{getattr(exc, 'value', '?')!r} is not {_WANT.get(_field_type(schema, key), 'of the type it takes')}"
         elif "ListConfig" in msg and key and _field_type(schema, key) == "str":  # a list where one text goes
             msg = (f"{list(getattr(exc, 'value', None) or [])} is a list, and this setting takes one text; several "
                    f"values go comma-separated in quotes: {name}.{key}='a,b'")
