@@ -33,6 +33,7 @@ import os
 import socket
 import time
 from datetime import datetime, timezone
+from itertools import groupby
 
 import torch
 import torch.distributed as dist
@@ -111,17 +112,17 @@ BLOCK_BYTES = 64 << 20
 def blocks(tasks: list[dict]) -> list[list[dict]]:
     """``tasks`` cut into runs of consecutive tasks of one op, pass, dtype and group shape,
     whose messages take at most :data:`BLOCK_BYTES` of buffers together (one task at least)."""
-    out, held = [], 0
-    for task in tasks:
-        kind = (task["op"], task.get("pass"), task["dtype"], task["nodes"], task["ranks_per_node"])
-        size = 2 * int(task["shape"].get("message_bytes", 0))
-        last = out[-1][-1] if out else None
-        if last is None or kind != (last["op"], last.get("pass"), last["dtype"], last["nodes"],
-                                    last["ranks_per_node"]) or held + size > BLOCK_BYTES:
-            out.append([])
-            held = 0
-        out[-1].append(task)
-        held += size
+    out = []
+    for _, run in groupby(tasks, key=lambda t: (t["op"], t.get("pass"), t["dtype"], t["nodes"], t["ranks_per_node"])):
+        out.append([])
+        held = 0
+        for task in run:
+            size = 2 * int(task["shape"].get("message_bytes", 0))
+            if out[-1] and held + size > BLOCK_BYTES:
+                out.append([])
+                held = 0
+            out[-1].append(task)
+            held += size
     return out
 
 

@@ -249,11 +249,12 @@ def test_collectives_are_timed_in_blocks_of_one_op_and_group_that_fit_the_buffer
                 "ranks_per_node": per_node}
     small = [task("all_reduce", 1024 << i) for i in range(10)]  # 1 KiB .. 512 KiB: 2 MiB of buffers in all
     big = [task("all_reduce", BLOCK_BYTES // 4), task("all_reduce", BLOCK_BYTES // 4), task("all_reduce", BLOCK_BYTES)]
+    pairs = [dict(task("dtensor", 0), shape={"group_size": 2}, **{"pass": p}) for p in ("fwd", "bwd")]  # no message
     tasks = small + big + [task("all_gather", 1024), task("all_gather", 1024, dtype="bfloat16"),
-                           task("all_gather", 1024, per_node=4)]
+                           task("all_gather", 1024, per_node=4)] + pairs
     got = blocks(tasks)
     assert [t for b in got for t in b] == tasks  # every task once, in order
-    assert [len(b) for b in got] == [11, 1, 1, 1, 1, 1]  # the first quarter-cap one joins the small sizes
+    assert [len(b) for b in got] == [11, 1, 1, 1, 1, 1, 1, 1]  # the first quarter-cap one joins the small sizes
     assert got[1] == [big[1]] and got[2] == [big[2]]
     assert all(2 * sum(t["shape"]["message_bytes"] for t in b) <= BLOCK_BYTES for b in got if len(b) > 1)
 
