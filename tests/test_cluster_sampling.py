@@ -14,12 +14,16 @@ import pytest
 
 pytest.importorskip("torch")
 
+from predictor.app.config import load_config  # noqa: E402
 from predictor.core.errors import PrismError  # noqa: E402
 from predictor.core.ops import OPS  # noqa: E402
+from predictor.core.profiles import load_hardware, section  # noqa: E402
+from predictor.core.specs import SamplingConfig  # noqa: E402
 from predictor.data import store  # noqa: E402
 from sampling.collectives import BLOCK_BYTES, blocks  # noqa: E402
 from sampling.launch import SLURM_PORT_BASE, cluster_env  # noqa: E402
-from sampling.plan import group_shapes  # noqa: E402
+from sampling.plan import group_shapes, make_plan  # noqa: E402
+from sampling.runner import _done_tasks  # noqa: E402
 
 REPEATS = 3
 #: A tiny plan: two compute ops at two shapes each, two collectives at two sizes over the 3
@@ -262,12 +266,6 @@ def test_collectives_are_timed_in_blocks_of_one_op_and_group_that_fit_the_buffer
 def test_a_cluster_resume_finds_the_dtensor_pairs_with_the_collectives_it_timed(tmp_path):
     """The collective job times dtensor pairs too; a cluster run's resume looked for their
     rows among the ranks' compute rows, so it timed them again and never reported done."""
-    from predictor.app.config import load_config
-    from predictor.core.profiles import load_hardware, section
-    from predictor.core.specs import SamplingConfig
-    from sampling.plan import make_plan
-    from sampling.runner import _done_tasks
-
     sc = section(load_config(["sampling.ops=[all_reduce,dtensor]", "sampling.message_sizes=2",
                               "sampling.collective_repeats=2"]), "sampling", SamplingConfig)
     plan = make_plan(sc, load_hardware("local-cpu"), (2, 2))
