@@ -10,7 +10,8 @@ from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import COMPONENTS, compose
 from predictor.engine.draws import inverse_cdf
-from predictor.engine.stages import StagePlan, draw_stage_sums
+from predictor.engine.schedule import simulate_pipeline
+from predictor.engine.stages import StagePlan, draw_stage_sums, stage_times
 from predictor.latency.artifacts import ModelSet, models_dir
 from predictor.latency.lookup import QuantileCache, Source, call_quantiles
 from predictor.latency.regressor import DEFAULT_QUANTILES
@@ -77,6 +78,32 @@ def test_single_gpu_step_is_the_sum_of_its_operators():
     optimizer = sum(median(c) for c in st.step if c.role in ("optimizer", "host"))  # the step's host work is serial
     expected = (per_micro * work.micro_batches + optimizer) / 1e6
     assert np.median(dist.draws) == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize("hardware, model, schedule, in_flight", [
+    ("a100-sxm4-80gb", "gpt3-2.7b", "gpipe", True), ("a100-sxm4-80gb", "gpt3-2.7b", "1f1b", False),
+    ("local-cpu", "tiny", "gpipe", False)])
+def test_a_gpipe_sender_on_a_gpu_goes_on_while_its_transfer_flies(hardware, model, schedule, in_flight):
+    """torch.distributed.pipelining's GPipe waits on its sends after the last pass, so on a
+    GPU a transfer delays its receiver alone; its 1F1B, like Megatron, waits on each send,
+    and on a CPU the send takes its sender's cores either way: the composer's step is the
+    full schedule walk with the transfers placed so."""
+    work, models = _setup("parallel.pp=2", "parallel.global_batch_size=8", f"parallel.schedule={schedule}",
+                          hardware=hardware, model=model)
+    dist = compose(work, models, draws=20, hold=COMPONENTS)
+    plan = StagePlan.of([work])
+    sums = draw_stage_sums(plan, models, QuantileCache(models, work.hardware), 1, np.random.default_rng(0))
+    t = stage_times(plan, sums.nominal[..., None], sums.buckets, slice(None), np.ones((2, 1)), 1.0)
+    f = (t.forward_compute + t.forward_comm + t.forward_host)[:, None]  # (pp, m=1, S=1), repeated below
+    b = (t.backward_compute + t.backward_comm + t.backward_host)[:, None]
+    send, back = t.send[:, None], t.send_back[:, None]
+    assert send[0, 0, 0] > 0
+    m = (1, work.micro_batches, 1)
+    if in_flight:
+        walk = simulate_pipeline(np.tile(f, m), np.tile(b, m), t.send, t.send, schedule)
+    else:
+        walk = simulate_pipeline(np.tile(f + send, m), np.tile(b + back, m), schedule=schedule)
+    assert np.median(dist.draws) * 1e6 == pytest.approx((walk.rank_end + t.after).max(), rel=1e-9)
 
 
 @pytest.mark.parametrize("gpus, tp, pp", [(64, 8, 2), (512, 8, 4)])

@@ -288,15 +288,16 @@ def test_cost_1f1b_pp8_m64_S2000():
 
 # --------------------------------------------------------------------------- repeated stage times
 
-def _full_walk(f, b, m, schedule, vpp):
-    """simulate_pipeline over every micro-batch, each repeating the (pp, S) stage times."""
+def _full_walk(f, b, m, schedule, vpp, links=0.0):
+    """simulate_pipeline over every micro-batch, each repeating the (pp, S) stage times,
+    with ``links`` (pp, S) in flight over each rank's link to the next."""
     pp, s = f.shape
     if schedule == "interleaved":
         return simulate_pipeline(np.broadcast_to((f / vpp)[:, None, None], (pp, vpp, m, s)),
-                                 np.broadcast_to((b / vpp)[:, None, None], (pp, vpp, m, s)),
+                                 np.broadcast_to((b / vpp)[:, None, None], (pp, vpp, m, s)), links, links,
                                  schedule=schedule, vpp=vpp).rank_end
     return simulate_pipeline(np.broadcast_to(f[:, None], (pp, m, s)), np.broadcast_to(b[:, None], (pp, m, s)),
-                             schedule=schedule).rank_end
+                             links, links, schedule=schedule).rank_end
 
 
 @pytest.mark.parametrize("kind", ["random", "near-equal", "uneven layers"])
@@ -320,6 +321,21 @@ def test_steady_pipeline_equals_the_full_walk(kind):
         got = steady_pipeline(f, b, m, schedule, vpp)
         np.testing.assert_allclose(got.rank_end, _full_walk(f, b, m, schedule, vpp), rtol=1e-12)
         np.testing.assert_allclose(got.busy, m * (f + b))
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
+def test_steady_pipeline_with_transfers_in_flight_equals_the_full_walk(schedule):
+    """Transfers that delay only their receiver (GPipe's deferred sends) walk as the
+    full walk's edge delays, whatever the schedule they are given with."""
+    rng = np.random.default_rng(zlib.crc32(schedule.encode()))
+    for _ in range(15):
+        pp = int(rng.choice([2, 3, 4]))
+        vpp = 2 if schedule == "interleaved" else 1
+        m = pp * int(rng.integers(1, 10)) if schedule == "interleaved" else int(rng.integers(1, 40))
+        f, b = rng.uniform(0.5, 2, (pp, 5)), rng.uniform(0.5, 4, (pp, 5))
+        links = rng.uniform(0, 1.5, (pp, 5))
+        got = steady_pipeline(f, b, m, schedule, vpp, in_flight=links)
+        np.testing.assert_allclose(got.rank_end, _full_walk(f, b, m, schedule, vpp, links), rtol=1e-12)
 
 
 def test_steady_pipeline_takes_a_micro_batch_count_per_draw():

@@ -145,7 +145,7 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
     t = stage_times(plan, sums.drawn, sums.buckets, slice(None), speed, regime)
     m = work.micro_batches
     # every micro-batch repeats its stage's draw, so the schedule's steady state can be skipped
-    pipe = steady_pipeline(t.forward, t.backward, m, schedule=par.schedule, vpp=par.vpp)
+    pipe = steady_pipeline(t.forward, t.backward, m, schedule=par.schedule, vpp=par.vpp, in_flight=t.in_flight)
     finish = pipe.rank_end + t.after
     step_us = finish.max(axis=0)
     slowest = int(np.argmax(np.median(finish, axis=1)))

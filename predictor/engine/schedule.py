@@ -296,15 +296,18 @@ def pipeline_time(fwd, bwd, p2p_fwd=0.0, p2p_bwd=0.0, schedule: str = "1f1b", vp
     return simulate_pipeline(fwd, bwd, p2p_fwd, p2p_bwd, schedule, vpp).makespan
 
 
-def _walk_repeated(fwd: np.ndarray, bwd: np.ndarray, m: int, schedule: str, vpp: int) -> np.ndarray:
-    """(pp, S) rank ends of ``m`` micro-batches that all take the same (pp, S) stage times."""
+def _walk_repeated(fwd: np.ndarray, bwd: np.ndarray, m: int, schedule: str, vpp: int,
+                   links: np.ndarray | None = None) -> np.ndarray:
+    """(pp, S) rank ends of ``m`` micro-batches that all take the same (pp, S) stage times,
+    with ``links`` (pp, S) the transfers in flight per link (None: none)."""
     pp, s = fwd.shape
     if schedule == "interleaved":
         shape = (pp, vpp, m, s)
         f, b = (np.broadcast_to((a / vpp)[:, None, None, :], shape) for a in (fwd, bwd))
     else:
         f, b = (np.broadcast_to(a[:, None, :], (pp, m, s)) for a in (fwd, bwd))
-    return simulate_pipeline(f, b, schedule=schedule, vpp=vpp).rank_end
+    p2p = 0.0 if links is None else links
+    return simulate_pipeline(f, b, p2p, p2p, schedule=schedule, vpp=vpp).rank_end
 
 
 def _one_f_one_b_rounds(fwd: np.ndarray, bwd: np.ndarray, m: int) -> np.ndarray:
@@ -351,20 +354,24 @@ def _one_f_one_b_rounds(fwd: np.ndarray, bwd: np.ndarray, m: int) -> np.ndarray:
     return prev
 
 
-def steady_pipeline(fwd, bwd, m, schedule: str = "1f1b", vpp: int = 1) -> PipelineResult:
+def steady_pipeline(fwd, bwd, m, schedule: str = "1f1b", vpp: int = 1, in_flight=None) -> PipelineResult:
     """:func:`simulate_pipeline` for stage times that every micro-batch repeats, as the
     composer's are, without walking every micro-batch op by op.
 
     fwd, bwd: (pp, S) forward and backward time of one micro-batch on each rank (all its
     model chunks; each of the ``vpp`` chunks takes 1/vpp of it). m: the micro-batch count,
     one int or one per draw (an (S,) array, so that layouts with the same pp and vpp can be
-    stacked along the draws).
+    stacked along the draws). in_flight: (pp, S) the transfer over each rank's link to the
+    next (the activation forward, its gradient back) that delays only the receiver, as
+    ``simulate_pipeline``'s ``p2p`` per link; None: every transfer is in fwd and bwd.
 
-    1F1B is walked a round at a time over all ranks at once (:func:`_one_f_one_b_rounds`).
+    1F1B without transfers in flight is walked a round at a time over all ranks at once
+    (:func:`_one_f_one_b_rounds`).
     The other schedules settle into a steady state in which every micro-batch adds the
     same period to every rank's end: the slowest rank's ``fwd + bwd`` (interleaved; the
     largest cycle mean of the dependency graph) or the slowest forward plus the slowest
-    backward (GPipe). Their walk stops at ``2·pp`` micro-batches and at ``3·pp``; where
+    backward (GPipe; 1F1B with transfers in flight is tried with the slowest rank's
+    ``fwd + bwd``). Their walk stops at ``2·pp`` micro-batches and at ``3·pp``; where
     every rank's end grew by exactly ``pp`` periods in between, the steady state has been
     reached and the ends at ``m`` follow by adding the remaining periods. Draws that have
     not settled are tried again from four times as many micro-batches, and walked in full
@@ -377,25 +384,31 @@ def steady_pipeline(fwd, bwd, m, schedule: str = "1f1b", vpp: int = 1) -> Pipeli
     for value in np.unique(counts):
         name = _check_schedule(schedule, pp, int(value), vpp)
     vpp = vpp if name == "interleaved" else 1
+    links = None if in_flight is None or not np.any(in_flight) else np.broadcast_to(np.asarray(in_flight, float),
+                                                                                     (pp, s))
     end = np.empty((pp, s))
-    if name == "1f1b":
+    if name == "1f1b" and links is None:
         for value in np.unique(counts):
             cols = np.flatnonzero(counts == value)
             end[:, cols] = _one_f_one_b_rounds(fwd[:, cols], bwd[:, cols], int(value))
         return PipelineResult(makespan=end.max(axis=0), busy=counts * (fwd + bwd), rank_end=end)
     period = fwd.max(axis=0) + bwd.max(axis=0) if name == "gpipe" else (fwd + bwd).max(axis=0)
+
+    def walk(cols, count):
+        return _walk_repeated(fwd[:, cols], bwd[:, cols], count, name, vpp, None if links is None else links[:, cols])
+
     todo = np.arange(s)
     short = 2 * pp  # a multiple of pp, as the interleaved schedule needs
     while todo.size:
         full = counts[todo] <= short + pp
         for value in np.unique(counts[todo[full]]):  # too few micro-batches to skip any: walk them all
             cols = todo[full][counts[todo[full]] == value]
-            end[:, cols] = _walk_repeated(fwd[:, cols], bwd[:, cols], int(value), name, vpp)
+            end[:, cols] = walk(cols, int(value))
         todo = todo[~full]
         if not todo.size:
             break
-        first = _walk_repeated(fwd[:, todo], bwd[:, todo], short, name, vpp)
-        second = _walk_repeated(fwd[:, todo], bwd[:, todo], short + pp, name, vpp)
+        first = walk(todo, short)
+        second = walk(todo, short + pp)
         grown = second - first - pp * period[todo]
         settled = np.all(np.abs(grown) <= 1e-9 * second, axis=0)
         cols = todo[settled]

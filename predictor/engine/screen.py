@@ -43,15 +43,18 @@ def _closed_form(f, b, starts, layout_of_stage, m, vpp):
     return ((m[:, None] - 1 / v) * slowest + passes / v)[layout_of_stage] - before / v[layout_of_stage]
 
 
-def _median_ends(plan: StagePlan, f0: np.ndarray, b0: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+def _median_ends(plan: StagePlan, f0: np.ndarray, b0: np.ndarray, in_flight: np.ndarray,
+                 vpp: np.ndarray) -> np.ndarray:
     """(rows,) each rank's end by the exact schedule walk at the median stage times
-    ``f0``, ``b0`` (rows,), layouts of one pipeline shape stacked along the draws."""
+    ``f0``, ``b0`` and transfers ``in_flight`` (rows,), layouts of one pipeline shape
+    stacked along the draws."""
     schedules = np.array([w.parallel.schedule for w in plan.works])
     ends = np.empty(len(plan.kind))
     for pp, v, schedule in set(zip(plan.pp.tolist(), vpp.tolist(), schedules.tolist())):
         cols = np.flatnonzero((plan.pp == pp) & (vpp == v) & (schedules == schedule))
         rows = plan.starts[cols][None, :] + np.arange(pp)[:, None]  # (pp, layouts)
-        ends[rows] = steady_pipeline(f0[rows], b0[rows], plan.micro_batches[cols].astype(int), schedule, v).rank_end
+        ends[rows] = steady_pipeline(f0[rows], b0[rows], plan.micro_batches[cols].astype(int), schedule, v,
+                                     in_flight[rows]).rank_end
     return ends
 
 
@@ -76,7 +79,7 @@ def screen(works: list[Workload], models, cache: QuantileCache, draws: int, seed
     speed0 = np.array([max_of_lognormals(spread.gpu, int(n), np.array([0.5]))[0] for n in groups])
     median = stage_times(plan, sums.nominal[..., None], sums.buckets, slice(None), speed0[group_of_row, None], 1.0)
     f0, b0 = median.forward, median.backward
-    ends0 = _median_ends(plan, f0[:, 0], b0[:, 0], vpp)
+    ends0 = _median_ends(plan, f0[:, 0], b0[:, 0], median.in_flight[:, 0], vpp)
     shape0 = _closed_form(f0, b0, plan.starts, plan.layout, plan.micro_batches, vpp)[:, 0]
 
     steps = np.empty((len(works), draws))

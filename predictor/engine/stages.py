@@ -21,8 +21,11 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    and collectives at the step's communication regime (:mod:`predictor.engine.draws`);
    overlapped TP collectives (Megatron ``--tp-comm-overlap``) cost only what the pass's
    compute leaves uncovered (perfect overlap: a lower bound on the exposed time);
-   Megatron's pipeline sends are blocking (``send_forward_recv_backward`` ...), so a
-   transfer is part of the sending stage's forward (backward) rather than a free delay;
+   Megatron's pipeline sends are blocking (``send_forward_recv_backward`` ...), and so are
+   those of ``torch.distributed.pipelining``'s 1F1B (each send is fused with a receive and
+   waited on), so there a transfer is part of the sending stage's forward (backward);
+   its ``ScheduleGPipe`` waits on its sends only after the last forward (backward), so
+   under GPipe on a GPU a transfer delays its receiver alone (:data:`DEFERRED_SENDS`);
    the DP gradient reduction runs under the last micro-batch's backward but its last
    bucket, the sharded optimizer's parameter gather under the next step's forwards but
    its first bucket (Megatron ``overlap_grad_reduce`` / ``overlap_param_gather``); the
@@ -77,6 +80,15 @@ _FORWARD, _BACKWARD, _STEP, _SEND = range(4)  # where a call sits in a StageWork
 #: default (megatron/core/transformer/transformer_config.py; HybridEP's default is 16). NCCL's
 #: all-to-all holds one SM per channel, a count NCCL picks at run time: not modelled (0).
 DISPATCHER_SMS = {"flex": 20, "alltoall": 0, "allgather": 0}
+#: Schedules whose sender goes on while its transfer is in flight: torch.distributed.pipelining's
+#: ``ScheduleGPipe._step_microbatches`` keeps each micro-batch's send works in
+#: ``fwd_sends_to_wait`` / ``bwd_sends_to_wait`` and waits on them after the last one
+#: (torch/distributed/pipelining/schedules.py, torch 2.13), where its ``Schedule1F1B`` waits
+#: on each send fused with the next receive, and Megatron-LM blocks on every one. Only on an
+#: asynchronous device: on a CPU gloo moves the bytes on the cores that compute, so a send
+#: costs its sender the same waited on or not (suite run CC, 2026-11-27: tiny at pp=2 measured
+#: 8% slower under GPipe than under 1F1B, where sends in flight would have made it 21% faster).
+DEFERRED_SENDS = ("gpipe",)
 
 
 def ep_sm_share(par, hw) -> float:
@@ -120,6 +132,7 @@ class StagePlan:
     overlap_grad_reduce: np.ndarray
     overlap_param_gather: np.ndarray
     host_async: np.ndarray  # whether the device runs asynchronously from its host (CUDA)
+    deferred_sends: np.ndarray  # whether the sender goes on while its transfer flies (DEFERRED_SENDS, on a GPU)
     ep_sm_share: np.ndarray  # share of the SMs overlapped expert-parallel all-to-alls hold (ep_sm_share)
 
     @property
@@ -153,6 +166,8 @@ class StagePlan:
                    *(np.array([getattr(p, name) for p in pars], bool)
                      for name in ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather")),
                    np.array([w.hardware.host.asynchronous for w in works], bool),
+                   np.array([p.schedule in DEFERRED_SENDS and w.hardware.host.asynchronous
+                             for p, w in zip(pars, works)], bool),
                    np.array([ep_sm_share(p, w.hardware) for p, w in zip(pars, works)], float))
 
 
@@ -300,7 +315,8 @@ class StageTimes:
     """:func:`stage_times`' answer, (rows, S) each, in us: per micro-batch the forward and
     backward compute, their exposed communication (overlapped TP included) and the
     pipeline transfers a stage sends and receives; once per step the exposed DP
-    collectives and the optimizer step."""
+    collectives and the optimizer step. ``deferred`` (rows, 1): whether the stage's
+    sender goes on while a transfer flies (:data:`DEFERRED_SENDS`)."""
 
     forward_compute: np.ndarray
     forward_comm: np.ndarray
@@ -312,16 +328,24 @@ class StageTimes:
     optimizer: np.ndarray
     forward_host: np.ndarray  # host time the forward waits for: all of it on a CPU, the excess over the device on CUDA
     backward_host: np.ndarray
+    deferred: np.ndarray
 
     @property
     def forward(self) -> np.ndarray:
-        """One micro-batch's forward, its blocking send included."""
-        return self.forward_compute + self.forward_comm + self.forward_host + self.send
+        """One micro-batch's forward, its send included where the sender waits for it."""
+        return self.forward_compute + self.forward_comm + self.forward_host + np.where(self.deferred, 0.0, self.send)
 
     @property
     def backward(self) -> np.ndarray:
-        """One micro-batch's backward, the blocking send of its gradient included."""
-        return self.backward_compute + self.backward_comm + self.backward_host + self.send_back
+        """One micro-batch's backward, the send of its gradient included where the sender waits for it."""
+        return (self.backward_compute + self.backward_comm + self.backward_host
+                + np.where(self.deferred, 0.0, self.send_back))
+
+    @property
+    def in_flight(self) -> np.ndarray:
+        """The transfer over each stage's link to the next (its activation forward, the
+        gradient back) that delays the receiver alone: the deferred sends, 0 elsewhere."""
+        return np.where(self.deferred, self.send, 0.0)
 
     @property
     def after(self) -> np.ndarray:
@@ -355,7 +379,8 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
     send_back = np.where(first, 0.0, np.roll(send, 1, axis=0))  # over the previous stage's link
     fh, bh = _host_wait(plan.host_async[layout, None], part[Part.FORWARD_HOST], part[Part.BACKWARD_HOST],
                         fc + fm, bc + bm)
-    return StageTimes(fc, fm, bc, bm, send, send_back, reduce + gather, opt, fh, bh)
+    return StageTimes(fc, fm, bc, bm, send, send_back, reduce + gather, opt, fh, bh,
+                      plan.deferred_sends[layout, None])
 
 
 def _exposed(tp, ep, compute, share):
