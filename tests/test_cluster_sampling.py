@@ -115,16 +115,6 @@ def test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once(tmp_path, cpu
     assert "status       complete" in results[0][1] or "status       complete" in results[1][1]
 
 
-def test_slurm_environment_job_stores_every_rank_once(tmp_path, cpu_env):
-    results = _finish(_slurm_job(tmp_path, cpu_env))
-    assert [rc for rc, _ in results] == [0, 0, 0, 0], results
-    assert "status       complete" in results[0][1]
-    assert "ranks        4 reported" in results[0][1]
-    _check_rows_once(tmp_path)
-    [meta] = _meta(tmp_path)
-    assert meta["cluster"]["launcher"] == "slurm"
-
-
 def _wait_for_rows(out: Path, rank: int, procs, timeout=90) -> int:
     """Until ``rank`` has flushed at least one part of its compute ops; its pid."""
     deadline = time.monotonic() + timeout
@@ -155,6 +145,8 @@ def test_a_rank_killed_mid_run_leaves_a_store_that_resumes_without_duplicates(tm
 
 
 def test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish(tmp_path, cpu_env):
+    """A SLURM-like job (the variables srun sets) with rank 3 stopped mid-run, then the same
+    job again, which finishes the store with every rank's rows once."""
     procs = _slurm_job(tmp_path, cpu_env, ["sampling.rank_timeout_s=10"])
     _wait_for_rows(tmp_path, 3, procs)
     procs[3].send_signal(signal.SIGSTOP)  # hung: alive, silent
@@ -170,8 +162,10 @@ def test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish(tmp_path, 
     assert set(df["rank"].dropna().astype(int)) >= {0, 1, 2}
     [meta] = _meta(tmp_path)
     assert {r["rank"]: r["status"] for r in meta["ranks"]}[3] == "running"
+    assert meta["cluster"]["launcher"] == "slurm"
     again = _finish(_slurm_job(tmp_path, cpu_env))
     assert [rc for rc, _ in again] == [0, 0, 0, 0], again
+    assert "status       complete" in again[0][1] and "ranks        4 reported" in again[0][1]
     _check_rows_once(tmp_path)
 
 
