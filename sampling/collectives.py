@@ -20,9 +20,11 @@ all_reduce's repeats 6-9 took 5.5-5.8 ms in a row against 2.1-2.4 ms medians of 
 beside it, and its median of 5.1 ms put a tp=2 layout that issues it 69% high. Each
 repeat starts after a barrier of the group and is timed on every member; the stored
 latency is the slowest member's, since a collective ends when its last member does. On a
-CPU each repeat of a collective is timed as a step issues it, after :data:`STEP_GAP_S` of
-computing on every member rather than straight after the barrier: gloo's collectives cost
-several times more after a gap (below). The group's lowest rank writes the rows as parts
+CPU each repeat of a collective is timed as a step issues it, after some computing on
+every member rather than straight after the barrier, since gloo's collectives cost several
+times more after a gap: its own repeats after ``STEP_GAP_S``, and a third as many after
+each shorter gap, whose rows train the gap curve (:mod:`predictor.latency.collective_gap`,
+:func:`~predictor.latency.collective_gap.rounds`). The group's lowest rank writes the rows as parts
 of the run, so the run keeps every finished block even if killed. The host op ``dtensor``
 (:mod:`sampling.tensor_parallel`) needs a group of ranks too, and is timed alike, without
 the gap.
@@ -40,6 +42,7 @@ import torch.distributed as dist
 
 from predictor.core.ops import DTYPE_BYTES
 from predictor.data.store import RunWriter
+from predictor.latency.collective_gap import rounds
 from sampling.kernels import TORCH_DTYPES
 from sampling.launch import report_progress, worker_main
 from sampling.tensor_parallel import build_pair
@@ -73,22 +76,21 @@ def build_collective(op: str, message_bytes: int, dtype: str, device, index: int
     raise ValueError(f"unknown collective {op!r}")
 
 
-#: What every member computes between the barrier and a timed repeat on a CPU: a step's gap
-#: between two collectives. A 393 KB gloo all_reduce (``small``'s tensor-parallel one) on
-#: this 2-core EPYC slice took 0.7-1.2 ms straight after a barrier, and 3.5-3.8 ms after
-#: 8 or 16 ms of computing on both ranks, 2.7-3.1 ms of it after the later rank had
-#: arrived (arrival skew 0.3-0.5 ms): not waiting for the peer, but the collective itself
-#: (gloo's threads woken from idle). A traced ``small`` tp=2 step's 64 all-reduces, each
-#: some 15 ms apart, took 2.6-4.1 ms (2026-11-26). The cost rises from 1 to 5 ms of gap
-#: and is flat beyond 8: 10 ms lies on the flat part, below any step's gap there.
-STEP_GAP_S = 0.010
-
-
 def _compute_for(seconds: float) -> None:
     """Keep this rank's core busy for ``seconds`` (0: not at all), as a step's compute does."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+def _numbers(rounds: list[tuple[float, str | None]]) -> list[int]:
+    """Each round's repeat number within its origin: 0, 1, ... for the run's own and for each gap."""
+    seen: dict = {}
+    out = []
+    for _, origin in rounds:
+        out.append(seen.get(origin, 0))
+        seen[origin] = out[-1] + 1
+    return out
 
 
 def _sync(device):
@@ -158,13 +160,13 @@ def time_collectives(tasks: list[dict], job: dict, rank: int, placement: list[tu
                 # a CPU's collective after a step's gap; the host op dtensor right after the barrier: it
                 # is the framework's time, and the composer adds the collective its pair ends with as a
                 # collective, whose gap's cost is then counted once
-                gap = STEP_GAP_S if device.type == "cpu" and block[0]["op"] != "dtensor" else 0.0
+                timed = rounds(job["repeats"], device.type == "cpu" and block[0]["op"] != "dtensor")
                 fns = [_build(task, rank, members, group, device) for task in block]
                 for fn in fns:
                     for _ in range(job["warmup"]):
                         fn()
                 times = [[] for _ in block]
-                for _ in range(job["repeats"]):
+                for gap, _ in timed:
                     for fn, each in zip(fns, times):
                         dist.barrier(group=group)
                         _sync(device)
@@ -180,8 +182,10 @@ def time_collectives(tasks: list[dict], job: dict, rank: int, placement: list[tu
                     now = datetime.now(timezone.utc)
                     writer.add([dict(base, op=task["op"], **{"pass": task.get("pass", "step")}, dtype=task["dtype"],
                                      **task["shape"], ranks_per_node=shape[1], nodes=shape[0], rank=rank,
-                                     latency_us=float(v), repeat=r, timestamp=now)
-                                for task, row in zip(block, slowest.tolist()) for r, v in enumerate(row)])
+                                     latency_us=float(v), repeat=r, timestamp=now,
+                                     **({"origin": origin} if origin else {}))
+                                for task, row in zip(block, slowest.tolist())
+                                for (_, origin), r, v in zip(timed, _numbers(timed), row)])
                     if time.monotonic() - last_flush > job["flush_every_s"]:
                         writer.flush()
                         last_flush = time.monotonic()

@@ -28,6 +28,7 @@ from predictor.core.errors import PrismError
 from predictor.core.ops import BUS_FACTOR, DTYPE_BYTES, OPS, OPTIMIZERS, Call, bytes_moved, flops, unknown_op_message
 from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig, ParallelConfig, SamplingConfig
+from predictor.latency.collective_gap import rounds
 from predictor.workload.decompose import decompose
 
 # Measured kernels on a CPU run far below the roofline; assume 25% of it, plus a fixed
@@ -393,5 +394,7 @@ def make_plan(sc: SamplingConfig, hw: HardwareConfig, topology: tuple[int, int] 
             break
         cap_s /= 2
     collectives = _collective_tasks(sc, topology)
-    est += sum(task_seconds(t, sc.collective_repeats, sc.warmup, hw) for t in collectives)
+    for t in collectives:  # a CPU's collectives wait out their gaps too (sampling.collectives)
+        timed = rounds(sc.collective_repeats, not hw.host.asynchronous and OPS[t.call.op].collective)
+        est += task_seconds(t, len(timed), sc.warmup, hw) + sum(gap for gap, _ in timed)
     return Plan(compute, collectives, _plan_id(hw, sc, compute + collectives), cap_s * 1e3, est)

@@ -51,9 +51,10 @@ from predictor.core.specs import HardwareConfig, SamplingConfig
 from predictor.data import store
 from predictor.latency.backward_entry import FRAMEWORK
 from predictor.latency.co_run import ORIGINS as CO_RUN_ORIGINS
+from predictor.latency.collective_gap import GAPS_S, STEP_GAP_S, is_gap_row
 from sampling import kernels
 from sampling.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
-from sampling.collectives import BLOCK_BYTES, STEP_GAP_S, time_collectives
+from sampling.collectives import BLOCK_BYTES, time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
 from sampling.plan import Plan, Task, in_collective_job, make_plan, target_calls, task_key
@@ -123,7 +124,7 @@ def _stored_keys(df: pd.DataFrame, sc: SamplingConfig) -> set:
     co_run = df["origin"].isin(CO_RUN_ORIGINS) if "origin" in df else pd.Series(False, index=df.index)
     if co_run.any():
         keys.add(CO_RUN_TASK)
-    df = df[~co_run]
+    df = df[~co_run & ~is_gap_row(df)]  # a collective's gap-curve repeats come with its own, in one block
     df = df.assign(nodes=df["nodes"].fillna(1).astype(int), ranks_per_node=df["ranks_per_node"].fillna(1).astype(int))
     for (op, pass_, dtype), g in df.groupby(["op", "pass", "dtype"]):
         cols = list(OPS[op].shape)
@@ -284,7 +285,9 @@ def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resume
                  "max_call_ms": plan.max_call_ms, "estimated_s": plan.estimated_s,
                  "resumed_tasks": resumed, "collective_coverage": plan.collective_coverage()},
         "warmup": sc.warmup, "repeats": sc.repeats, "collective_repeats": sc.collective_repeats, "threads": sc.threads,
-        "collective_gap_s": STEP_GAP_S if device.type == "cpu" else 0.0,  # computed before each timed collective
+        # computed before each timed collective, and before the gap curve's repeats
+        "collective_gap_s": STEP_GAP_S if device.type == "cpu" else 0.0,
+        "collective_gaps_s": list(GAPS_S) if device.type == "cpu" else [],
         "collective_block_bytes": BLOCK_BYTES,  # sizes timed round by round: sampling.collectives.blocks
         "clock": "perf_counter_ns" if device.type == "cpu" else "cuda_event+l2_flush; host ops perf_counter_ns",
         "versions": {"torch": torch.__version__, "python": platform.python_version(),

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -20,12 +21,14 @@ from predictor.core.ops import OPS  # noqa: E402
 from predictor.core.profiles import load_hardware, section  # noqa: E402
 from predictor.core.specs import SamplingConfig  # noqa: E402
 from predictor.data import store  # noqa: E402
+from predictor.latency.collective_gap import GAPS_S, origin_of  # noqa: E402
 from sampling.collectives import BLOCK_BYTES, blocks  # noqa: E402
 from sampling.launch import SLURM_PORT_BASE, cluster_env  # noqa: E402
 from sampling.plan import group_shapes, make_plan  # noqa: E402
 from sampling.runner import _done_tasks  # noqa: E402
 
 REPEATS = 3
+GAP_REPEATS = 1  # a third as many after each shorter gap
 #: A tiny plan: two compute ops at two shapes each, two collectives at two sizes over the 3
 #: group shapes of 2 x 2 ranks; ranks flush after every task.
 TINY = ["hardware=local-cpu", "sampling.ops=[gemm,layernorm,all_reduce,send_recv]", "sampling.shapes_per_op=2",
@@ -91,11 +94,15 @@ def _check_rows_once(out: Path, ranks=range(4), shapes=2) -> pd.DataFrame:
     assert sorted(compute["rank"].unique()) == list(ranks)
     # every rank timed the same compute tasks: 2 ops x shapes x (fwd, bwd)
     assert set(compute.groupby("rank").size()) == {2 * shapes * 2 * REPEATS}
-    per_task = coll.groupby(["op", "message_bytes", "group_size", "nodes", "ranks_per_node"])["repeat"]
-    assert (per_task.size() == REPEATS).all() and (per_task.nunique() == REPEATS).all()
+    # a CPU's collective: REPEATS rows of its own and the gap curve's (predictor.latency.collective_gap), each once
+    per_task = coll.groupby(["op", "message_bytes", "group_size", "nodes", "ranks_per_node", "origin"])["repeat"]
+    origins = per_task.size().index.get_level_values("origin")
+    expected = np.where(origins == "sampled", REPEATS, GAP_REPEATS)
+    assert (per_task.size().to_numpy() == expected).all() and (per_task.nunique().to_numpy() == expected).all()
+    assert set(coll["origin"]) == {"sampled", *map(origin_of, GAPS_S)}
     placements = set(zip(coll["nodes"], coll["ranks_per_node"]))
     assert placements == {(1, 2), (2, 1), (2, 2)} == set(group_shapes(2, 2))
-    assert len(per_task) == 2 * 3 * 2  # 2 collectives x 3 group shapes x 2 sizes
+    assert len(per_task) == 2 * 3 * 2 * (1 + len(GAPS_S))  # 2 collectives x 3 group shapes x 2 sizes, by origin
     assert (df["world_size"] == 4).all()
     return df
 

@@ -34,10 +34,13 @@ def test_sample_writes_every_repeat_with_the_contract_columns(tmp_path, cpu_env)
     assert {"op", "pass", "latency_us", "repeat", "hardware"} <= set(df.columns)
     assert set(df.op) == {"gemm", "rmsnorm", "all_reduce", "send_recv"}
     assert (df.latency_us > 0).all() and (df.hardware == "local-cpu").all()
-    per_task = df.groupby(["op", "pass", "m", "n", "k", "tokens", "hidden", "message_bytes"],
+    per_task = df.groupby(["op", "pass", "m", "n", "k", "tokens", "hidden", "message_bytes", "origin"],
                           dropna=False).size()
     collective = per_task.index.get_level_values("op").isin(["all_reduce", "send_recv"])
-    assert (per_task[~collective] == 10).all() and (per_task[collective] == 12).all()
+    own = per_task.index.get_level_values("origin") == "sampled"
+    # a CPU's collective: its 12 repeats, and 4 after each shorter gap (predictor.latency.collective_gap)
+    assert (per_task[~collective] == 10).all() and (per_task[collective & own] == 12).all()
+    assert (per_task[collective & ~own] == 4).all() and (~own).sum() == 2 * 2 * 2  # 2 ops x 2 sizes x 2 gaps
     coll = df[df.op == "all_reduce"]
     assert (coll.world_size == 2).all() and (coll.backend == "gloo").all()
     assert coll.message_bytes.nunique() == 2
@@ -98,7 +101,7 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
 def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
     # sizes of 32-64 MiB: each a block of its own (sampling.collectives.BLOCK_BYTES), written when timed
     args = ["sample", *SMALL_PLAN, "sampling.ops=[all_reduce]", "sampling.message_sizes=30",
-            "sampling.space.message_bytes=[33554432,67108864]", "sampling.collective_repeats=30",
+            "sampling.space.message_bytes=[33554432,67108864]", "sampling.collective_repeats=18",
             f"output_dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args], env=cpu_env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -109,7 +112,9 @@ def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
     stdout, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in stdout, stdout
     kept = store.read_samples(tmp_path)
-    assert set(kept.op) == {"all_reduce"} and (kept.groupby("message_bytes").size() == 30).all()
+    own = kept.origin == "sampled"  # and 6 repeats after each shorter gap (predictor.latency.collective_gap)
+    assert set(kept.op) == {"all_reduce"} and (kept[own].groupby("message_bytes").size() == 18).all()
+    assert (kept[~own].groupby(["message_bytes", "origin"]).size() == 6).all()
     assert 1 <= kept.message_bytes.nunique() < 30
 
 

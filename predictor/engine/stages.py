@@ -15,7 +15,9 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    resting on a prior (:attr:`~predictor.latency.lookup.Evidence.prior`) stay at their
    median: a prior's spread is doubt about the median, not jitter a run would show, so it
    belongs to the predictive uncertainty (:mod:`predictor.latency.doubt`), which is told
-   how much of the step rests on priors (:attr:`StageSums.prior_nominal`).
+   how much of the step rests on priors (:attr:`StageSums.prior_nominal`). Where the
+   models hold a CPU's gap curve (:mod:`predictor.latency.collective_gap`), each part's
+   collectives are scaled by the curve at the compute time before them (:func:`_gap_factors`).
 2. :func:`stage_times`: each stage's forward and backward of one micro-batch and what it
    does after the pipeline, per draw. Compute runs at the pace of the stage's slowest GPU
    and collectives at the step's communication regime (:mod:`predictor.engine.draws`);
@@ -45,6 +47,7 @@ from predictor.core.errors import PrismError
 from predictor.core.ops import OPS, Call
 from predictor.engine.draws import KeyedStreams, inverse_cdf
 from predictor.latency.calibration import Calibration
+from predictor.latency.collective_gap import ratio_at
 from predictor.latency.lookup import Evidence, QuantileCache, in_step
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import OVERLAPPED_EP, StageWork, Workload
@@ -304,10 +307,42 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int,
     buckets = np.ones(len(plan.kinds))
     reduce = part == Part.GRAD_REDUCE
     np.maximum.at(buckets, kinds[reduce], count[reduce])
+    collective = np.array([OPS[c.op].collective for c in calls], bool)
+    factor = _gap_factors(models, nominal.reshape(-1, len(Part)), buckets,
+                          np.bincount(rows, weights=count * collective[cols], minlength=size).reshape(-1, len(Part)))
+    if factor is not None:
+        nominal, prior_nominal, drawn = nominal * factor, prior_nominal * factor, drawn * factor[:, None]
     # part-major, so that each part's rows gather contiguously
     return StageSums(nominal.reshape(-1, len(Part)).T.copy(),
                      drawn.reshape(len(plan.kinds), len(Part), draws).transpose(1, 0, 2).copy(),
                      buckets, calls, evidence, prior_nominal.reshape(-1, len(Part)).T.copy())
+
+
+#: A pass's collective parts, each followed by the compute parts of the pass they come after.
+_GAPPED = (((Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_EP_OVERLAPPED),
+            (Part.FORWARD_COMPUTE, Part.FORWARD_HOST)),
+           ((Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED),
+            (Part.BACKWARD_COMPUTE, Part.BACKWARD_HOST)))
+
+
+def _gap_factors(models, nominal: np.ndarray, buckets: np.ndarray, collectives: np.ndarray) -> np.ndarray | None:
+    """(kinds·parts,) the factor of each kind's parts by the models' gap curve (a CPU's:
+    :mod:`predictor.latency.collective_gap`), None without one. ``nominal`` and
+    ``collectives`` (kinds, parts): the median sums and how many collectives make them.
+    A pass's collectives come after its compute and host time shared among them, the
+    pipeline send after the forward, the DP buckets after the backward shared among them."""
+    curve = models.manifest.get("collective_gap") if models is not None else None
+    if not curve:
+        return None
+    factor = np.ones_like(nominal)
+    for comm, work in _GAPPED:
+        gap = nominal[:, list(work)].sum(axis=1) / np.maximum(collectives[:, list(comm)].sum(axis=1), 1)
+        factor[:, list(comm)] = ratio_at(curve, gap)[:, None]
+    forward = nominal[:, [Part.FORWARD_COMPUTE, Part.FORWARD_HOST, Part.FORWARD_COMM]].sum(axis=1)
+    backward = nominal[:, [Part.BACKWARD_COMPUTE, Part.BACKWARD_HOST, Part.BACKWARD_COMM]].sum(axis=1)
+    factor[:, Part.SEND] = ratio_at(curve, forward)
+    factor[:, [Part.GRAD_REDUCE, Part.PARAM_GATHER]] = ratio_at(curve, backward / buckets)[:, None]
+    return factor.ravel()
 
 
 @dataclass(frozen=True)

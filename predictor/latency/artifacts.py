@@ -39,6 +39,7 @@ from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.backward_entry import as_trained, origins
 from predictor.latency.calibration import Calibration
 from predictor.latency.co_run import slowdowns, without_co_run
+from predictor.latency.collective_gap import STEP_GAP_S, gap_curve, is_curve, is_gap_row
 from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, valid_levels, xgb
 from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
@@ -238,6 +239,9 @@ def _check_manifest(path: Path, manifest: dict) -> None:
     if not (isinstance(co_run, dict) and all(isinstance(v, dict) and _positive(v.get("slowdown"))
                                              for v in co_run.values())):
         fail(f"co_run {co_run!r:.80} is not a map of op/pass to a positive slowdown", "co_run")
+    if "collective_gap" in manifest and not is_curve(manifest["collective_gap"]):
+        fail(f"collective_gap {manifest['collective_gap']!r:.80} is not ascending gaps_us with a positive ratio "
+             f"each", "collective_gap")
 
 
 def _positive(value) -> bool:
@@ -386,7 +390,7 @@ class ModelSet:
                              "numpy": np.__version__, "python": platform.python_version()},
                 **{k: v for k, v in self.manifest.items()
                    if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor",
-                            "backward_entry_us", "co_run")},
+                            "backward_entry_us", "co_run", "collective_gap")},
                 "models": entries,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -592,6 +596,13 @@ def check_latencies(rows: pd.DataFrame) -> None:
                          field="latency_us")
 
 
+def op_samples(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows that time an op as its model learns it: not the co-run phase's nor the gap
+    curve's, which time a neighbour's and a shorter gap's cost."""
+    rows = without_co_run(rows)
+    return rows[~is_gap_row(rows)]
+
+
 def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs: int = 2,
           progress: bool = False) -> ModelSet:
     """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
@@ -604,7 +615,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
     check_latencies(rows)
     beside = slowdowns(rows)  # a neighbouring rank's cost, from the co-run phase's own rows
-    rows = without_co_run(rows)
+    gaps = gap_curve(rows, STEP_GAP_S)  # a CPU collective's cost by the compute before it, from its own rows
+    rows = op_samples(rows)
     rows, entries = as_trained(rows, hw.host.asynchronous)  # the entry once per backward, not per op
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
@@ -624,6 +636,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         manifest["backward_entry_us"] = entries
     if beside:
         manifest["co_run"] = beside
+    if gaps:
+        manifest["collective_gap"] = gaps
     return ModelSet(hw, rc.quantiles, models, manifest)
 
 
