@@ -68,8 +68,8 @@ NOT_RUN = {
         "rendezvous on this host",
     "srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 prism sample hardware=h100-sxm sampling=cluster "
     "output_dir=/shared/prism/samples":
-        "needs SLURM and GPU nodes; tests/test_cluster_sampling.py::test_slurm_environment_job_stores_every_rank_once "
-        "sets srun's variables by hand",
+        "needs SLURM and GPU nodes; tests/test_cluster_sampling.py::"
+        "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish sets srun's variables by hand",
     'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)':
         "a line of the SLURM batch script: needs SLURM's scontrol",
     "srun prism sample hardware=h100-sxm sampling=cluster output_dir=/shared/prism/samples":
