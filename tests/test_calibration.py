@@ -46,6 +46,8 @@ def test_fit_reduces_the_error_on_the_layouts_it_saw_and_is_stored(uncalibrated)
     assert cal.layouts == 5 and np.sqrt(np.mean(np.log1p(after) ** 2)) < np.sqrt(np.mean(np.log1p(before) ** 2))
     models.save_calibration(directory, cal)
     assert ModelSet.load(directory, hw).calibration == cal
+    models.save_calibration(directory, None)  # as a rerun of the suite's validate stage does first
+    assert ModelSet.load(directory, hw).calibration is None
 
 
 def test_calibration_needs_three_layouts(uncalibrated):

@@ -340,11 +340,14 @@ class ModelSet:
         cal = self.manifest.get("calibration")
         return Calibration(**cal) if cal else None
 
-    def save_calibration(self, directory, calibration: Calibration) -> Path:
-        """Store ``calibration`` in the manifest of the models saved in ``directory`` (atomically)."""
+    def save_calibration(self, directory, calibration: Calibration | None) -> Path:
+        """Store ``calibration`` in the manifest of the models saved in ``directory``
+        (atomically); None takes a stored one out."""
         path = Path(directory) / MANIFEST
         manifest = json.loads(path.read_text())
-        manifest["calibration"] = calibration.to_dict()
+        manifest.pop("calibration", None)
+        if calibration is not None:
+            manifest["calibration"] = calibration.to_dict()
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1)))
         self.manifest = manifest
         return path
