@@ -31,9 +31,10 @@ from sampling import kernels
 from sampling.timers import CpuTimer
 
 
-def _loop(op: str, pass_: str, shape: dict, ready, stop) -> None:
-    """The co-runner: the same call, over and over, on its own core."""
-    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+def _loop(op: str, pass_: str, shape: dict, core: int, ready, stop) -> None:
+    """The co-runner: the same call, over and over, on its own ``core`` (named by the parent:
+    a forked child inherits the parent's one-core affinity, so its own mask names no other)."""
+    os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
     fn = kernels.build(op, pass_, shape, "float32", torch.device("cpu"))
     fn()
@@ -49,14 +50,14 @@ def _median_us(fn, timer: CpuTimer, seconds: float) -> float:
     return statistics.median(times)
 
 
-def measure(op: str, pass_: str, shape: dict, timer: CpuTimer, seconds: float) -> tuple[float, float]:
-    """(alone, loaded) median microseconds of one call."""
+def measure(op: str, pass_: str, shape: dict, timer: CpuTimer, seconds: float, core: int) -> tuple[float, float]:
+    """(alone, loaded) median microseconds of one call, the co-runner on ``core``."""
     fn = kernels.build(op, pass_, shape, "float32", torch.device("cpu"))
     fn()
     alone = _median_us(fn, timer, seconds)
     ctx = multiprocessing.get_context("fork")
     ready, stop = ctx.Event(), ctx.Event()
-    child = ctx.Process(target=_loop, args=(op, pass_, shape, ready, stop), daemon=True)
+    child = ctx.Process(target=_loop, args=(op, pass_, shape, core, ready, stop), daemon=True)
     child.start()
     try:
         ready.wait(30)
@@ -76,7 +77,8 @@ def main() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         ap.error("needs two cores: one for the timed call, one for its co-runner")
     hw = load_hardware("local-cpu")
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[0]})  # the timed call on the first core, its co-runner on the last
     timer = CpuTimer(1, hw.memory.l2_bytes)
     model = load_model(args.model)
     stage = decompose(model, ParallelConfig(global_batch_size=1), hw, seq=args.seq).stages[0]
@@ -90,7 +92,7 @@ def main() -> None:
     alone_sum = loaded_sum = 0.0
     by_op: dict[str, list[float]] = {}
     for (op, pass_, shape), n in sorted(counts.items()):
-        alone, loaded = measure(op, pass_, dict(shape), timer, args.seconds)
+        alone, loaded = measure(op, pass_, dict(shape), timer, args.seconds, cores[-1])
         alone_sum, loaded_sum = alone_sum + n * alone, loaded_sum + n * loaded
         by_op.setdefault(op, [0.0, 0.0])
         by_op[op][0] += n * alone
