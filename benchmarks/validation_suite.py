@@ -155,15 +155,16 @@ def main() -> None:
     measured, models = f"measured={out / 'measured.parquet'}", f"models_dir={out / 'models'}"
     profile = load_hardware(args.hardware)
     here = out / "models" / args.hardware
-    if ModelSet.load(here, profile).calibration is not None:  # an earlier validate stage's: not the samples alone
+    trained = ModelSet.load(here, profile)
+    if trained.calibration is not None:  # an earlier validate stage's: not the samples alone
         print(f"{here}: the calibration an earlier validate stage stored is taken out first", flush=True)
-        ModelSet.load(here, profile).save_calibration(here, None)
+        trained.save_calibration(here, None)
     tables = {"samples": pd.DataFrame(json.loads(prism("validate", hw, measured, models, f"out={out / 'cdf.png'}",
                                                        "--json", capture=True)))}
     # the composer's error here, before `prism calibrate` stores a calibration with the models:
     # copied to measurements/<hardware>-suite-<name>-doubt.csv, the error model learns from it
     write_errors(measured_errors(read_measurements(out / "measured.parquet"),
-                                 ModelSet.load(out / "models" / args.hardware, profile), profile,
+                                 trained, profile,
                                  f"{args.hardware}-{out.name}"), out / "doubt_rows.csv")
     calibrated = json.loads(prism("calibrate", hw, measured, models, "--json", capture=True))
     tables["leave-one-out"] = pd.DataFrame(calibrated["layouts"])

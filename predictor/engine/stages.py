@@ -307,10 +307,11 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int,
     buckets = np.ones(len(plan.kinds))
     reduce = part == Part.GRAD_REDUCE
     np.maximum.at(buckets, kinds[reduce], count[reduce])
-    collective = np.array([OPS[c.op].collective for c in calls], bool)
-    factor = _gap_factors(models, nominal.reshape(-1, len(Part)), buckets,
-                          np.bincount(rows, weights=count * collective[cols], minlength=size).reshape(-1, len(Part)))
-    if factor is not None:
+    curve = models.manifest.get("collective_gap") if models is not None else None
+    if curve:  # a CPU's models: its collectives by the compute before them
+        collective = np.array([OPS[c.op].collective for c in calls], bool)
+        made_of = np.bincount(rows, weights=count * collective[cols], minlength=size)
+        factor = _gap_factors(curve, nominal.reshape(-1, len(Part)), buckets, made_of.reshape(-1, len(Part)))
         nominal, prior_nominal, drawn = nominal * factor, prior_nominal * factor, drawn * factor[:, None]
     # part-major, so that each part's rows gather contiguously
     return StageSums(nominal.reshape(-1, len(Part)).T.copy(),
@@ -325,15 +326,12 @@ _GAPPED = (((Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_EP_OVER
             (Part.BACKWARD_COMPUTE, Part.BACKWARD_HOST)))
 
 
-def _gap_factors(models, nominal: np.ndarray, buckets: np.ndarray, collectives: np.ndarray) -> np.ndarray | None:
-    """(kinds·parts,) the factor of each kind's parts by the models' gap curve (a CPU's:
-    :mod:`predictor.latency.collective_gap`), None without one. ``nominal`` and
-    ``collectives`` (kinds, parts): the median sums and how many collectives make them.
-    A pass's collectives come after its compute and host time shared among them, the
-    pipeline send after the forward, the DP buckets after the backward shared among them."""
-    curve = models.manifest.get("collective_gap") if models is not None else None
-    if not curve:
-        return None
+def _gap_factors(curve: dict, nominal: np.ndarray, buckets: np.ndarray, collectives: np.ndarray) -> np.ndarray:
+    """(kinds·parts,) the factor of each kind's parts by a CPU's gap ``curve``
+    (:mod:`predictor.latency.collective_gap`). ``nominal`` and ``collectives`` (kinds,
+    parts): the median sums and how many collectives make them. A pass's collectives come
+    after its compute and host time shared among them, the pipeline send after the forward,
+    the DP buckets after the backward shared among them."""
     factor = np.ones_like(nominal)
     for comm, work in _GAPPED:
         gap = nominal[:, list(work)].sum(axis=1) / np.maximum(collectives[:, list(comm)].sum(axis=1), 1)
