@@ -11,7 +11,9 @@ folder comes back to train and validate where time costs nothing.
 
 Every stage is the user-facing command (`prism sample`, `prism train`, `prism measure`,
 `prism validate`, `prism calibrate`), run into one fresh folder (``--out``, default
-``runs/suite-<hardware>-<UTC time>``): samples/, models/, measured.parquet, CDF plots and
+``runs/suite-<hardware>-<UTC time>``): samples/, models/, measured.parquet (the
+``--passes`` measured-pass*.parquet merged: each layout measured in passes spread over
+the stage), CDF plots and
 summary.md, and doubt_rows.csv (each layout's features and error before any calibration:
 copied into measurements/, ``benchmarks/bench_doubt.py --save`` lets the predictive
 uncertainty learn this machine's error from it). Three validations are reported:
@@ -38,9 +40,9 @@ from predictor.analyses.doubt import measured_errors, write_errors
 from predictor.app.config import load_config
 from predictor.core.profiles import load_hardware, load_model, section
 from predictor.core.specs import SamplingConfig
-from predictor.data.measurements import read_measurements
+from predictor.data.measurements import join_passes, read_measurements, write_measurements
 from predictor.latency.artifacts import ModelSet
-from sampling.plan import in_collective_job
+from sampling.plan import in_collective_job, round_repeats
 
 #: CPU layouts: world size <= 2 (one core per rank). Two model sizes (tiny 0.6 M, small
 #: 9 M parameters), three sequence lengths, dp / tp / pp (1F1B and GPipe, 4+ micro-batches),
@@ -116,6 +118,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="the suite's folder (default runs/suite-<hardware>-<time>)")
     ap.add_argument("--budget", type=float, default=300, help="sampling budget, seconds")
     ap.add_argument("--steps", type=int, default=30, help="measured steps per layout")
+    ap.add_argument("--passes", type=int, default=3,
+                    help="measure runs per layout, each of its share of --steps, one pass over every layout after "
+                         "another: a layout's steps span the stage, not one moment of it (a 2-core slice's speed "
+                         "wanders 1.5x over tens of seconds)")
     ap.add_argument("--calibration-from", type=Path, help="an earlier suite folder whose calibration to test here")
     ap.add_argument("--stages", default=",".join(STAGES),
                     help=f"the stages to run, of {','.join(STAGES)}; a later stage reads the files of an earlier "
@@ -143,10 +149,16 @@ def main() -> None:
         prism("train", hw, f"samples={out / 'samples'}", f"models_dir={out / 'models'}")
         stages["train"] = time.perf_counter() - t0 - sum(stages.values())
     if "measure" in stages_asked:
-        for overrides in layouts:
-            # a layout this machine cannot run leaves the others' ground truth standing
-            prism("measure", hw, *overrides, f"measure.steps={args.steps}", f"out={out / 'measured.parquet'}",
-                  stop=False)
+        if not 1 <= args.passes <= args.steps:
+            ap.error(f"--passes={args.passes}: from 1 to --steps={args.steps}")
+        passes = [out / f"measured-pass{p + 1}.parquet" for p in range(args.passes)]
+        for path, steps in zip(passes, round_repeats(args.steps, args.passes)):
+            path.unlink(missing_ok=True)
+            for overrides in layouts:
+                # a layout this machine cannot run leaves the others' ground truth standing
+                prism("measure", hw, *overrides, f"measure.steps={steps}", f"out={path}", stop=False)
+        write_measurements(join_passes([read_measurements(p) for p in passes if p.exists()]), out / "measured.parquet",
+                           append=False)
         stages["measure"] = time.perf_counter() - t0 - sum(stages.values())
     if "validate" not in stages_asked:
         print(f"suite folder: {out} (stages {args.stages}; " +
@@ -176,7 +188,8 @@ def main() -> None:
     stages["validate"] = time.perf_counter() - t0 - sum(stages.values())
 
     wall = time.perf_counter() - t0
-    text = f"suite on {args.hardware}, {stamp}, {len(layouts)} layouts x {args.steps} steps\n"
+    text = (f"suite on {args.hardware}, {stamp}, {len(layouts)} layouts x {args.steps} steps"
+            f" ({len(list(out.glob('measured-pass*.parquet'))) or 1} passes)\n")
     for name, table in tables.items():
         shown = table[["layout_id", "measured_p50_s", "predicted_p50_s", "median_ape", "p95_ape", "ks",
                        "coverage_80", "p95_p50_meas", "p95_p50_pred"]]

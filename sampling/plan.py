@@ -137,11 +137,18 @@ def call_seconds(op: str, pass_: str, shape: dict, dtype: str, hw: HardwareConfi
     return roof / _EFFICIENCY + _CALL_OVERHEAD_S
 
 
-def task_seconds(task: Task, repeats: int, warmup: int, hw: HardwareConfig) -> float:
+def task_seconds(task: Task, repeats: int, warmup: int, hw: HardwareConfig, rounds: int = 1) -> float:
+    """Estimated time of ``task``'s ``repeats``, split over ``rounds`` passes that each
+    build the call and warm it up."""
     call = task.call
     one = call_seconds(call.op, call.pass_, call.shape_dict, task.dtype, hw, call.nodes)
     setup = one if call.pass_ == "bwd" else 0.0  # the forward that builds the graph
-    return (repeats + warmup) * one + setup
+    return (repeats + warmup * rounds) * one + setup * rounds
+
+
+def round_repeats(repeats: int, rounds: int) -> list[int]:
+    """``repeats`` split over ``rounds`` passes, the first ones taking the remainder."""
+    return [repeats // rounds + (i < repeats % rounds) for i in range(rounds)]
 
 
 #: Host ops timed where they happen rather than as calls of their own, and where.
@@ -190,8 +197,9 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     if sc.warmup < 0:
         raise PrismError(f"sampling.warmup={sc.warmup}: the untimed calls before the first repeat; must be a whole "
                          f"number >= 0, e.g. 2", field='sampling.warmup')
-    for name, minimum in [("budget_s", 1), ("repeats", 1), ("collective_repeats", 1), ("shapes_per_op", 1),
-                          ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2), ("rank_timeout_s", 1)]:
+    for name, minimum in [("budget_s", 1), ("repeats", 1), ("rounds", 1), ("collective_repeats", 1),
+                          ("shapes_per_op", 1), ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2),
+                          ("rank_timeout_s", 1)]:
         if getattr(sc, name) < minimum:
             raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}",
                              field=f"sampling.{name}")
@@ -389,7 +397,7 @@ def make_plan(sc: SamplingConfig, hw: HardwareConfig, topology: tuple[int, int] 
     targeted = _shapes_per_op(target_calls(sc, hw))
     while True:
         compute = _compute_tasks(sc, hw, targeted, cap_s)
-        est = sum(task_seconds(t, sc.repeats, sc.warmup, hw) for t in compute)
+        est = sum(task_seconds(t, sc.repeats, sc.warmup, hw, min(sc.rounds, sc.repeats)) for t in compute)
         if est <= compute_budget or cap_s < 1e-4:
             break
         cap_s /= 2

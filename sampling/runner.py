@@ -57,7 +57,7 @@ from sampling.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
 from sampling.collectives import BLOCK_BYTES, time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
-from sampling.plan import Plan, Task, in_collective_job, make_plan, target_calls, task_key
+from sampling.plan import Plan, Task, in_collective_job, make_plan, round_repeats, target_calls, task_key
 from sampling.timers import make_timer
 
 #: What the collective job may take beyond its share of the budget: torchrun's start and
@@ -116,14 +116,13 @@ def _calibrate(device: torch.device, dtype: str) -> dict:
             "dtype": dtype}
 
 
-def _stored_keys(df: pd.DataFrame, sc: SamplingConfig) -> set:
-    """Keys of the tasks with all their repeats stored (``sc.repeats``; the collective job's
-    ``sc.collective_repeats``; a collective's keyed by its group's placement, nodes x ranks
-    per node)."""
-    keys = set()
+def _stored_counts(df: pd.DataFrame) -> Counter:
+    """Repeats stored per task key (a collective's keyed by its group's placement, nodes x
+    ranks per node); the co-run phase and the framework sample count once each."""
+    counts = Counter()
     co_run = df["origin"].isin(CO_RUN_ORIGINS) if "origin" in df else pd.Series(False, index=df.index)
     if co_run.any():
-        keys.add(CO_RUN_TASK)
+        counts[CO_RUN_TASK] = 1
     df = df[~co_run & ~is_gap_row(df)]  # a collective's gap-curve repeats come with its own, in one block
     df = df.assign(nodes=df["nodes"].fillna(1).astype(int), ranks_per_node=df["ranks_per_node"].fillna(1).astype(int))
     for (op, pass_, dtype), g in df.groupby(["op", "pass", "dtype"]):
@@ -131,33 +130,42 @@ def _stored_keys(df: pd.DataFrame, sc: SamplingConfig) -> set:
         where = ["nodes", "ranks_per_node"] if OPS[op].collective else []
         for values, n in g.groupby(cols + where, dropna=False).size().items():
             values = values if isinstance(values, tuple) else (values,)
-            if n >= (sc.collective_repeats if in_collective_job(op) else sc.repeats):
-                keys.add(task_key(op, pass_, dtype, dict(zip(cols, values)), tuple(values[len(cols):]) or (1, 1)))
+            counts[task_key(op, pass_, dtype, dict(zip(cols, values)), tuple(values[len(cols):]) or (1, 1))] += int(n)
     if "origin" in df and (df["origin"] == FRAMEWORK).any():
-        keys.add(FRAMEWORK_TASK)
-    return keys
+        counts[FRAMEWORK_TASK] = 1
+    return counts
 
 
-def _done_tasks(output_dir: Path, plan: Plan, hardware: str, sc: SamplingConfig,
-                by_rank: bool = False) -> tuple[set | dict, float]:
-    """Task keys stored for ``hardware``, and the time earlier runs of this plan spent.
-    ``by_rank``: the compute tasks' keys per rank that timed them ({rank: set}, rows of a
+def _complete(counts: Counter, sc: SamplingConfig) -> set:
+    """Keys of the tasks with all their repeats stored: ``sc.repeats``, the collective
+    job's ``sc.collective_repeats``, one for the co-run phase and the framework sample."""
+    def needed(key) -> int:
+        if isinstance(key, tuple):
+            return 1
+        return sc.collective_repeats if in_collective_job(key.split("|", 1)[0]) else sc.repeats
+    return {key for key, n in counts.items() if n >= needed(key)}
+
+
+def _done_tasks(output_dir: Path, plan: Plan, hardware: str, by_rank: bool = False) -> tuple[Counter | dict, float]:
+    """Repeats stored per task key for ``hardware`` over every run of the store
+    (:func:`_stored_counts`), and the time earlier runs of this plan spent. ``by_rank``:
+    the compute tasks' counts per rank that timed them ({rank: Counter}, rows of a
     one-process run counting as rank 0's) and the collective job's under -1."""
-    done, spent = ({} if by_rank else set()), 0.0
+    counts, spent = ({} if by_rank else Counter()), 0.0
     for f in store.run_files(output_dir):
         if store.read_run_metadata(f).get("plan_id") == plan.plan_id:
             spent += float(store.read_run_metadata(f).get("elapsed_s", 0.0))
         df = store.read_samples(f)
         df = df[df.hardware == hardware]
         if not by_rank:
-            done |= _stored_keys(df, sc)
+            counts.update(_stored_counts(df))
             continue
         collective = df["op"].map(in_collective_job).astype(bool)
-        done.setdefault(-1, set()).update(_stored_keys(df[collective], sc))
+        counts.setdefault(-1, Counter()).update(_stored_counts(df[collective]))
         ranks = df["rank"].fillna(0).astype(int) if "rank" in df else pd.Series(0, index=df.index)
         for r, g in df[~collective].groupby(ranks[~collective]):
-            done.setdefault(int(r), set()).update(_stored_keys(g, sc))
-    return done, spent
+            counts.setdefault(int(r), Counter()).update(_stored_counts(g))
+    return counts, spent
 
 
 def _run_collectives(tasks: list[Task], sc: SamplingConfig, hw: HardwareConfig, device, writer,
@@ -187,40 +195,56 @@ def _task_dicts(tasks: list[Task]) -> list[dict]:
              "nodes": t.call.nodes, "ranks_per_node": t.call.ranks_per_node} for t in tasks]
 
 
-def _rows(task: Task, latencies: list[float], base: dict) -> list[dict]:
+def _rows(task: Task, latencies: list[float], base: dict, first: int = 0) -> list[dict]:
     now = datetime.now(timezone.utc)
     call = task.call
     return [dict(base, op=call.op, **{"pass": call.pass_}, dtype=task.dtype, **call.shape_dict,
-                 latency_us=lat, repeat=r, timestamp=now) for r, lat in enumerate(latencies)]
+                 latency_us=lat, repeat=first + r, timestamp=now) for r, lat in enumerate(latencies)]
 
 
 def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, base: dict, deadline_wall: float,
-                  failures: list, progress: bool, on_flush=None, neighbour: Neighbour | None = None) -> str:
+                  failures: list, progress: bool, on_flush=None, neighbour: Neighbour | None = None,
+                  stored: dict | None = None) -> str:
     """Time ``tasks`` into ``writer`` until done ("end-of-plan") or past ``deadline_wall``
     ("deadline"); a task the device cannot run goes to ``failures``. ``on_flush()`` is
-    called after each flush (a cluster rank's heartbeat). With a ``neighbour``, each task
-    is timed alone and beside it (:mod:`sampling.co_run`)."""
+    called after each flush (a cluster rank's heartbeat). The repeats a task still needs
+    (``sc.repeats`` less the ``stored`` ones of a resumed run) are split over
+    ``sc.rounds`` passes over all the tasks, so that they span the phase rather than one
+    moment of it. With a ``neighbour``, each task is timed alone and beside it in one pass
+    (:mod:`sampling.co_run`: the pair is its measurement)."""
+    rounds, stored = (1 if neighbour else sc.rounds), stored or {}
+    calls = []  # (round, task, repeats before this round's, this round's)
+    for task in tasks:
+        done = stored.get(task.key, 0)
+        for r, n in enumerate(round_repeats(max(0, sc.repeats - done), rounds)):
+            if n:
+                calls.append((r, task, done, n))
+                done += n
+    calls.sort(key=lambda c: c[0])  # stable: the plan's order within a round
     desc = "beside a rank" if neighbour else "compute ops"
-    bar = tqdm(tasks, desc=desc, unit="shape", disable=not progress, file=sys.stderr, mininterval=0.5)
-    last_flush = time.monotonic()
+    bar = tqdm(calls, desc=desc, unit="call", disable=not progress, file=sys.stderr, mininterval=0.5)
+    last_flush, failed = time.monotonic(), set()
     try:
-        for task in bar:
+        for r, task, first, repeats in bar:
             if time.time() > deadline_wall:
                 return "deadline"
+            if task.key in failed:
+                continue
             call = task.call
-            bar.set_postfix_str(f"{call.op} {call.pass_}", refresh=False)
+            bar.set_postfix_str(f"round {r + 1}/{rounds} {call.op} {call.pass_}", refresh=False)
             try:
                 fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
                 host = OPS[call.op].host
-                timed = (neighbour.origins(fn, timer, sc.repeats, sc.warmup, host) if neighbour else
-                         {base["origin"]: timer.time(fn, sc.repeats, sc.warmup, host=host)})
+                timed = (neighbour.origins(fn, timer, repeats, sc.warmup, host) if neighbour else
+                         {base["origin"]: timer.time(fn, repeats, sc.warmup, host=host)})
             except (RuntimeError, MemoryError) as exc:  # e.g. a shape the device cannot hold
                 failures.append({"task": task.key, "error": str(exc).splitlines()[0]})
+                failed.add(task.key)
                 continue
             finally:
                 fn = None  # free this shape's operands before the next one allocates
             for origin, latencies in timed.items():
-                writer.add(_rows(task, latencies, dict(base, origin=origin)))
+                writer.add(_rows(task, latencies, dict(base, origin=origin), first))
             if time.monotonic() - last_flush > sc.flush_every_s:
                 writer.flush()
                 last_flush = time.monotonic()
@@ -284,7 +308,8 @@ def _metadata(sc: SamplingConfig, plan: Plan, hw: HardwareConfig, device, resume
         "plan": {"compute_tasks": len(plan.compute), "collective_tasks": len(plan.collectives),
                  "max_call_ms": plan.max_call_ms, "estimated_s": plan.estimated_s,
                  "resumed_tasks": resumed, "collective_coverage": plan.collective_coverage()},
-        "warmup": sc.warmup, "repeats": sc.repeats, "collective_repeats": sc.collective_repeats, "threads": sc.threads,
+        "warmup": sc.warmup, "repeats": sc.repeats, "rounds": sc.rounds, "collective_repeats": sc.collective_repeats,
+        "threads": sc.threads,
         # computed before each timed collective, and before the gap curve's repeats
         "collective_gap_s": STEP_GAP_S if device.type == "cpu" else 0.0,
         "collective_gaps_s": list(GAPS_S) if device.type == "cpu" else [],
@@ -325,7 +350,8 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
             progress: bool) -> SamplingReport:
     """The tasks of ``plan`` not yet in ``output_dir``, measured and stored as a new run."""
     recovered = [str(p) for p in store.recover_unfinished(output_dir)]
-    done, spent = _done_tasks(output_dir, plan, hw.name, sc)
+    counts, spent = _done_tasks(output_dir, plan, hw.name)
+    done = _complete(counts, sc)
     todo_compute = [t for t in plan.compute if t.key not in done]
     todo_coll = [t for t in plan.collectives if t.key not in done]
     framework = "dispatch" in sc.ops and FRAMEWORK_TASK not in done
@@ -357,7 +383,8 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
                 _run_collectives(todo_coll, sc, hw, device, writer, share, device_name, progress)
             except PrismError as exc:  # the compute ops are still worth their share
                 failures.append({"task": "collectives", "error": str(exc)})
-        ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline_wall, failures, progress)
+        ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline_wall, failures, progress,
+                              stored=counts)
         if ended == "end-of-plan" and framework:
             _sample_framework(sc, hw, device, writer, base, failures, progress)
         if ended == "end-of-plan" and co_run:
@@ -376,7 +403,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         report.rows = len(df)
         report.shapes_per_op = {op: int(g[list(OPS[op].shape)].drop_duplicates().shape[0])
                                 for op, g in df.groupby("op")}
-        stored = _stored_keys(df, sc)
+        stored = _complete(counts + _stored_counts(df), sc)
     report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll) + (
         framework and FRAMEWORK_TASK not in stored) + (co_run and CO_RUN_TASK not in stored)
     if ended != "interrupted":
@@ -405,12 +432,15 @@ def _setup(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, cl: Cluster, devi
     opened (its writer in the result). What every rank needs goes in the result."""
     note = stack.enter_context(store.writer_lock(output_dir))
     recovered = [str(p) for p in store.recover_unfinished(output_dir)]
-    done, spent = _done_tasks(output_dir, plan, hw.name, sc, by_rank=True)
+    counts, spent = _done_tasks(output_dir, plan, hw.name, by_rank=True)
+    done = {r: _complete(c, sc) for r, c in counts.items()}
     todo_coll = [t.key for t in plan.collectives if t.key not in done.get(-1, set())]
     todo = {r: [t.key for t in plan.compute if t.key not in done.get(r, set())] for r in range(cl.world)}
+    stored = {r: {k: counts[r][k] for k in keys if counts.get(r, {}).get(k)} for r, keys in todo.items()}
     resumed = len(plan.collectives) - len(todo_coll) + sum(len(plan.compute) - len(v) for v in todo.values())
     budget = sc.budget_s - spent
     setup = {"note": note, "recovered": recovered, "resumed": resumed, "todo_coll": todo_coll, "todo": todo,
+             "stored": stored,
              "budget": budget, "start": time.time()}
     if budget <= 0 or not (todo_coll or any(todo.values())):
         return {**setup, "run_id": None}
@@ -562,7 +592,7 @@ def _cluster_run(sc, hw, plan, cl, device, backend, control, placement, output_d
             mark(phase="compute")
             timer = make_timer(device, sc.threads, hw.memory.l2_bytes)
             ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline, failures,
-                                  progress and cl.rank == 0, on_flush=mark)
+                                  progress and cl.rank == 0, on_flush=mark, stored=info["stored"].get(cl.rank))
             writer.flush()
             mark(status=ended, failures=failures)
         except KeyboardInterrupt:
@@ -615,7 +645,8 @@ def _join(sc, plan, cl, writer, report: SamplingReport, ended: str, started: flo
         report.rows = len(df)
         report.shapes_per_op = {op: int(g[list(OPS[op].shape)].drop_duplicates().shape[0])
                                 for op, g in df.groupby("op")}
-    done, _ = _done_tasks(writer.output_dir, plan, writer.metadata["hardware"], sc, by_rank=True)
+    counts, _ = _done_tasks(writer.output_dir, plan, writer.metadata["hardware"], by_rank=True)
+    done = {r: _complete(c, sc) for r, c in counts.items()}
     left = sum(t.key not in done.get(-1, set()) for t in plan.collectives)
     left += sum(t.key not in done.get(r, set()) for r in range(cl.world) for t in plan.compute)
     report.remaining_tasks = left

@@ -25,7 +25,7 @@ from predictor.latency.collective_gap import GAPS_S, origin_of  # noqa: E402
 from sampling.collectives import BLOCK_BYTES, blocks  # noqa: E402
 from sampling.launch import SLURM_PORT_BASE, cluster_env  # noqa: E402
 from sampling.plan import group_shapes, make_plan  # noqa: E402
-from sampling.runner import _done_tasks  # noqa: E402
+from sampling.runner import _complete, _done_tasks  # noqa: E402
 
 REPEATS = 3
 GAP_REPEATS = 1  # a third as many after each shorter gap
@@ -277,7 +277,8 @@ def test_a_cluster_resume_finds_the_dtensor_pairs_with_the_collectives_it_timed(
                 for t in plan.collectives for r in range(2)])
     writer.flush()
     writer.close()
-    done, _ = _done_tasks(tmp_path, plan, "local-cpu", sc, by_rank=True)
+    counts, _ = _done_tasks(tmp_path, plan, "local-cpu", by_rank=True)
+    done = {r: _complete(c, sc) for r, c in counts.items()}
     assert {t.call.op for t in plan.collectives} == {"all_reduce", "dtensor"}
     assert {t.key for t in plan.collectives} <= done[-1] and not done.get(0)
 

@@ -43,12 +43,12 @@ def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_st
     assert alone.index.equals(beside.index) and (alone == 3).all() and (beside == 3).all()
     planned = set(df[df.origin == "sampled"].set_index(cols).index)
     assert set(alone.index) <= planned  # the plan's own (targeted) shapes
-    from sampling.runner import CO_RUN_TASK, _stored_keys
-    three = SimpleNamespace(repeats=3, collective_repeats=3)  # the settings _stored_keys reads
+    from sampling.runner import CO_RUN_TASK, _complete, _stored_counts
+    three = SimpleNamespace(repeats=3, collective_repeats=3)  # the settings _complete reads
     stored = store.read_samples(tmp_path)
-    assert CO_RUN_TASK in _stored_keys(stored, three)  # a resumed run does not time the phase again
+    assert CO_RUN_TASK in _complete(_stored_counts(stored), three)  # a resumed run does not time the phase again
     # and its rows are no plan task's repeats: the plan's own rows alone make a task done
-    assert _stored_keys(stored[stored.origin.isin(ORIGINS)], three) == {CO_RUN_TASK}
+    assert _complete(_stored_counts(stored[stored.origin.isin(ORIGINS)]), three) == {CO_RUN_TASK}
 
     hw = load_hardware("local-cpu")
     models = train(df, hw, section(load_config([]), "regressor", RegressorConfig), n_jobs=1)

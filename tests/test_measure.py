@@ -16,7 +16,7 @@ from predictor.app.config import load_config
 from predictor.core.errors import PrismError  # noqa: E402
 from predictor.core.profiles import load_model, section
 from predictor.core.specs import ModelConfig, ParallelConfig
-from predictor.data.measurements import COLUMNS, layout_configs, read_measurements  # noqa: E402
+from predictor.data.measurements import COLUMNS, join_passes, layout_configs, read_measurements  # noqa: E402
 from sampling.launch import run_torchrun  # noqa: E402
 from sampling.measure import layout_id, measure  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
@@ -45,6 +45,23 @@ def test_one_rank_then_a_pipeline_layout_appends(tmp_path):
     model, par = layout_configs(frame, second.layout_id)
     assert model == load_model("tiny")
     assert (par.pp, par.global_batch_size, par.recompute) == (2, 4, "full")
+
+
+def test_passes_of_a_layout_join_into_one_run(tmp_path):
+    """The validation suite measures each layout in passes apart in time; joined, the passes
+    are one run per layout, every step once, started when the first pass did."""
+    passes = [tmp_path / f"pass{p}.parquet" for p in (1, 2)]
+    for path in passes:
+        measure(load_config([*QUICK, f"out={path}"]), progress=False)
+        measure(load_config([*QUICK, f"out={path}", "parallel.dp=2"]), progress=False)
+    frames = [read_measurements(p) for p in passes]
+    joined = join_passes(frames)
+    assert len(joined) == sum(map(len, frames)) and not joined.duplicated(["layout_id", "step", "rank"]).any()
+    for lid, group in joined.groupby("layout_id"):
+        assert sorted(group.step.unique()) == list(range(6))  # 3 steps a pass
+        assert set(group.measured_at) == {frames[0].measured_at[frames[0].layout_id == lid].iloc[0]}
+    ranks = joined.groupby("layout_id")["rank"].nunique()
+    assert ranks.to_dict() == {lid: 1 + ("dp2" in lid) for lid in ranks.index}
 
 
 @pytest.mark.parametrize("axis, lid", [  # the default global batch: 4 micro-batches per replica

@@ -112,3 +112,16 @@ def test_the_gpu_plan_samples_the_gpu_only_ops_and_long_sequences():
     ops = {t.call.op for t in plan.compute}
     assert set(GPU_ONLY) <= ops and {t.dtype for t in plan.compute} == {"bfloat16"}
     assert max(t.call.shape_dict["seq_q"] for t in plan.compute if t.call.op == "attention") >= 8192
+
+
+def test_rounds_share_a_shape_s_repeats_and_each_round_warms_it_up_again():
+    from sampling.plan import call_seconds, round_repeats, task_seconds
+    assert round_repeats(10, 3) == [4, 3, 3] and round_repeats(2, 3) == [1, 1, 0] and round_repeats(5, 1) == [5]
+    hw = section(load_config(["hardware=local-cpu"]), "hardware", HardwareConfig)
+    sc = section(load_config(["sampling.ops=[gemm]", "sampling.shapes_per_op=2"]), "sampling", SamplingConfig)
+    for task in make_plan(sc, hw).compute:
+        call = task.call
+        one = call_seconds(call.op, call.pass_, call.shape_dict, task.dtype, hw)
+        setup = one if call.pass_ == "bwd" else 0.0
+        extra = task_seconds(task, 10, 2, hw, rounds=3) - task_seconds(task, 10, 2, hw)
+        assert extra == pytest.approx(2 * (2 * one + setup))  # two more warm-ups and graph builds

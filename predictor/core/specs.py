@@ -418,6 +418,10 @@ class SamplingConfig:
     # small collectives vary 0.6-7.6 ms between repeats (gloo's threads waking); ten repeats
     # gave the sizes of 1-140 KB medians of 1.4-4.9 ms where all of them pool to 2.8 (2026-11-26)
     collective_repeats: int = 30
+    # passes over the compute plan, each timing its share of every shape's repeats, so that a
+    # shape's repeats span the run: a CPU slice's speed wanders by 1.5x over tens of seconds
+    # (5 s medians of one gemm, 2026-11-27), and repeats timed back to back catch one moment
+    rounds: int = 1
     seed: int = 0
     flush_every_s: float = 2.0
     # a cluster job: how long a rank may be silent (a collective's wait, a rank's record) before it

@@ -64,6 +64,21 @@ def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
     return path
 
 
+def join_passes(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Measurements of the same layouts in several passes (``prism measure`` runs apart in
+    time) as one run per layout: each pass's steps numbered on from the last pass's, and
+    ``measured_at`` the first pass's start."""
+    joined, offset = [], {}
+    for frame in frames:
+        frame = frame.copy()
+        frame["step"] += frame.layout_id.map(offset).fillna(0).astype("int64")
+        offset.update({lid: int(top) + 1 for lid, top in frame.groupby("layout_id").step.max().items()})
+        joined.append(frame)
+    out = pd.concat(joined, ignore_index=True)
+    out["measured_at"] = out.groupby("layout_id").measured_at.transform("min")
+    return out
+
+
 def measured_on(measured: pd.DataFrame, hw) -> None:
     """One error naming ``hardware`` unless every row of ``measured`` was measured on ``hw``:
     steps of one machine say nothing of another's models."""
