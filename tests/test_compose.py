@@ -153,3 +153,25 @@ def test_inverse_cdf_draws_what_interpolating_each_row_alone_gives():
         inner[hi] = logq[i, -1] + (logq[i, -1] - logq[i, -2]) / (zl[-1] - zl[-2]) * (z[i][hi] - zl[-1])
         expected[i] = np.exp(inner)
     assert np.allclose(inverse_cdf(q, levels, u), expected, rtol=1e-12, atol=0)
+
+
+def test_count_calls_add_up_to_count_times_the_mean_of_their_draws():
+    """``count`` identical calls are ``count`` independent draws: their sum's mean is count x
+    the draws' mean, however skewed (a CPU's small collectives: median far below the mean),
+    checked against drawing each call's distribution directly."""
+    from predictor.engine.draws import quantile_mean
+    from predictor.engine.stages import Part
+    work, models = _setup("parallel.tp=2", hardware="local-cpu", model="tiny")
+    plan = StagePlan.of([work])
+    sums = draw_stage_sums(plan, models, QuantileCache(models, work.hardware), 20000, np.random.default_rng(0))
+    calls = [c for c in work.stages[0].forward if c.role == "tp"]
+    q, evidence = QuantileCache(models, work.hardware).lookup(calls)
+    assert not any(e.prior for e in evidence)
+    levels = np.asarray(DEFAULT_QUANTILES)
+    direct = inverse_cdf(q, levels, np.random.default_rng(1).uniform(size=(len(q), 200000))).mean(axis=1)
+    np.testing.assert_allclose(quantile_mean(q, levels), direct, rtol=0.01)
+    counts = np.array([c.count for c in calls])
+    expected = float(counts @ direct)
+    assert sums.nominal[Part.FORWARD_COMM, 0] == pytest.approx(expected, rel=0.01)
+    assert sums.drawn[Part.FORWARD_COMM, 0].mean() == pytest.approx(expected, rel=0.03)
+    assert float(counts @ q[:, list(levels).index(0.5)]) < 0.9 * expected  # centred on the median: 14% short

@@ -9,7 +9,12 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    each :class:`Part`, the sum of its calls' latencies (us) over S draws. Each distinct
    call is drawn once per step by inverse CDF from its quantiles, inside a training step
    (:func:`predictor.latency.lookup.in_step`). ``count`` identical calls add up as
-   ``count * median + sqrt(count) * (draw - median)`` (independent residuals), and a
+   ``count * mean + sqrt(count) * (draw - mean)``: the sum of ``count`` independent draws,
+   its mean and variance exact (the mean of the distribution the draws come from,
+   :func:`~predictor.engine.draws.quantile_mean`). Centred on the median instead, a sum fell
+   short by ``(count - sqrt(count)) * (mean - median)``: little for a GPU kernel, whose
+   repeats are tight, but a CPU's small collectives are bimodal (run GG: a 192 KB all_reduce's
+   median 0.9 ms, its mean 3.2 ms), and small at tp=2 lost 0.15 s of its 0.79 s step. A
    micro-batch's calls carry ``1/sqrt(m)`` of that deviation, because the schedule repeats
    one draw for all ``m`` micro-batches, whose own residuals would partly cancel. Calls
    resting on a prior (:attr:`~predictor.latency.lookup.Evidence.prior`) stay at their
@@ -45,7 +50,7 @@ from scipy.sparse import csr_matrix
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS, Call
-from predictor.engine.draws import KeyedStreams, inverse_cdf
+from predictor.engine.draws import KeyedStreams, inverse_cdf, quantile_mean
 from predictor.latency.calibration import Calibration
 from predictor.latency.collective_gap import ratio_at
 from predictor.latency.lookup import Evidence, QuantileCache, in_step
@@ -189,7 +194,7 @@ class StageSums:
 
 
 def _held_residuals(calls: list[Call], hold) -> np.ndarray:
-    """Which calls' residuals ``hold`` pins at their median (a boolean mask): all for
+    """Which calls' residuals ``hold`` takes out (a boolean mask): all for
     ``residual``, one op's for ``residual:<op>`` or ``residual:<op>/<pass>``."""
     if "residual" in hold:
         return np.ones(len(calls), bool)
@@ -279,8 +284,8 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int,
 
     ``calibration`` (default: the one stored with ``models``, if any) turns operator
     quantiles into in-step ones; under one, a call is drawn apart for each tp degree.
-    ``hold`` pins residuals at their median (:func:`_held_residuals`); the same random
-    numbers are drawn either way.
+    ``hold`` takes residuals out (:func:`_held_residuals`): a held call adds its mean; the
+    same random numbers are drawn either way.
     """
     calibration = calibration or (models.calibration if models is not None else None)
     tp = plan.tp if calibration is not None else np.ones(len(plan.works), int)
@@ -292,8 +297,9 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int,
     u = (rng.uniform(list(zip(calls, degree.tolist())), draws) if isinstance(rng, KeyedStreams)
          else rng.uniform(size=(len(calls), draws)))
     prior = np.array([e.prior for e in evidence], bool)
-    u[prior | _held_residuals(calls, hold)] = 0.5
-    deviation = inverse_cdf(q, levels, u) - median[:, None]
+    centre = np.where(prior, median, quantile_mean(q, levels))
+    deviation = inverse_cdf(q, levels, u) - centre[:, None]
+    deviation[prior | _held_residuals(calls, hold)] = 0.0
 
     part = _parts(plan, calls, kinds, where, cols)
     count = np.array([c.count for c in calls], float)[cols]
@@ -301,8 +307,8 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int,
     weight = spread * np.sqrt(count)
     rows = kinds * len(Part) + part
     size = len(plan.kinds) * len(Part)
-    nominal = np.bincount(rows, weights=count * median[cols], minlength=size)
-    prior_nominal = np.bincount(rows, weights=count * median[cols] * prior[cols], minlength=size)
+    nominal = np.bincount(rows, weights=count * centre[cols], minlength=size)
+    prior_nominal = np.bincount(rows, weights=count * centre[cols] * prior[cols], minlength=size)
     drawn = nominal[:, None] + csr_matrix((weight, (rows, cols)), shape=(size, len(calls))) @ deviation
     buckets = np.ones(len(plan.kinds))
     reduce = part == Part.GRAD_REDUCE
