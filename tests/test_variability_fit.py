@@ -22,57 +22,73 @@ CPU = load_hardware("local-cpu")
 SAMPLES = REPO_ROOT / "samples" / "local-cpu"
 
 
-def _store(temporal=0.04, regime=0.15, shapes=80, repeats=10, seed=0) -> pd.DataFrame:
-    """Synthetic sampled rows: gemm shapes of 0.3-30 ms whose repeats spread lognormally
-    by ``temporal``, all_reduce messages of 0.3-30 ms by ``regime``, and short gemms
-    (below MIN_US) spread ten times wider, which the fit must leave out."""
+def _store(drift=0.06, regime=0.15, shapes=160, repeats=9, rounds=3, sizes=10, collective_repeats=60, seed=0):
+    """Synthetic rows timed as ``prism sample`` times them. Compute: ``shapes`` gemms of
+    0.3-30 ms in ``rounds`` passes, a round every 0.25 s, each round's repeats one
+    timestamp; the machine's speed holds for 2 s spells, lognormal by ``drift``, and each
+    call jitters by 0.04 on its own; short gemms (below MIN_US), spread by 0.4, must be left
+    out. Collectives: ``sizes`` all_reduce sizes timed round by round in one block (one
+    timestamp), the sizes of a round sharing a lognormal factor of sigma ``regime``, each
+    call 0.3 on its own. Returns the rows, the speeds the compute rounds ran at and the
+    factors the collective rounds shared."""
     rng = np.random.default_rng(seed)
-    rows = []
+    start = pd.Timestamp("2026-11-27 06:00", tz="UTC")
+    spells = drift * rng.standard_normal(1 + int(rounds * shapes * 0.25 / 2))
+    rows, speeds, shares = [], [], []
 
-    def add(op, pass_, shape, median_us, sigma, **topology):
-        rows.extend({"op": op, "pass": pass_, "dtype": "float32", **shape, **topology, "repeat": r,
-                     "latency_us": median_us * np.exp(sigma * z)} for r, z in enumerate(rng.standard_normal(repeats)))
+    def add(op, pass_, shape, median_us, speed, sigma, t, first, n, **topology):
+        rows.extend({"op": op, "pass": pass_, "dtype": "float32", **shape, **topology, "repeat": first + j,
+                     "timestamp": start + pd.Timedelta(seconds=t),
+                     "latency_us": median_us * np.exp(speed + sigma * z)} for j, z in enumerate(rng.standard_normal(n)))
 
-    def median_us():
-        return np.exp(rng.uniform(np.log(300), np.log(30000)))
-
-    for i in range(shapes):
-        add("gemm", "fwd", {"m": 64 + i, "n": 256, "k": 256}, median_us(), temporal)
-        add("gemm", "fwd", {"m": 64 + i, "n": 8, "k": 8}, MIN_US / 20, 10 * temporal)
-    for i in range(shapes // 4):
-        add("all_reduce", "step", {"message_bytes": 2.0 ** (10 + i), "group_size": 2.0}, median_us(), regime,
-            ranks_per_node=2, nodes=1)
-    return pd.DataFrame(rows).assign(hardware=CPU.name, run_id="synthetic-run", origin="sampled", host="vm")
+    medians = np.exp(rng.uniform(np.log(300), np.log(30000), shapes))
+    share = [repeats // rounds + (r < repeats % rounds) for r in range(rounds)]
+    for r in range(rounds):
+        for i in range(shapes):
+            t = 0.25 * (r * shapes + i)
+            speed = spells[int(t / 2)]
+            speeds.append(speed)
+            add("gemm", "fwd", {"m": 64 + i, "n": 256, "k": 256}, medians[i], speed, 0.04, t, sum(share[:r]), share[r])
+            add("gemm", "fwd", {"m": 64 + i, "n": 8, "k": 8}, MIN_US / 20, speed, 0.4, t, sum(share[:r]), share[r])
+    block = rounds * shapes * 0.25
+    for j in range(collective_repeats):
+        shared = regime * rng.standard_normal()
+        shares.append(shared)
+        for i in range(sizes):
+            add("all_reduce", "step", {"message_bytes": 2.0 ** (10 + i), "group_size": 2.0}, 1000.0 * (i + 1),
+                shared, 0.3, block, j, 1, ranks_per_node=2, nodes=1)
+    rows = pd.DataFrame(rows).assign(hardware=CPU.name, run_id="synthetic-run", origin="sampled", host="vm")
+    return rows, np.array(speeds), np.array(shares)
 
 
 def test_fit_recovers_known_sigmas_from_a_synthetic_store():
-    fitted = fit_variability(_store(), CPU)
+    rows, speeds, shares = _store()
+    fitted = fit_variability(rows, CPU)
     t, r, s = (fitted.sigmas[k] for k in ("temporal", "regime", "spatial"))
-    assert t.sigma == pytest.approx(0.04, rel=0.1) and t.interval90[0] < 0.04 < t.interval90[1]
-    assert r.sigma == pytest.approx(0.15, rel=0.15) and r.interval90[0] < 0.15 < r.interval90[1]
-    assert (t.shapes, t.repeats) == (80, 800)  # the short gemms are left out
-    assert (r.shapes, r.repeats) == (20, 200)
+    assert t.sigma == pytest.approx(np.std(speeds), rel=0.2) and t.interval90[0] < t.sigma < t.interval90[1]
+    assert r.sigma == pytest.approx(np.std(shares), rel=0.2) and r.interval90[0] < r.sigma < r.interval90[1]
+    assert (t.shapes, t.repeats) == (160, 480)  # shape groups, their rounds: the short gemms are left out
+    assert (r.shapes, r.repeats) == (60, 600)  # rounds, their calls
     assert s.sigma == 0.0 and "one host" in s.basis
     assert fitted.samples["run_ids"] == ["synthetic-run"]
+    steady, *_ = _store(drift=0.0)
+    assert fit_variability(steady, CPU).sigmas["temporal"].sigma < 0.01  # the calls' own jitter is no drift
 
 
-def test_fit_says_nothing_without_timed_repeats():
-    one = _store(repeats=1)
-    assert fit_variability(one, CPU) is None  # one repeat per shape: no spread to see
-    imported = _store().assign(origin="ett:Perlmutter/gemm")
-    assert fit_variability(imported, CPU) is None  # an importer's repeat numbers summaries
-    no_collectives = fit_variability(_store()[lambda d: d.op == "gemm"], CPU)
+def test_fit_says_nothing_the_samples_cannot_show():
+    rows, *_ = _store()
+    compute = rows[rows.op == "gemm"]
+    assert fit_variability(compute[compute.groupby("m").timestamp.transform("min") == compute.timestamp], CPU) is None
+    assert fit_variability(rows.assign(origin="ett:Perlmutter/gemm"), CPU) is None  # an importer's summaries
+    no_collectives = fit_variability(compute, CPU)
     assert set(no_collectives.sigmas) == {"temporal", "spatial"}  # regime stays the profile's
     assert variability_of(CPU, _with(no_collectives)).spec.comm_regime_cv == CPU.variability.comm_regime_cv
 
 
-def test_fit_on_the_shipped_samples_is_finite_with_n():
-    fitted = fit_variability(read_samples(SAMPLES), CPU)
-    for name in ("temporal", "regime"):
-        s = fitted.sigmas[name]
-        assert np.isfinite(s.sigma) and 0 < s.interval90[0] <= s.sigma <= s.interval90[1]
-        assert s.shapes >= 10 and s.repeats >= 10 * s.shapes
-    assert fitted.sigmas["spatial"].sigma == 0.0
+def test_a_store_timed_before_rounds_keeps_the_cited_figures():
+    """samples/local-cpu was timed shape by shape: its repeats show each call's jitter,
+    which the op models hold, and no drift of the machine between them."""
+    assert fit_variability(read_samples(SAMPLES), CPU) is None
 
 
 def _with(measured) -> ModelSet:
@@ -83,7 +99,7 @@ def test_the_composer_uses_the_measured_file_when_present_and_the_cited_figures_
     bare = ModelSet.load(models_dir() / CPU.name, CPU)
     assert bare.variability is None  # the shipped set keeps the cited figures (README: fit_variability)
     shipped = ModelSet(CPU, bare.quantiles, bare.models, bare.manifest)
-    shipped.variability = fit_variability(read_samples(SAMPLES), CPU)
+    shipped.variability = fit_variability(_store()[0], CPU)
     work = decompose(load_model("tiny"), ParallelConfig(dp=2, global_batch_size=8), CPU)
     measured, cited = compose(work, shipped, draws=400), compose(work, bare, draws=400)
     assert measured.variability.measured is shipped.variability
@@ -97,7 +113,7 @@ def test_the_composer_uses_the_measured_file_when_present_and_the_cited_figures_
 
 
 def test_train_saves_the_fit_with_the_models_and_load_reads_it(tmp_path):
-    rows = _store()
+    rows, *_ = _store()
     models = train(rows[rows.op == "gemm"], CPU, _regressor(), n_jobs=1)
     models.variability = fit_variability(rows, CPU)
     models.save(tmp_path / CPU.name)
@@ -115,7 +131,7 @@ def _regressor() -> RegressorConfig:
 
 
 def test_a_damaged_file_names_itself_and_the_fix(tmp_path):
-    path = write_variability(tmp_path, fit_variability(_store(), CPU))
+    path = write_variability(tmp_path, fit_variability(_store()[0], CPU))
     data = json.loads(path.read_text())
     data["sigmas"]["jitter"] = data["sigmas"].pop("temporal")
     path.write_text(json.dumps(data))
@@ -145,12 +161,12 @@ def _ranked_store(spatial, ranks=16, temporal=0.04, shapes=40, repeats=10, seed=
 def test_spatial_is_fitted_from_per_rank_medians_of_the_same_shapes():
     rows, offsets = _ranked_store(spatial=0.05)
     fitted = fit_variability(rows, CPU)
-    s, t = fitted.sigmas["spatial"], fitted.sigmas["temporal"]
+    s = fitted.sigmas["spatial"]
     pairs = np.abs(offsets[:, None] - offsets[None, :])[np.triu_indices(len(offsets), 1)]
     drawn = 1.4826 * np.median(pairs) / np.sqrt(2)  # the spread these 16 ranks really have
     assert s.sigma == pytest.approx(drawn, rel=0.15) and s.interval90[0] <= s.sigma <= s.interval90[1]
     assert (s.shapes, s.repeats) == (40, 40 * 16) and "16 ranks" in s.basis
-    assert t.sigma == pytest.approx(0.04, rel=0.1)  # per rank: the ranks' offsets do not widen it
+    assert "temporal" not in fitted.sigmas  # timed shape by shape: no drift to see
     assert fitted.samples["ranks"] == 16
 
 

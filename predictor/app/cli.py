@@ -341,9 +341,7 @@ def _train(args) -> int:
     check_replaceable(root / hw.name)  # before the fit, not after it
     t0 = time.perf_counter()
     models = train(samples, hw, rc, n_jobs=2)
-    # Off by default: on this CPU the fitted sigmas put the within-run spread within 5% of the
-    # measured for 5 of 16 layouts, the cited ones for 10 (the per-call jitter they measure is
-    # already in the operator models' quantiles, so it counts twice). None keeps the cited figures.
+    # what the samples show of the per-step factors (predictor.latency.variability_fit); None keeps the cited figures
     models.variability = fit_variability(samples, hw) if fit else None
     elapsed = time.perf_counter() - t0
     directory = models.save(root / hw.name)
@@ -662,10 +660,11 @@ VERBS = {
         run=_train, help="train the latency-distribution models of one hardware from samples",
         description="Fit one multi-quantile XGBoost model per (op, pass) present in the samples "
                     "for the hardware, on log(latency / roofline floor), with conformally "
-                    "calibrated intervals; with fit_variability=true, where the samples hold timed repeats "
-                    "(prism sample), also fit the variability sigmas (temporal, regime, spatial) from them into "
-                    "variability.json, which predictions then use instead of the profile's cited ones "
-                    "(experimental: it double-counts per-call jitter, see README); write "
+                    "calibrated intervals; also fit the per-step variability the samples show into "
+                    "variability.json, which predictions then use instead of the profile's cited figures: the "
+                    "machine's speed drift from compute shapes timed in rounds (temporal), what collective sizes "
+                    "timed in one round share (regime), the spread between ranks of a cluster job (spatial); "
+                    "fit_variability=false keeps the cited ones; write "
                     "<models_dir>/<hardware>/<op>__<pass>.ubj.gz, variability.json and "
                     "manifest.json as a whole (a temporary folder renamed into place). models_dir defaults "
                     "to runs/models, not the shipped models/ (prism predict's default): predict with the "

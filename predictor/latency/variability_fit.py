@@ -1,18 +1,26 @@
 """Fit a hardware's variability sigmas from the repeats its sample store already holds.
 
-Every timed repeat of ``prism sample`` is a row (:mod:`predictor.data.store`), ``repeats``
-per shape, back to back. The spread of one shape's repeats is what the hardware does to
-the same work from one call to the next:
+Every timed repeat of ``prism sample`` is a row (:mod:`predictor.data.store`). A
+shape's repeats spread by what the hardware does from one call to the next, which its
+operator model's quantiles already hold and the composer draws call by call. What the
+quantiles cannot hold is what calls *share*: the composer's per-step factors.
 
-``temporal``  the spread of compute ops' repeats (the per-step compute factor),
-``regime``    the spread of collectives' repeats (the step's communication regime;
-              each repeat is already the slowest rank's time),
+``temporal``  the drift of the machine's common speed (the per-step compute factor),
+              from compute shapes timed in rounds (``sampling.rounds``; step 6),
+``regime``    what the collective sizes of one round share (the step's communication
+              regime; each repeat is already the slowest rank's time; step 7),
 ``spatial``   the spread between ranks: where several ranks of one run timed the same
               shape (a cluster job, :mod:`sampling.runner`), the spread of their
               per-rank medians, less what the medians' own noise adds (step 5); 0 on
               one host with one rank (no GPU-to-GPU spread to see); not fitted for
               compute rows of several hosts without rank tags (the profile's cited
               figure stays).
+
+A store that cannot show a component (timed before rounds, imported) leaves it to the
+profile's cited figure. The spread of one shape's repeats is no per-step factor: fitted
+as the temporal sigma, it put the within-run spread of 5 of the 16 suite layouts within
+5% of the measured, against 10 with the cited figures (2026-11-22), the calls' own jitter
+counted twice.
 
 Method, per component:
 
@@ -25,7 +33,8 @@ Method, per component:
    2.5-17 us, backward ones more) whose jitter dominates short kernels; from 200 us on it
    is a few % of the call. The fitted sigma depends on this cut (on samples/local-cpu the
    spread falls with kernel length: about 6% at 0.2-1 ms, 1% above 5 ms).
-3. sigma is a robust one, ``1.4826 * median |x_i - x_j| / sqrt(2)`` over every pair of
+3. The repeats' own spread (what step 5 takes out of the ranks' medians) is a robust
+   sigma, ``1.4826 * median |x_i - x_j| / sqrt(2)`` over every pair of
    repeats of a group, pooled over the groups, x the log latency. Pairwise differences
    need no group centre: deviations from a group's own median shrink (the MAD about the
    median of 10 normal repeats is 0.87 sigma, of 3 repeats 0.46), their differences do
@@ -40,8 +49,27 @@ Method, per component:
    log latency (its own repeats: a group of step 1 is one rank's); the robust sigma of
    the pairwise differences of those medians, as in step 3, is the between-rank spread
    s_b. A median of n repeats scatters by about sqrt(pi/2) sigma_t / sqrt(n) around the
-   rank's true level, so ``spatial = sqrt(max(0, s_b^2 - (pi/2) sigma_t^2 / n))`` with the
-   temporal sigma and the mean repeats per rank; the interval resamples the shape groups.
+   rank's true level, so ``spatial = sqrt(max(0, s_b^2 - (pi/2) sigma_t^2 / n))`` with step
+   3's sigma and the mean repeats per rank; the interval resamples the shape groups.
+6. Temporal, where the shapes were timed in rounds (``sampling.rounds``: each round's
+   repeats share one timestamp): the drift of the machine's common speed, which the
+   repeats of one round cannot show and each shape's quantiles hold only as independent
+   jitter. Each round's median log latency less the mean over its shape group's rounds,
+   averaged over every compute round of the run within :data:`DRIFT_WINDOW_S` of it, is
+   the machine's speed at that moment; temporal is the spread of those speeds, times
+   k/(k-1) for the k rounds' own centring, less the noise the average keeps (the
+   residuals' spread about it over the entries averaged). Its interval resamples the
+   shape groups. On suite run GG's sample (3 rounds over 125 s; 2,628 rounds of 876
+   shape groups of 200 us or more) the speed wandered by 0.085 (0.080-0.095).
+7. Regime, where collectives were timed round by round (repeat r of every size, then
+   r + 1: :func:`sampling.collectives.blocks`, one timestamp per block): what the sizes of
+   one round share. Each repeat's log latency less the mean of its op and size; per round
+   (op, block, repeat) of at least :data:`MIN_SIZES` sizes, the mean of those residuals;
+   regime is the spread of the round means less their own noise (the residuals' variance
+   within a round over its size count). A CPU's small collectives vary several-fold from
+   call to call (suite run GG: a sigma of 0.82), which their quantiles hold; the step's
+   shared regime is what their rounds share (0.20 on GG's sample, against 0.52 from the
+   repeats' whole spread, which would count the calls' own spread twice).
 """
 from __future__ import annotations
 
@@ -58,6 +86,11 @@ from predictor.latency.variability_profile import MeasuredVariability, Sigma
 
 #: Shortest group median (us) whose repeats count (module docstring, step 2).
 MIN_US = 200.0
+#: Fewest collective sizes a round needs to show what they share (module docstring, step 7).
+MIN_SIZES = 3
+#: Half-width (s) of the window whose compute rounds average into the machine's speed at
+#: a moment (module docstring, step 6): a CPU slice's speed holds for a few seconds.
+DRIFT_WINDOW_S = 1.0
 #: Fewest repeats a group needs to show a spread.
 MIN_REPEATS = 3
 #: ``origin`` of the rows ``prism sample`` timed (the importers' rows are summaries: ETT's
@@ -68,14 +101,18 @@ BOOTSTRAP = 1000
 #: 1 / Phi^-1(3/4): the MAD of a normal is this many times smaller than its sigma.
 MAD_TO_SIGMA = 1.4826
 
-METHOD = (f"robust sigma of log latency within shape groups (one shape's repeats in one run, median >= "
-          f"{MIN_US:g} us, >= {MIN_REPEATS} repeats): {MAD_TO_SIGMA} x median |x_i - x_j| / sqrt(2) over pairs of "
-          f"repeats, pooled over groups; 90% interval: {BOOTSTRAP} bootstrap resamples of the groups")
+METHOD = (f"temporal: the machine's common speed over the sample, each compute round's median log latency (shape "
+          f"groups of >= {MIN_US:g} us timed in >= 2 rounds) less its group's mean, averaged within "
+          f"+-{DRIFT_WINDOW_S:g} s, its spread corrected for the rounds' centring and the average's noise; regime: "
+          f"the spread of the mean residual of the collective sizes timed in one round (>= {MIN_SIZES} sizes) less "
+          f"its noise; spatial: per-rank medians of the same shapes less their noise; 90% intervals: bootstrap "
+          f"resamples of the shape groups (rounds)")
 
 
 def _groups(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per repeat of ``rows``: its ``group`` (op, pass, shape, run and rank), its
-    ``shape`` group (the same without the rank) and ``x``, the log latency."""
+    ``shape`` group (the same without the rank), ``x``, the log latency, and its
+    ``timestamp`` where the rows have one."""
     parts = []
     for (op, pass_), g in rows.groupby(["op", "pass"], sort=True):
         shape = shape_groups(op, g)
@@ -83,7 +120,8 @@ def _groups(rows: pd.DataFrame) -> pd.DataFrame:
         rank = g["rank"].astype("Int64").astype(str).to_numpy() if "rank" in g else np.zeros(len(g), str)
         where = [f"{op}/{pass_}/{s}/{r}" for s, r in zip(shape, run)]
         parts.append(pd.DataFrame({"group": [f"{w}/{k}" for w, k in zip(where, rank)], "shape": where,
-                                   "x": np.log(g["latency_us"].to_numpy())}))
+                                   "x": np.log(g["latency_us"].to_numpy()),
+                                   **({"timestamp": g["timestamp"].to_numpy()} if "timestamp" in g else {})}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["group", "shape", "x"])
 
 
@@ -117,6 +155,87 @@ def _sigma(diffs: list[np.ndarray]) -> float:
     return float(MAD_TO_SIGMA * np.median(np.concatenate(diffs)) / np.sqrt(2))
 
 
+def _rounds(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per round of a shape group timed in two rounds or more: its ``group``, its
+    ``run``, time ``t`` (s), its rounds ``k`` and ``r``, the round's median log latency
+    less the mean over the group's rounds."""
+    if "timestamp" not in rows or rows.empty:
+        return pd.DataFrame(columns=["group", "run", "t", "k", "r"])
+    frame = _kept(_groups(rows))
+    per = frame.groupby(["group", "timestamp"], as_index=False)["x"].median()
+    per["k"] = per.groupby("group")["x"].transform("size")
+    per = per[per["k"] >= 2]
+    per["r"] = per["x"] - per.groupby("group")["x"].transform("mean")
+    per["run"] = per["group"].str.rsplit("/", n=1).str[0].str.rsplit("/", n=1).str[1]
+    stamp = pd.to_datetime(per["timestamp"], utc=True)
+    per["t"] = (stamp - stamp.min()).dt.total_seconds()
+    return per[["group", "run", "t", "k", "r"]]
+
+
+def _drift(per: pd.DataFrame, weight: np.ndarray) -> float:
+    """The machine's speed spread from ``per`` (:func:`_rounds`) with each round weighted
+    (a bootstrap's draw count of its group)."""
+    speeds, noise, k = [], [], []
+    for _, run in per.assign(w=weight).groupby("run"):
+        run = run.sort_values("t")
+        t, r, w = run["t"].to_numpy(), run["r"].to_numpy(), run["w"].to_numpy()
+        lo, hi = np.searchsorted(t, t - DRIFT_WINDOW_S), np.searchsorted(t, t + DRIFT_WINDOW_S, side="right")
+        cw, cr, cr2 = (np.concatenate([[0.0], np.cumsum(v)]) for v in (w, w * r, w * r * r))
+        n = cw[hi] - cw[lo]
+        ok = (n > 1) & (w > 0)
+        mean = (cr[hi] - cr[lo])[ok] / n[ok]
+        within = np.maximum((cr2[hi] - cr2[lo])[ok] / n[ok] - mean ** 2, 0.0)
+        speeds.append(np.repeat(mean, w[ok].astype(int)))
+        noise.append(np.repeat(within / n[ok], w[ok].astype(int)))
+        k.append(np.repeat(run["k"].to_numpy()[ok], w[ok].astype(int)))
+    speeds, noise, k = (np.concatenate(v) for v in (speeds, noise, k))
+    if len(speeds) < 2:
+        return 0.0
+    centring = float(np.mean(k / (k - 1)))
+    return float(np.sqrt(max(0.0, np.var(speeds) * centring - np.mean(noise))))
+
+
+def fit_drift(rows: pd.DataFrame, seed: int = 0) -> Sigma | None:
+    """The spread of the machine's common speed over the run, from compute ``rows`` timed
+    in rounds (module docstring, step 6), or None where no shape was timed in two rounds."""
+    per = _rounds(rows)
+    if per.empty:
+        return None
+    groups = per["group"].unique()
+    index = pd.Series(np.arange(len(groups)), index=groups)[per["group"]].to_numpy()
+    rng = np.random.default_rng(seed)
+    boot = [_drift(per, np.bincount(rng.integers(0, len(groups), len(groups)), minlength=len(groups))[index])
+            for _ in range(BOOTSTRAP)]
+    lo, hi = np.quantile(boot, [0.05, 0.95])
+    return Sigma(_drift(per, np.ones(len(per))), (float(lo), float(hi)), len(groups), len(per),
+                 f"the machine's common speed over the sample: compute rounds averaged within +-{DRIFT_WINDOW_S:g} s")
+
+
+def fit_shared_regime(rows: pd.DataFrame, seed: int = 0) -> Sigma | None:
+    """What the collective sizes timed in one round share (module docstring, step 7), from
+    collective ``rows``, or None where no round holds :data:`MIN_SIZES` sizes."""
+    if not {"timestamp", "repeat", "message_bytes"} <= set(rows) or rows.empty:
+        return None
+    x = np.log(rows["latency_us"].to_numpy())
+    keys = [rows["op"], rows["message_bytes"]] + ([rows["run_id"]] if "run_id" in rows else [])
+    frame = pd.DataFrame({"r": x - pd.Series(x, index=rows.index).groupby(keys).transform("mean").to_numpy(),
+                          "round": (rows["op"].astype(str) + "/" + rows["timestamp"].astype(str) + "/"
+                                    + rows["repeat"].astype(str)).to_numpy()})
+    per = frame.groupby("round")["r"].agg(["mean", "var", "size"])
+    per = per[per["size"] >= MIN_SIZES]
+    if len(per) < 2:
+        return None
+
+    def shared(p):
+        return float(np.sqrt(max(0.0, p["mean"].var() - (p["var"] / p["size"]).mean())))
+
+    rng = np.random.default_rng(seed)
+    boot = [shared(per.iloc[rng.integers(0, len(per), len(per))]) for _ in range(BOOTSTRAP)]
+    lo, hi = np.quantile(boot, [0.05, 0.95])
+    return Sigma(shared(per), (float(lo), float(hi)), len(per), int(per["size"].sum()),
+                 "what the collective sizes timed in one round share")
+
+
 def fit_spatial(rows: pd.DataFrame, temporal: Sigma, seed: int = 0) -> Sigma | None:
     """The spread between ranks of compute ``rows`` (module docstring, step 5), or None
     where no shape of a run was timed by two ranks."""
@@ -141,28 +260,30 @@ def fit_spatial(rows: pd.DataFrame, temporal: Sigma, seed: int = 0) -> Sigma | N
 
 
 def fit_variability(samples: pd.DataFrame, hw: HardwareConfig, seed: int = 0) -> MeasuredVariability | None:
-    """``hw``'s temporal, spatial and regime sigmas from the repeats of ``samples``, or
-    None where they hold no repeated compute shape timed by ``prism sample`` (imported
-    rows are summaries) and so say nothing of variability. A component they cannot show (regime
-    without repeated collectives, spatial with compute rows of several hosts) is left
-    out: the profile's cited figure stays for it."""
+    """``hw``'s temporal, spatial and regime sigmas from the repeats of ``samples`` (module
+    docstring), or None where they show none of them: no shape timed in rounds, no
+    collective round, no second rank (imported rows are summaries, not timed repeats). A
+    component they cannot show is left out: the profile's cited figure stays for it."""
     rows = samples[(samples["hardware"] == hw.name) & (samples["latency_us"] > 0)]
     if "origin" in rows:  # imported rows' ``repeat`` numbers summary values, not timed repeats
         rows = rows[rows["origin"].fillna(SAMPLED) == SAMPLED]
     collective = rows["op"].map(lambda op: OPS[op].collective).astype(bool)
-    temporal = fit_sigma(rows[~collective], "compute ops' repeats", seed)
-    if temporal is None:
-        return None
-    sigmas = {"temporal": temporal}
-    spatial = fit_spatial(rows[~collective], temporal, seed) if "rank" in rows else None
-    one_rank = "rank" not in rows or rows.loc[~collective, "rank"].nunique() <= 1
-    if spatial is not None:
-        sigmas["spatial"] = spatial
-    elif one_rank and ("host" not in rows or rows.loc[~collective, "host"].nunique() <= 1):
-        sigmas["spatial"] = Sigma(0.0, (0.0, 0.0), 0, 0, "one host: no GPU-to-GPU spread to see")
-    regime = fit_sigma(rows[collective], "collectives' repeats (slowest rank)", seed)
+    sigmas = {}
+    temporal = fit_drift(rows[~collective], seed)
+    if temporal is not None:
+        sigmas["temporal"] = temporal
+    regime = fit_shared_regime(rows[collective], seed)
     if regime is not None:
         sigmas["regime"] = regime
+    within = fit_sigma(rows[~collective], "compute ops' repeats", seed)
+    spatial = fit_spatial(rows[~collective], within, seed) if within is not None and "rank" in rows else None
+    if spatial is not None:
+        sigmas["spatial"] = spatial
+    if not sigmas:
+        return None
+    one_rank = "rank" not in rows or rows.loc[~collective, "rank"].nunique() <= 1
+    if spatial is None and one_rank and ("host" not in rows or rows.loc[~collective, "host"].nunique() <= 1):
+        sigmas["spatial"] = Sigma(0.0, (0.0, 0.0), 0, 0, "one host: no GPU-to-GPU spread to see")
     used = rows[["op", "pass", "latency_us"] + (["run_id"] if "run_id" in rows else [])]
     runs = sorted(map(str, rows["run_id"].dropna().unique())) if "run_id" in rows else []
     ranks = rows[["host", "rank"]].drop_duplicates() if {"host", "rank"} <= set(rows) else rows[[]].head(1)
