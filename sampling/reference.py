@@ -27,14 +27,17 @@ parameters on one CPU thread took 23 s before the first step). Each rank
 writes its timed steps to ``rank<r>.json`` in the job's folder; warm-up steps are not
 kept. Rank 0 reports the steps done for the front-end's progress bar.
 
-With ``trace_dir`` set, each rank then profiles ``trace_steps`` more steps with
+With ``trace_dir`` set, each rank, halfway through its timed steps, profiles ``trace_steps`` more steps with
 ``torch.profiler`` (``record_shapes=True``, what ``prism import-trace`` reads) and writes
 ``<trace_dir>/rank<r>.step<k>.json``, with the profiler's cost per recorded op on this
 CPU (:func:`sampling.tracing.profiler_cost_us`) in the trace's metadata. Every traced step is its own
 profiler cycle (one untraced step, one warm-up, one recorded): on CPU, a recording that runs on for several
 steps slows the memory-bound ops of the later ones (+45% step time on the ``small``
 model from the third recorded step on, measured here), so one-step cycles keep the
-traced steps as fast as untraced ones.
+traced steps as fast as untraced ones. Halfway, so that the timed steps lie on both sides
+of the traced ones: a 2-core slice's speed wanders within a minute, and with the traces
+after the timed steps, ``benchmarks/bench_trace.py`` found a layout's timed steps 21%
+slower, and another's 20% faster, than its traced ones (2026-11-27).
 """
 from __future__ import annotations
 
@@ -163,6 +166,8 @@ def run_job(job: dict) -> list[float]:
     trainer = Trainer(job, device)
     times = []
     for i in range(job["warmup"] + job["steps"]):
+        if job.get("trace_dir") and i == job["warmup"] + job["steps"] // 2:
+            _trace(trainer, device, job, rank)
         dist.barrier()
         _sync(device)
         t0 = time.perf_counter()
@@ -174,14 +179,17 @@ def run_job(job: dict) -> list[float]:
         if rank == 0:
             report_progress(job, i + 1)
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_time_s": times}))
-    if job.get("trace_dir"):
-        def step() -> None:
-            dist.barrier()
-            trainer.step()
-            _sync(device)
-        trace_steps(step, device, Path(job["trace_dir"]), rank, job["trace_steps"])
     dist.destroy_process_group()
     return times
+
+
+def _trace(trainer: Trainer, device: torch.device, job: dict, rank: int) -> None:
+    """Profile ``job["trace_steps"]`` steps into ``job["trace_dir"]`` (module docstring)."""
+    def step() -> None:
+        dist.barrier()
+        trainer.step()
+        _sync(device)
+    trace_steps(step, device, Path(job["trace_dir"]), rank, job["trace_steps"])
 
 
 if __name__ == "__main__":
