@@ -1,6 +1,6 @@
 """The ground-truth suite: sample -> train -> measure -> predict -> validate, from scratch.
 
-    python benchmarks/validation_suite.py                       # this CPU, ~15 min
+    python benchmarks/validation_suite.py                       # this CPU, ~19 min
     python benchmarks/validation_suite.py --calibration-from runs/suite-A   # a later run
     python benchmarks/validation_suite.py --hardware h100-sxm   # on a GPU host (1-GPU layouts)
     python benchmarks/validation_suite.py --hardware h200 --stages sample,measure --out runs/h200

@@ -86,7 +86,7 @@ NOT_RUN = {
                                          "tests/test_search.py covers the search",
     "python benchmarks/bench_variability.py": "65,536 GPUs drawn one by one against the shortcut: minutes; "
                                               "tests/test_variability.py covers the analysis",
-    "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts: about 12 minutes",
+    "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts in 3 passes: about 19 minutes",
     "python benchmarks/validation_suite.py --hardware h200 --stages sample,measure --out runs/h200":
         "needs a CUDA GPU; the train and validate commands after it run on the H200's kept sample and layouts",
     "python benchmarks/validation_suite.py --hardware h200 --stages train,validate --out runs/h200":
