@@ -275,8 +275,9 @@ def fit_variability(samples: pd.DataFrame, hw: HardwareConfig, seed: int = 0) ->
     regime = fit_shared_regime(rows[collective], seed)
     if regime is not None:
         sigmas["regime"] = regime
-    within = fit_sigma(rows[~collective], "compute ops' repeats", seed)
-    spatial = fit_spatial(rows[~collective], within, seed) if within is not None and "rank" in rows else None
+    ranked = "rank" in rows and rows.loc[~collective, "rank"].nunique() > 1
+    within = fit_sigma(rows[~collective], "compute ops' repeats", seed) if ranked else None  # spatial's noise alone
+    spatial = fit_spatial(rows[~collective], within, seed) if within is not None else None
     if spatial is not None:
         sigmas["spatial"] = spatial
     if not sigmas:
