@@ -27,17 +27,19 @@ parameters on one CPU thread took 23 s before the first step). Each rank
 writes its timed steps to ``rank<r>.json`` in the job's folder; warm-up steps are not
 kept. Rank 0 reports the steps done for the front-end's progress bar.
 
-With ``trace_dir`` set, each rank, halfway through its timed steps, profiles ``trace_steps`` more steps with
-``torch.profiler`` (``record_shapes=True``, what ``prism import-trace`` reads) and writes
-``<trace_dir>/rank<r>.step<k>.json``, with the profiler's cost per recorded op on this
-CPU (:func:`sampling.tracing.profiler_cost_us`) in the trace's metadata. Every traced step is its own
-profiler cycle (one untraced step, one warm-up, one recorded): on CPU, a recording that runs on for several
-steps slows the memory-bound ops of the later ones (+45% step time on the ``small``
-model from the third recorded step on, measured here), so one-step cycles keep the
-traced steps as fast as untraced ones. Halfway, so that the timed steps lie on both sides
-of the traced ones: a 2-core slice's speed wanders within a minute, and with the traces
-after the timed steps, ``benchmarks/bench_trace.py`` found a layout's timed steps 21%
-slower, and another's 20% faster, than its traced ones (2026-11-27).
+With ``trace_dir`` set, each rank profiles ``trace_steps`` more steps with ``torch.profiler``
+(``record_shapes=True``, what ``prism import-trace`` reads), spread evenly between its timed
+steps (:func:`sampling.tracing.trace_points`), and writes ``<trace_dir>/rank<r>.step<k>.json``,
+with the profiler's cost per recorded op on this CPU (:func:`sampling.tracing.profiler_cost_us`)
+in the trace's metadata. Every traced step is its own profiler cycle (one untraced step, one
+warm-up, one recorded): on CPU, a recording that runs on for several steps slows the
+memory-bound ops of the later ones (+45% step time on the ``small`` model from the third
+recorded step on, measured here), so one-step cycles keep the traced steps as fast as
+untraced ones. Spread, so that the traced steps catch the moments the timed ones do: a
+2-core slice's speed wanders within a minute. With the traces after the timed steps,
+``benchmarks/bench_trace.py`` found a layout's timed steps 21% slower, and another's 20%
+faster, than its traced ones; with all of them halfway, small at one rank's traced steps
+still ran 11-13% slower than its timed ones in two of three runs (2026-11-27).
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ from predictor.core.specs import ModelConfig, ParallelConfig
 from sampling.collectives import _sync
 from sampling.launch import report_progress, worker_main
 from sampling.model import Transformer, loss_fn
-from sampling.tracing import trace_steps
+from sampling.tracing import trace_points, trace_steps
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 #: Megatron-style TP plan of a block: column-parallel into the sharded inner width,
@@ -165,9 +167,10 @@ def run_job(job: dict) -> list[float]:
     out = Path(job["dir"])
     trainer = Trainer(job, device)
     times = []
+    traces = trace_points(job["warmup"], job["steps"], job["trace_steps"]) if job.get("trace_dir") else {}
     for i in range(job["warmup"] + job["steps"]):
-        if job.get("trace_dir") and i == job["warmup"] + job["steps"] // 2:
-            _trace(trainer, device, job, rank)
+        if i in traces:
+            _trace(trainer, device, job, rank, traces[i], sum(n for at, n in traces.items() if at < i))
         dist.barrier()
         _sync(device)
         t0 = time.perf_counter()
@@ -183,13 +186,13 @@ def run_job(job: dict) -> list[float]:
     return times
 
 
-def _trace(trainer: Trainer, device: torch.device, job: dict, rank: int) -> None:
-    """Profile ``job["trace_steps"]`` steps into ``job["trace_dir"]`` (module docstring)."""
+def _trace(trainer: Trainer, device: torch.device, job: dict, rank: int, steps: int, first: int) -> None:
+    """Profile ``steps`` steps into ``job["trace_dir"]``, numbered from ``first`` (module docstring)."""
     def step() -> None:
         dist.barrier()
         trainer.step()
         _sync(device)
-    trace_steps(step, device, Path(job["trace_dir"]), rank, job["trace_steps"])
+    trace_steps(step, device, Path(job["trace_dir"]), rank, steps, first)
 
 
 if __name__ == "__main__":

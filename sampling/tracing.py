@@ -43,14 +43,16 @@ def profiler_cost_us(calls: int = 4000, rounds: int = 3) -> float:
     return float(sorted(costs)[len(costs) // 2])
 
 
-def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, rank: int, steps: int) -> None:
-    """Profile ``steps`` more runs of ``step``, one profiler cycle each (see the module doc)."""
+def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, rank: int, steps: int,
+                first: int = 0) -> None:
+    """Profile ``steps`` more runs of ``step``, one profiler cycle each (see the module doc),
+    into ``rank<rank>.step<k>.json`` for k from ``first`` on."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     folder.mkdir(parents=True, exist_ok=True)
     written = []
 
     def export(prof) -> None:  # to a temporary name first: a trace file is whole or absent
-        path = folder / f"rank{rank}.step{len(written)}.json"
+        path = folder / f"rank{rank}.step{first + len(written)}.json"
         tmp = path.with_name(f".{path.name}.tmp")
         prof.export_chrome_trace(str(tmp))
         os.replace(tmp, path)
@@ -65,3 +67,14 @@ def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, ra
             prof.add_metadata_json("prism_profiler_cost_us", cost)  # for prism import-trace
             step()
             prof.step()
+
+
+def trace_points(warmup: int, steps: int, traced: int) -> dict[int, int]:
+    """Where a run of ``warmup`` + ``steps`` timed steps profiles ``traced`` steps: step
+    index -> profiler cycles to run before it, spread evenly between the timed steps
+    (:mod:`sampling.reference`)."""
+    points: dict[int, int] = {}
+    for j in range(traced):
+        at = warmup + steps * (j + 1) // (traced + 1)
+        points[at] = points.get(at, 0) + 1
+    return points

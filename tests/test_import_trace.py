@@ -64,6 +64,15 @@ def test_reference_traces_map_every_call_of_a_step(traces, imported):
     assert (rows.latency_us > 0).all()
 
 
+def test_traced_steps_are_spread_between_the_timed_ones():
+    pytest.importorskip("torch")
+    from sampling.tracing import trace_points
+    assert trace_points(5, 20, 3) == {10: 1, 15: 1, 20: 1}  # a quarter, half and three quarters in
+    assert trace_points(1, 1, 1) == {1: 1}  # before the one timed step, after the warm-up
+    crowded = trace_points(2, 2, 5)  # more traces than timed steps: several cycles at one point
+    assert sum(crowded.values()) == 5 and set(crowded) <= {2, 3}
+
+
 def test_shapes_are_the_models(imported):
     _, rows, _ = imported
     h, t = MODEL.hidden_size, MODEL.seq_length  # micro-batch 1
