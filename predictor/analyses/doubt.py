@@ -34,6 +34,7 @@ from predictor.latency.doubt import (
     calibrated,
     conformal_offsets_by_source,
     outside,
+    source_family,
     source_reach,
     widen,
 )
@@ -223,7 +224,8 @@ def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
     """Leave-one-source-out scores, as a user meets them: each source's rows predicted by a
     model fitted without it and calibrated on the other sources' errors, each of those
     predicted by a model that saw neither it nor the source scored. One row per group
-    (every run, every source weighing the same, every tier, every source): runs, median
+    (every run, every source weighing the same, a machine's suite runs as one
+    (:func:`~predictor.latency.doubt.source_family`), every tier, every source): runs, median
     absolute error of the median, coverage of the 50/80/90% intervals and the median
     relative width of the 90% one, with the error model and, as ``band_*``, without it
     (the step-time variability's own quantiles)."""
@@ -263,7 +265,9 @@ def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
                 "band_width90": float(np.median(width90_band[mask]))}
 
     per_source = [scores(f"source: {s}", (t.source == s).to_numpy()) for s in sorted(t.source.unique())]
-    mean = {k: float(np.mean([r[k] for r in per_source])) for k in per_source[0] if k not in ("group", "runs")}
+    families = [source_family(s) for s in sorted(t.source.unique())]
+    weight = np.array([1.0 / families.count(f) for f in families]) / len(set(families))
+    mean = {k: float(np.dot(weight, [r[k] for r in per_source])) for k in per_source[0] if k not in ("group", "runs")}
     out = [scores("all", np.ones(len(y), bool)), {"group": "sources, each weighing the same", "runs": len(y), **mean}]
     out += [scores(f"tier: {tier}", (t.tier == tier).to_numpy()) for tier in TIERS if (t.tier == tier).any()]
     return pd.DataFrame(out + per_source)

@@ -14,7 +14,10 @@ the operator models' learner) and calibrates them with conformalized quantile re
 sources: each source is predicted by a model fitted on the others, so a new cluster,
 framework or lab is treated as new, as a user's own job is. Every source weighs the same
 in the calibration (a table of 1,440 single-node runs must not decide alone what a 90%
-interval is).
+interval is), and a machine's validation-suite runs, each its own source, weigh together
+as one (:func:`source_family`): 32 suite runs of this CPU among 40 sources, each weighing
+the same, set the 90% interval by the CPU's errors, under which vTrain's single-node runs
+fell to 80.6% (2026-11-27, suite runs W to JJ joined).
 
 The learned quantiles are not centred on the prediction: runs like a query's may have
 landed above PRISM's composed median (an eager framework's step is longer than its
@@ -73,10 +76,23 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(values[order][min(np.searchsorted(cum, q * cum[-1]), len(values) - 1)])
 
 
+def source_family(source: str) -> str:
+    """What ``source`` weighs as: a validation-suite run of a machine
+    (``<hardware>-suite-<run>``, :func:`predictor.analyses.doubt.machine_errors`) that
+    machine's runs together (``<hardware>-suite``); any other source itself."""
+    head, sep, _ = str(source).rpartition("-suite-")
+    return f"{head}-suite" if sep and head else str(source)
+
+
 def _source_weights(sources: np.ndarray) -> np.ndarray:
-    """Per row, one over its source's row count: every source weighs the same."""
-    _, index = np.unique(sources, return_inverse=True)
-    return 1.0 / np.bincount(index)[index]
+    """Per row, a weight under which every source family (:func:`source_family`) weighs
+    the same, and within one every source, and within one every row."""
+    sources = np.asarray(sources).astype(str)
+    names, index = np.unique(sources, return_inverse=True)
+    families = np.array([source_family(n) for n in names])
+    _, family = np.unique(families, return_inverse=True)
+    sources_per_family = np.bincount(family)[family]  # per source name
+    return 1.0 / (np.bincount(index)[index] * sources_per_family[index])
 
 
 def conformal_offsets_by_source(pred: np.ndarray, y: np.ndarray, sources: np.ndarray,
