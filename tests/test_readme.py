@@ -95,7 +95,7 @@ NOT_RUN = {
                                                                          "measurements/h200-attention-backends.csv)",
     "python benchmarks/bench_trace.py": "measures and traces three layouts, then imports a 500 MB trace: minutes; "
                                         "tests/test_import_trace.py covers the loop",
-    "python benchmarks/bench_doubt.py": "predicts all 1,835 published runs and leaves each of 40 sources out: "
+    "python benchmarks/bench_doubt.py": "predicts all 1,835 published runs and leaves each of 41 sources out: "
                                         "about 4 minutes; tests/test_doubt.py covers the model and its check",
     "python benchmarks/bench_doubt.py --save": "refits the shipped models/doubt; tests/test_doubt.py covers fit, save "
                                                "and load",
