@@ -92,11 +92,11 @@ def test_a_corrupt_artifact_is_refused_with_its_path(tmp_path):
 
 
 def test_a_machines_suite_runs_weigh_together_as_one_source():
-    from predictor.latency.doubt import _source_weights, source_family
+    from predictor.latency.doubt import source_family, source_weights
     assert source_family("local-cpu-suite-JJ") == "local-cpu-suite" == source_family("local-cpu-suite-A")
     assert source_family("vtrain_multi") == "vtrain_multi" and source_family("-suite-x") == "-suite-x"
     sources = np.array(["vtrain"] * 10 + ["local-cpu-suite-A"] * 4 + ["local-cpu-suite-B"] * 6 + ["neusight"] * 2)
-    w = _source_weights(sources)
+    w = source_weights(sources)
     totals = {name: w[sources == name].sum() for name in np.unique(sources)}
     assert totals["vtrain"] == pytest.approx(totals["neusight"])  # a source weighs the same, whatever its rows
     assert totals["local-cpu-suite-A"] == pytest.approx(totals["local-cpu-suite-B"]) == pytest.approx(

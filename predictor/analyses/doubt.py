@@ -34,8 +34,8 @@ from predictor.latency.doubt import (
     calibrated,
     conformal_offsets_by_source,
     outside,
-    source_family,
     source_reach,
+    source_weights,
     widen,
 )
 from predictor.latency.regressor import DEFAULT_QUANTILES
@@ -265,8 +265,8 @@ def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
                 "band_width90": float(np.median(width90_band[mask]))}
 
     per_source = [scores(f"source: {s}", (t.source == s).to_numpy()) for s in sorted(t.source.unique())]
-    families = [source_family(s) for s in sorted(t.source.unique())]
-    weight = np.array([1.0 / families.count(f) for f in families]) / len(set(families))
+    weight = source_weights(np.array(sorted(t.source.unique())))  # one entry per source: its share
+    weight = weight / weight.sum()
     mean = {k: float(np.dot(weight, [r[k] for r in per_source])) for k in per_source[0] if k not in ("group", "runs")}
     out = [scores("all", np.ones(len(y), bool)), {"group": "sources, each weighing the same", "runs": len(y), **mean}]
     out += [scores(f"tier: {tier}", (t.tier == tier).to_numpy()) for tier in TIERS if (t.tier == tier).any()]

@@ -84,7 +84,7 @@ def source_family(source: str) -> str:
     return f"{head}-suite" if sep and head else str(source)
 
 
-def _source_weights(sources: np.ndarray) -> np.ndarray:
+def source_weights(sources: np.ndarray) -> np.ndarray:
     """Per row, a weight under which every source family (:func:`source_family`) weighs
     the same, and within one every source, and within one every row."""
     sources = np.asarray(sources).astype(str)
@@ -103,7 +103,7 @@ def conformal_offsets_by_source(pred: np.ndarray, y: np.ndarray, sources: np.nda
     sources, the source-level finite-sample correction ``c(K+1)/K`` would exceed 1 for a
     90% interval and take the single largest score: an interval as wide as the worst
     source ever was, for every query.)"""
-    weights = _source_weights(sources)
+    weights = source_weights(sources)
     offsets = np.zeros(len(levels))
     for lo in range(len(levels) // 2):
         hi = len(levels) - 1 - lo
@@ -128,7 +128,7 @@ def outside(X: np.ndarray, low: np.ndarray, high: np.ndarray, frameworks) -> lis
 def source_reach(y: np.ndarray, sources: np.ndarray, levels) -> np.ndarray:
     """The quantiles at ``levels`` of ``y`` (log measured over the composed median), each
     source weighing the same: how far from PRISM's prediction runs of the sources landed."""
-    weights = _source_weights(sources)
+    weights = source_weights(sources)
     return np.array([_weighted_quantile(y, weights, a) for a in levels])
 
 
