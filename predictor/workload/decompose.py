@@ -45,7 +45,7 @@ from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.host import EAGER_FRAMEWORKS, host_calls, host_family, one_dispatch, step_host_calls
+from predictor.workload.host import EAGER_FRAMEWORKS, hook_calls, host_calls, host_family, one_dispatch
 from predictor.workload.layers import (
     dispatch_bytes,
     layer_ops,
@@ -530,9 +530,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             st.forward += host_calls(st.forward, "fwd", family, hw.host.asynchronous)
             st.backward += host_calls(st.backward, "bwd", family, hw.host.asynchronous)
             tensors = sum(c.shape_dict["tensors"] for c in st.step if c.op == "optimizer_step")
-            optimizer, hooks = step_host_calls(tensors, family, dp_group)
-            st.step += optimizer
-            st.backward += hooks
+            st.backward += hook_calls(tensors, dp_group)
             # a pass's framework calls as one (a recomputed forward's: one more inside the backward)
             st.forward = one_dispatch(st.forward, "fwd")
             st.backward = one_dispatch(one_dispatch(st.backward, "bwd"), "fwd")

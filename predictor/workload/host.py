@@ -70,12 +70,12 @@ CALLS: dict[str, dict[str, tuple[int, int]]] = {
         "residual_add": (1, 0), "embedding": (1, 0), "cross_entropy": (1, 1),
     },
 }
-#: Framework calls per parameter tensor per step around the optimizer: Megatron's
-#: mixed-precision optimizer copies each gradient to its fp32 main gradient and zeroes it
-#: in Python loops over the tensors (``megatron/core/optimizer/optimizer.py``,
-#: ``_copy_model_grads_to_main_grads``, ``zero_grad``); torch's fused and foreach AdamW
-#: launch per group of tensors, and a CPU's ``optimizer_step`` samples hold them.
-OPTIMIZER_CALLS_PER_TENSOR = {"megatron": 2, "eager": 0, "cpu-eager": 0}
+# No framework calls are counted per parameter tensor around the optimizer step: its kernels
+# are multi-tensor, a launch per chunk of tensors (apex/DeepSpeed FusedAdam through
+# multi_tensor_applier, torch's fused and foreach AdamW), and Megatron's per-tensor loops
+# launch nothing when its DDP keeps fp32 main_grad (``_copy_model_grads_to_main_grads``:
+# ``main_grad.float()`` returns the fp32 tensor itself; ``zero_grad`` sets ``.grad`` to None;
+# megatron/core/optimizer/optimizer.py). Their Python, a few us per tensor, is not counted.
 #: Data parallelism's autograd hook per parameter tensor in the backward (torch DDP's
 #: Reducer; Megatron's DDP ``register_grad_ready``), each a framework call.
 HOOK_CALLS_PER_TENSOR = 1
@@ -155,10 +155,8 @@ def one_dispatch(calls: list[Call], pass_: str) -> list[Call]:
     return rest + [_counted(_host_key("dispatch", pass_, (("launches", max(1, launches)),)), 1)]
 
 
-def step_host_calls(tensors: int, family: str, dp_group: int) -> tuple[list[Call], list[Call]]:
-    """The host ops of a stage's once-per-step framework work on ``tensors`` parameter
-    tensors: around the optimizer step, and DP's gradient hooks in the backward."""
-    optimizer = OPTIMIZER_CALLS_PER_TENSOR[family] * tensors
-    hooks = HOOK_CALLS_PER_TENSOR * tensors if dp_group > 1 else 0
-    return ([Call.of("dispatch", "fwd", {"launches": optimizer}, role="host")] if optimizer else [],
-            [Call.of("dispatch", "bwd", {"launches": hooks}, role="host")] if hooks else [])
+def hook_calls(tensors: int, dp_group: int) -> list[Call]:
+    """Data parallelism's gradient hooks in the backward, one framework call per parameter
+    tensor (none without DP)."""
+    return [Call.of("dispatch", "bwd", {"launches": HOOK_CALLS_PER_TENSOR * tensors}, role="host")] if dp_group > 1 \
+        else []
