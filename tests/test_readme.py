@@ -46,7 +46,7 @@ REDUCED = {
     # quick's 19 ops take 5 minutes (collectives under torchrun); two compute ops, 3 shapes: seconds,
     # without the co-run phase's neighbour (tests/test_co_run.py runs it)
     "prism sample": "sampling.ops=[gemm,layernorm] sampling.shapes_per_op=3 sampling.repeats=3 sampling.co_run_share=0",
-    # 150 + 100 + 50 boosting rounds per model: 10-20 s for 28 models; 5 each: the same code, quicker
+    # 150 + 100 + 50 boosting rounds per model: 10-20 s for 27 models; 5 each: the same code, quicker
     "prism train": _FAST_TRAINING,
     # 30 timed steps (and 3 traced ones) per rank under torchrun
     "prism measure": "measure.steps=2 measure.warmup=1 measure.trace_steps=1",
