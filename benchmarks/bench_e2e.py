@@ -9,7 +9,9 @@ publish hardware TFLOP/s per GPU, not step times: the step time is recovered wit
 FLOP count (eq. 3 of arXiv 2104.04473, full recompute; predictor.data.published).
 vtrain_single_node: 1,440 runs on one 8-GPU A100 node, with the median signed and absolute error per
 tp degree and per micro-batch size (small models at high tp are host-bound:
-predictor.workload.host).
+predictor.workload.host), and each layout's step split into a cost per step and a cost per
+micro-batch: vTrain repeats a layout at several global batches, so a line through step time
+against micro-batches per step gives both (median over layouts by tp and pipeline stages).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import argparse
 import time
 
 import numpy as np
+import pandas as pd
 from scipy.stats import spearmanr
 
 from predictor.analyses.batch import predict_table
@@ -31,6 +34,25 @@ def errors(pred, measured) -> str:
     signed = ((pred - measured) / measured).dropna()
     return (f"{len(ape)} rows: median APE {ape.median():.1%}, p90 {ape.quantile(0.9):.1%}, "
             f"signed median {signed.median():+.1%}")
+
+
+def per_step_and_micro_batch(pred) -> str:
+    """Median intercept (ms, a cost per step) and slope ratio (cost per micro-batch,
+    predicted / measured) of step time against micro-batches per step, over the layouts
+    measured at three or more global batches, by (tp, pp)."""
+    pred = pred.assign(micro_batches=pred.gbs / pred.dp / pred.mbs)
+    fits = []
+    for (tp, pp), layouts in pred.groupby(["tp", "pp"]):
+        for _, g in layouts.groupby(["hidden", "layers", "dp", "mbs"]):
+            if g.micro_batches.nunique() < 3:
+                continue
+            measured = np.polyfit(g.micro_batches, g.measured_s * 1e3, 1)
+            predicted = np.polyfit(g.micro_batches, g.pred_iter_time_s_p50 * 1e3, 1)
+            fits.append((tp, pp, measured[1], predicted[1], predicted[0] / measured[0] - 1))
+    rows = pd.DataFrame(fits, columns=["tp", "pp", "step_measured", "step_predicted", "per_micro_batch"])
+    by = rows.groupby(["tp", "pp"]).median()
+    return "\n".join(f"    tp {tp} pp {pp}: per step {r.step_measured:.1f} ms measured, {r.step_predicted:.1f} "
+                     f"predicted; per micro-batch {r.per_micro_batch:+.1%}" for (tp, pp), r in by.iterrows())
 
 
 def main():
@@ -66,6 +88,8 @@ def main():
         size = signed.abs().groupby(pred[column][ok]).median()
         print(f"  median signed error by {column}: " + ", ".join(f"{k}: {v:+.1%}" for k, v in by.items())
               + "; median abs. error: " + ", ".join(f"{k}: {v:.1%}" for k, v in size.items()))
+    print("  cost per step and per micro-batch (a line through each layout's global batches; medians):\n"
+          + per_step_and_micro_batch(pred[ok]))
 
 
 if __name__ == "__main__":
