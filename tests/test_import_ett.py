@@ -165,6 +165,14 @@ def test_bad_paths_give_one_clear_error(reference_data, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_folder_of_left_out_files_says_why_none_is_imported(tmp_path):
+    optimizer = "mp,dim,encoders,dur(us)\n1,2048,4,5690.2\n"
+    root = _cluster(tmp_path, {f"operator/{A100}_middleStage_optimizer_fp16.csv": optimizer})
+    with pytest.raises(PrismError, match="not imported.*middleStage_optimizer.*first step of a fresh FusedAdam"):
+        import_ett(root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_vista_maps_to_gh200_and_flags_implausible_rows(reference_data, tmp_path):
     report = import_ett(reference_data / "ett" / "Vista", tmp_path)
     assert report.hardware == "gh200" and report.device_name == "NVIDIAGH200120GB"

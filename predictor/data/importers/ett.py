@@ -569,8 +569,11 @@ def import_ett(path, out_dir) -> ImportReport:
         frames.append(rows.assign(dtype=dtype, function=function, gpu=gpu))
 
     if not frames:
+        left = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped_files[:3])
         raise PrismError(f"{path}: no ETT sample file found (operator/<GPU>_<function>_fp16.csv or "
-                         f"nccl/<GPU>_<function>_fp16[_<nodes>_<gpus>].csv)", field=str(path))
+                         f"nccl/<GPU>_<function>_fp16[_<nodes>_<gpus>].csv)"
+                         + (f"; the {len(skipped_files)} file(s) there are not imported ({left})" if left else ""),
+                         field=str(path))
     if len(gpus) > 1:
         raise PrismError(f"{path}: files of several GPUs ({', '.join(sorted(gpus))}); a cluster folder holds one "
                          f"GPU's samples: split it into one folder per GPU", field=str(path))
