@@ -73,9 +73,12 @@ CALLS: dict[str, dict[str, tuple[int, int]]] = {
 # No framework calls are counted per parameter tensor around the optimizer step: its kernels
 # are multi-tensor, a launch per chunk of tensors (apex/DeepSpeed FusedAdam through
 # multi_tensor_applier, torch's fused and foreach AdamW), and Megatron's per-tensor loops
-# launch nothing when its DDP keeps fp32 main_grad (``_copy_model_grads_to_main_grads``:
-# ``main_grad.float()`` returns the fp32 tensor itself; ``zero_grad`` sets ``.grad`` to None;
-# megatron/core/optimizer/optimizer.py). Their Python, a few us per tensor, is not counted.
+# launch nothing when its DDP keeps main_grad in fp32, as it must under bf16
+# (megatron/training/arguments.py): ``_copy_model_grads_to_main_grads``'s
+# ``main_grad.float()`` returns the fp32 tensor itself and ``zero_grad`` sets ``.grad`` to
+# None (megatron/core/optimizer/optimizer.py). Not counted: their Python, a few us per
+# tensor, and under fp16 without fp32 accumulation one cast per tensor (about 1.5 ms a step
+# over a hundred tensors).
 #: Data parallelism's autograd hook per parameter tensor in the backward (torch DDP's
 #: Reducer; Megatron's DDP ``register_grad_ready``), each a framework call.
 HOOK_CALLS_PER_TENSOR = 1
