@@ -31,10 +31,11 @@ def profiler_cost_us(rounds: int = 7) -> float:
     records cheaper events: on this 2-core Xeon (11-27, 20 interleaved rounds each) a
     ``torch.add`` loop cost 0.63 us an event, where this MLP cost 1.05 and the reference
     workload's tiny step 1.02 (its forward and backward 0.93)."""
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64),
-                              torch.nn.LayerNorm(64))
-    x = torch.randn(32, 64)
+    with torch.random.fork_rng(devices=[]):  # the traced job's random state stays its own
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64),
+                                  torch.nn.LayerNorm(64))
+        x = torch.randn(32, 64)
 
     def run() -> float:
         t0 = time.perf_counter()

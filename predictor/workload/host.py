@@ -161,5 +161,6 @@ def one_dispatch(calls: list[Call], pass_: str) -> list[Call]:
 def hook_calls(tensors: int, dp_group: int) -> list[Call]:
     """Data parallelism's gradient hooks in the backward, one framework call per parameter
     tensor (none without DP)."""
-    return [Call.of("dispatch", "bwd", {"launches": HOOK_CALLS_PER_TENSOR * tensors}, role="host")] if dp_group > 1 \
-        else []
+    if dp_group == 1:
+        return []
+    return [Call.of("dispatch", "bwd", {"launches": HOOK_CALLS_PER_TENSOR * tensors}, role="host")]

@@ -5,7 +5,8 @@ GPT-style Megatron operators and NCCL collectives on Perlmutter (A100-SXM4-80GB)
 Vista (GH200). Its published layout, one folder per cluster::
 
     <cluster>/operator/<GPU>_<function>_fp16.csv        shape columns, F_dur(us), B_dur(us)
-                                                         (optimizers: dur(us) or dur)
+                                                         (optimizers: dur(us); not imported,
+                                                         see LEFT_OUT)
     <cluster>/nccl/<GPU>_<function>_fp16[_<nodes>_<gpus per node>].csv
                                                          shape, nodes, GPUsPerNode, dur(us)
     <cluster>/{operator,nccl}/<GPU>.csv                  the authors' regressor per function
