@@ -22,8 +22,8 @@ CYCLE = 3
 
 
 def profiler_cost_us(rounds: int = 7) -> float:
-    """What recording one op costs on this CPU: the median over ``rounds`` of the extra wall
-    time per recorded event of a small MLP's forward and backward under ``torch.profiler``
+    """What recording one op costs on this CPU: the extra wall time, summed over ``rounds``,
+    per recorded event of a small MLP's forward and backward under ``torch.profiler``
     (``record_shapes=True``), each traced run timed between two untraced ones so that the
     machine's drift cancels. ``prism import-trace`` takes it off the traced timings.
 
@@ -44,14 +44,14 @@ def profiler_cost_us(rounds: int = 7) -> float:
         return time.perf_counter() - t0
 
     run()  # warm-up
-    costs = []
-    for _ in range(rounds):
+    extra, events = 0.0, 0
+    for _ in range(rounds):  # summed over the rounds: one noisy round cannot make it zero
         before = run()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             traced = run()
-        bare = (before + run()) / 2
-        costs.append(max(traced - bare, 0.0) / max(len(prof.events()), 1) * 1e6)
-    return float(sorted(costs)[len(costs) // 2])
+        extra += traced - (before + run()) / 2
+        events += len(prof.events())
+    return max(extra, 0.0) / max(events, 1) * 1e6
 
 
 def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, rank: int, steps: int,
