@@ -40,7 +40,7 @@ from predictor.analyses.doubt import measured_errors, write_errors
 from predictor.app.config import load_config
 from predictor.core.profiles import load_hardware, load_model, section
 from predictor.core.specs import SamplingConfig
-from predictor.data.measurements import join_passes, read_measurements, write_measurements
+from predictor.data.measurements import join_passes, pass_repeatability, read_measurements, write_measurements
 from predictor.latency.artifacts import ModelSet
 from sampling.plan import in_collective_job, round_repeats
 
@@ -200,6 +200,14 @@ def main() -> None:
                  f"within 5% for {(abs(table.p95_p50_pred / table.p95_p50_meas - 1) <= 0.05).sum()}/{len(table)}"
                  + (f"; the 80% predictive interval holds the measured median in "
                     f"{int(table.median_in_80.sum())}/{len(table)}" if "median_in_80" in table else "") + "\n")
+    pass_files = sorted(out.glob("measured-pass*.parquet"))
+    if len(pass_files) > 1:
+        table = pass_repeatability([read_measurements(p) for p in pass_files])
+        text += ("\n## repeatability (the measured median step pass by pass)\n"
+                 + table.to_string(index=False, float_format=lambda v: f"{v:.4f}") + "\n"
+                 f"repeatability: a pass's median departs from the layout's pooled median by at most "
+                 f"{table.worst_pass_departure.median():.1%} (median over layouts; worst "
+                 f"{table.worst_pass_departure.max():.1%}, {table.layout_id[table.worst_pass_departure.idxmax()]})\n")
     text += (f"\ncalibration fitted here: {calibrated['calibration']}\n"
              f"wall {wall / 60:.1f} min (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in stages.items()) + ")\n")
     (out / "summary.md").write_text(text)

@@ -16,7 +16,14 @@ from predictor.app.config import load_config
 from predictor.core.errors import PrismError  # noqa: E402
 from predictor.core.profiles import load_model, section
 from predictor.core.specs import ModelConfig, ParallelConfig
-from predictor.data.measurements import COLUMNS, join_passes, layout_configs, read_measurements  # noqa: E402
+from predictor.data.measurements import (  # noqa: E402
+    COLUMNS,
+    join_passes,
+    layout_configs,
+    pass_repeatability,
+    read_measurements,
+    step_times,
+)
 from sampling.launch import run_torchrun  # noqa: E402
 from sampling.measure import layout_id, measure  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
@@ -62,6 +69,14 @@ def test_passes_of_a_layout_join_into_one_run(tmp_path):
         assert set(group.measured_at) == {frames[0].measured_at[frames[0].layout_id == lid].iloc[0]}
     ranks = joined.groupby("layout_id")["rank"].nunique()
     assert ranks.to_dict() == {lid: 1 + ("dp2" in lid) for lid in ranks.index}
+    # each pass's median against the pooled one, the slowest rank's time a step
+    table = pass_repeatability(frames).set_index("layout_id")
+    for lid in ranks.index:
+        steps = [step_times(f[f.layout_id == lid]).step_time_s for f in frames]
+        pooled = step_times(joined[joined.layout_id == lid]).step_time_s.median()
+        assert table.loc[lid, ["pass1_p50_s", "pass2_p50_s"]].tolist() == [s.median() for s in steps]
+        assert table.loc[lid, "pooled_p50_s"] == pooled
+        assert table.loc[lid, "worst_pass_departure"] == max(abs(s.median() - pooled) for s in steps) / pooled
 
 
 @pytest.mark.parametrize("axis, lid", [  # the default global batch: 4 micro-batches per replica

@@ -79,6 +79,21 @@ def join_passes(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return out
 
 
+def pass_repeatability(passes: list[pd.DataFrame]) -> pd.DataFrame:
+    """How far a machine's own ground truth moves between passes minutes apart: one row per
+    layout with its median step in each pass (``pass1_p50_s`` ...), the median of all its steps
+    (``pooled_p50_s``) and the largest departure of a pass's median from it, relative
+    (``worst_pass_departure``). A prediction that equalled one pass would miss the pooled
+    median by that much: the floor under any one layout's error."""
+    per_pass = pd.concat({i + 1: step_times(p).groupby("layout_id").step_time_s.median()
+                          for i, p in enumerate(passes)}, axis=1)
+    pooled = step_times(join_passes(passes)).groupby("layout_id").step_time_s.median()
+    table = per_pass.rename(columns=lambda i: f"pass{i}_p50_s").reindex(pooled.index)
+    table["pooled_p50_s"] = pooled
+    table["worst_pass_departure"] = per_pass.sub(pooled, axis=0).abs().max(axis=1).div(pooled)
+    return table.reset_index()
+
+
 def measured_on(measured: pd.DataFrame, hw) -> None:
     """One error naming ``hardware`` unless every row of ``measured`` was measured on ``hw``:
     steps of one machine say nothing of another's models."""
