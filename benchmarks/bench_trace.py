@@ -78,13 +78,16 @@ def accuracy(work: Path, steps: int, trace_steps: int) -> list[dict]:
             "predicted_p50_s": predicted, "error": predicted / m - 1,
             "ops_alone_p50_s": alone, "ops_alone_error": alone / m - 1,
             "attributed_share": report.attributed_share, "op_overhead_us": report.op_overhead_us,
-            "rows": report.rows, "unknown_calls": sum(u["calls"] for u in report.unknown_ops)})
+            "rows": report.rows, "unknown_calls": sum(u["calls"] for u in report.unknown_ops),
+            "disturbed_steps": report.disturbed_steps})
         r = results[-1]
         print(f"{name:10s} measured {m * 1e3:7.1f} ms | traced steps {r['traced_step_median_s'] * 1e3:7.1f} ms | "
               f"predicted p50 {r['predicted_p50_s'] * 1e3:7.1f} ms ({r['error']:+.1%}) | ops alone "
               f"{r['ops_alone_p50_s'] * 1e3:7.1f} ms ({r['ops_alone_error']:+.1%}) | ops cover "
               f"{r['attributed_share']:.0%} of the traced step, traced framework time "
-              f"{r['op_overhead_us']:.0f} us/call", flush=True)
+              f"{r['op_overhead_us']:.0f} us/call"
+              + "".join(f" | traced step #{n} left out ({ms:.1f} ms)" for n, ms in report.disturbed_steps.items()),
+              flush=True)
     return results
 
 

@@ -21,11 +21,14 @@ from torch.profiler import ProfilerActivity, profile, schedule
 CYCLE = 3
 
 
-def profiler_cost_us(rounds: int = 7) -> float:
-    """What recording one op costs on this CPU: the extra wall time, summed over ``rounds``,
-    per recorded event of a small MLP's forward and backward under ``torch.profiler``
-    (``record_shapes=True``), each traced run timed between two untraced ones so that the
-    machine's drift cancels. ``prism import-trace`` takes it off the traced timings.
+def profiler_cost_us(rounds: int = 11, trim: int = 2) -> float:
+    """What recording one op costs on this CPU: the extra wall time per recorded event of a
+    small MLP's forward and backward under ``torch.profiler`` (``record_shapes=True``), each
+    traced run timed between two untraced ones so that the machine's drift cancels; the mean
+    over ``rounds`` of each round's extra per event, its ``trim`` highest and lowest left out:
+    a round that caught this machine in another state moves it no more than the others
+    (summed over 7 rounds, 11-27: 0.64-3.56 us an event in six calls a minute apart).
+    ``prism import-trace`` takes it off the traced timings.
 
     The op mix is a training step's: modules, autograd nodes, views. A loop of one flat op
     records cheaper events: on this 2-core Xeon (11-27, 20 interleaved rounds each) a
@@ -44,14 +47,14 @@ def profiler_cost_us(rounds: int = 7) -> float:
         return time.perf_counter() - t0
 
     run()  # warm-up
-    extra, events = 0.0, 0
-    for _ in range(rounds):  # summed over the rounds: one noisy round cannot make it zero
+    extra = []
+    for _ in range(rounds):
         before = run()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             traced = run()
-        extra += traced - (before + run()) / 2
-        events += len(prof.events())
-    return max(extra, 0.0) / max(events, 1) * 1e6
+        extra.append((traced - (before + run()) / 2) / max(len(prof.events()), 1))
+    kept = sorted(extra)[trim:len(extra) - trim] or extra
+    return max(sum(kept) / len(kept), 0.0) * 1e6
 
 
 def trace_steps(step: Callable[[], None], device: torch.device, folder: Path, rank: int, steps: int,

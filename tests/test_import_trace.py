@@ -323,3 +323,48 @@ def test_a_trace_imported_again_is_refused_and_two_imports_get_two_runs(traces, 
     assert store.run_files(tmp_path) == [tmp_path / f"{first.run_id}.parquet"]  # nothing more written
     second = import_trace(traces[1:], tmp_path, hardware="local-cpu")  # within the same second, likely
     assert second.run_id != first.run_id and len(store.run_files(tmp_path)) == 2
+
+
+def _steps_of(trace, count: int, slow: dict, path):
+    """``trace``'s one profiled step written ``count`` times one after another (timestamps,
+    ids and step numbers moved on), step ``k`` of ``slow`` stretched ``slow[k]`` times over:
+    every event in it starts and lasts that much later and longer, the machine slowed down."""
+    doc = json.loads(trace.read_text())
+    events = [e for e in doc.pop("traceEvents") if e.get("ph") == "X"]
+    t0 = min(e["ts"] for e in events)
+    span = max(e["ts"] + e.get("dur", 0) for e in events) - t0 + 1000
+    ids = {key: max(e.get("args", {}).get(key, 0) for e in events) + 1 for key in ("External id", "Sequence number")}
+    out, start = [], 0.0
+    for k in range(count):
+        factor = slow.get(k, 1.0)
+        for e in events:
+            e = {**e, "ts": t0 + start + (e["ts"] - t0) * factor, "args": dict(e.get("args", {}))}
+            e["dur"] = e.get("dur", 0) * factor
+            for key, step in ids.items():
+                if key in e["args"]:
+                    e["args"][key] += k * step
+            if e["name"].startswith("ProfilerStep#"):
+                e["name"] = f"ProfilerStep#{k}"
+            out.append(e)
+        start += span * factor
+    path.write_text(json.dumps({**doc, "traceEvents": out}))
+    return path
+
+
+def test_a_profiled_step_that_ran_over_twice_the_median_is_left_out(traces, tmp_path):
+    """A step whose every call ran three times slower (the machine, not the calls) would
+    enter the samples as each call's spread; it is named and its calls left out."""
+    even = import_trace([_steps_of(traces[0], 3, {}, tmp_path / "even.json")], tmp_path / "a", hardware="local-cpu")
+    slowed = import_trace([_steps_of(traces[0], 3, {1: 3.0}, tmp_path / "slow.json")], tmp_path / "b",
+                          hardware="local-cpu")
+    assert even.disturbed_steps == {} and even.steps == 3
+    assert list(slowed.disturbed_steps) == [1] and slowed.steps == 2
+    assert slowed.disturbed_steps[1] > 2 * slowed.step_ms_median
+    assert slowed.rows == even.rows * 2 // 3
+    assert "disturbed      step #1 ran" in slowed.table()
+    kept, all_three = pd.read_parquet(slowed.run_file), pd.read_parquet(even.run_file)
+    assert kept.groupby(["op", "pass"]).size().mul(3).equals(all_three.groupby(["op", "pass"]).size().mul(2))
+    # of two steps neither is the odd one out
+    two = import_trace([_steps_of(traces[0], 2, {1: 3.0}, tmp_path / "two.json")], tmp_path / "c",
+                       hardware="local-cpu")
+    assert two.disturbed_steps == {} and two.steps == 2

@@ -50,6 +50,11 @@ communication. The report also gives the unexplained time per recognised compute
 over the whole step (:func:`framework_us_per_call`). GPU traces get neither: their
 kernels run asynchronously to the CPU that records the steps.
 
+A profiled step that ran over :data:`DISTURBED_STEP` times the median step (three steps or
+more) caught the machine in another state: its calls, every one slowed at once, would enter
+the samples as each call's own spread. Its calls (begun within it, on any thread) and its
+framework time are left out, and the report names it.
+
 The profiler's own cost
 -----------------------
 On a CPU trace every recorded event costs wall time inside its parent's duration and the
@@ -93,6 +98,13 @@ _BACKWARD = "autograd::engine::evaluate_function: "
 _ANNOTATION = re.compile(r"^prism::(\w+)$")
 _OPTIMIZER = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: A profiled step that ran over this many times the median step caught the machine in
+#: another state (a pre-empted core, a collector's pause, a page-in burst): its calls, all
+#: slowed at once, would enter the samples as each call's own spread, which the composer sums
+#: as independent and centred on the mean, so one such step of three lifts every composed
+#: step (bench_trace's tiny at one rank came out +173% on 11-27, its traced steps' median
+#: 41.7 ms and its rows 90 ms a step). It is left out and named in the report.
+DISTURBED_STEP = 2.0
 _GLOO = re.compile(r"^gloo:(\w+)$")
 _COLLECTIVES = {  # c10d / gloo collective names -> vocabulary
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
@@ -235,6 +247,7 @@ class _Instance:
     nested: dict = field(default_factory=lambda: defaultdict(int))  # events recorded inside, per pass
     gpu_us: dict = field(default_factory=lambda: defaultdict(float))
     ranks: list | None = None  # a collective's global ranks, where the trace gives them
+    ts: float = 0.0  # when its first call began (us): the profiled step it belongs to
 
 
 @dataclass
@@ -260,7 +273,8 @@ class TraceReport:
     rows_per_op: dict[str, int]
     kind: str  # cpu (op wall times) | gpu (kernel times)
     steps: int
-    step_ms_median: float | None
+    step_ms_median: float | None  # of the steps kept
+    disturbed_steps: dict  # ProfilerStep number -> its longest time (ms), those left out (disturbed_steps)
     attributed_share: float | None  # of the profiled step time, in recognised instances
     profiler_cost_us: float | None  # per recorded event, taken off CPU timings (None: not known)
     op_overhead_us: float | None  # unexplained step time per compute instance (CPU traces)
@@ -278,6 +292,10 @@ class TraceReport:
         if self.steps:
             lines.append(f"steps          {self.steps} profiled, median {self.step_ms_median:.1f} ms; recognised "
                          f"ops cover {self.attributed_share:.0%} of it")
+        if self.disturbed_steps:
+            ran = ", ".join(f"step #{n} ran {ms:.1f} ms" for n, ms in self.disturbed_steps.items())
+            lines.append(f"disturbed      {ran}, over {DISTURBED_STEP:g}x the median: its calls were left out "
+                         f"(the machine in another state, not the calls' own spread)")
         if self.kind == "cpu":
             lines.append(f"profiler cost  {self.profiler_cost_us:.2f} us per recorded event, taken off every timing"
                          if self.profiler_cost_us is not None else
@@ -376,7 +394,8 @@ class _TraceReader:
             stack.pop()
         parent = stack[-1] if stack else _Frame(math.inf, None, False, False)
         if _STEP.match(name):
-            self.steps.append({"tid": e.get("tid"), "start": ts, "end": ts + dur, "attributed_us": 0.0,
+            self.steps.append({"number": int(_STEP.match(name).group(1)), "tid": e.get("tid"), "start": ts,
+                               "end": ts + dur, "attributed_us": 0.0,
                                "compute_instances": 0, "loose_events": 0, "calls": [], "loose": [], "ddp_forwards": 0})
             stack.append(_Frame(ts + dur, None, False, False))
             return
@@ -430,6 +449,7 @@ class _TraceReader:
             return _Frame(end, None, False, parent.unknown or _is_op(name))
         instance, pass_, compute = mapped
         instance.cpu_us[pass_] += dur
+        instance.ts = ts
         self.instances.append(instance)
         self._charge(ts, dur, tid, instance, pass_, first=True, compute=compute)
         return _Frame(end, (instance, pass_), False, False)
@@ -635,12 +655,15 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     ranks_per_host = profile.node.gpus_per_node if kind == "gpu" or len(hosts) > 1 else world
     unknown_ops, unknown_ms, unknown_kernels, unknown_kernel_ms, skipped = (Counter() for _ in range(5))
     frames, steps = [], []
-    for reader in readers:
-        frames.append(_rows(reader, kind, ranks_per_host, cost, unknown_kernels, unknown_kernel_ms, skipped))
+    main_steps = [_main_thread_steps(reader) for reader in readers]
+    disturbed = disturbed_steps([s for own in main_steps for s in own])
+    for reader, own in zip(readers, main_steps):
+        windows = [(s["start"], s["end"]) for s in own if s["number"] in disturbed]
+        frames.append(_rows(reader, kind, ranks_per_host, cost, unknown_kernels, unknown_kernel_ms, skipped, windows))
         unknown_ops.update(reader.unknown_ops)
         unknown_ms.update(reader.unknown_ms)
         skipped.update(reader.skipped)
-        steps += _main_thread_steps(reader)
+        steps += [s for s in own if s["number"] not in disturbed]
     framework = _framework_rows(steps, cost) if kind == "cpu" else []
     if framework:
         frames.append(pd.DataFrame(framework))
@@ -664,6 +687,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
                 "files": [str(p) for p in paths], "fingerprints": fingerprints, "kind": kind,
                 "profiler_cost_us": profiler_cost_us,
                 "steps": len(steps), "step_us": step_us.tolist(), "profiler_us": profiler_us.tolist(),
+                "disturbed_steps": disturbed,
                 "attributed_us": attributed.tolist(), "compute_instances": instances.tolist(),
                 "op_overhead_us": overhead}
         run_file = str(store.write_run(rows, out, run_id, meta))
@@ -672,10 +696,25 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         trace_mb=sum(p.stat().st_size for p in paths) / 1e6, events=sum(r.events for r in readers),
         rows=len(rows), rows_per_op=dict(Counter(rows["op"])) if len(rows) else {}, kind=kind,
         steps=len(steps), step_ms_median=float(np.median(step_us) / 1e3) if len(steps) else None,
-        attributed_share=share, profiler_cost_us=profiler_cost_us if kind == "cpu" else None,
+        disturbed_steps=disturbed, attributed_share=share,
+        profiler_cost_us=profiler_cost_us if kind == "cpu" else None,
         op_overhead_us=overhead, unknown_ops=_by_time(unknown_ops, unknown_ms),
         unknown_kernels=_by_time(unknown_kernels, unknown_kernel_ms), skipped=dict(skipped),
         elapsed_s=time.monotonic() - start)
+
+
+def disturbed_steps(steps: list[dict]) -> dict:
+    """The profiled steps (``ProfilerStep#N`` numbers, each with its longest time in ms on a
+    rank) that ran over :data:`DISTURBED_STEP` times the median of ``steps`` (every rank's):
+    none unless three steps or more were profiled, of two neither is the odd one out."""
+    if len({s["number"] for s in steps}) < 3:
+        return {}
+    median = float(np.median([s["end"] - s["start"] for s in steps]))
+    out: dict = {}
+    for s in steps:
+        if s["end"] - s["start"] > DISTURBED_STEP * median:
+            out[s["number"]] = max(out.get(s["number"], 0.0), (s["end"] - s["start"]) / 1e3)
+    return dict(sorted(out.items()))
 
 
 def _main_thread_steps(reader: _TraceReader) -> list[dict]:
@@ -726,9 +765,10 @@ def _by_time(calls: Counter, ms: Counter) -> list[dict]:
 
 
 def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, unknown_kernels: Counter,
-          unknown_kernel_ms: Counter, skipped: Counter) -> pd.DataFrame:
+          unknown_kernel_ms: Counter, skipped: Counter, disturbed: list[tuple]) -> pd.DataFrame:
     """One row per (instance, pass) of one rank's trace; GPU latencies from its kernels, CPU
-    ones less ``cost_us`` per profiler event recorded inside the call."""
+    ones less ``cost_us`` per profiler event recorded inside the call. Instances begun within a
+    ``disturbed`` (start, end) window, on any thread, are left out (:func:`disturbed_steps`)."""
     if kind == "gpu":
         for ext, name, dur in reader.kernels:
             owner = reader.ext_owner.get(ext)
@@ -740,6 +780,9 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, 
     group = _group_size(reader.metadata)
     rows = []
     for inst in reader.instances:
+        if any(start <= inst.ts < end for start, end in disturbed):
+            skipped[f"calls in profiled steps that ran over {DISTURBED_STEP:g}x the median step"] += 1
+            continue
         if inst.shape is None or (inst.op == "optimizer_step" and not inst.shape["params"]):
             skipped[f"{inst.op} calls whose shape the trace does not give"] += 1
             continue
