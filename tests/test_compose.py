@@ -139,19 +139,24 @@ def test_unknown_component_is_named():
 
 def test_inverse_cdf_draws_what_interpolating_each_row_alone_gives():
     """The vectorised draw against its exact version: np.interp of each row in z-space,
-    the tails on the outermost pair's slope."""
+    the tails on the outermost pair's slope, no steeper than the whole span's."""
     rng = np.random.default_rng(3)
     levels = np.array([0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95])
     q = np.sort(rng.lognormal(3.0, 1.0, size=(40, len(levels))), axis=1)
+    q[:5, -1] *= 20  # a stalled repeat's steep top pair: its tail takes the span's slope
     u = np.concatenate([rng.uniform(size=(40, 200)), np.tile([1e-6, 0.05, 0.5, 0.95, 1 - 1e-9], (40, 1))], axis=1)
     zl, z, logq = ndtri(levels), ndtri(np.clip(u, 1e-4, 1 - 1e-4)), np.log(q)
-    expected = np.empty_like(u)
+    expected, steep = np.empty_like(u), 0
     for i in range(len(q)):
         inner = np.interp(z[i], zl, logq[i])
         lo, hi = z[i] < zl[0], z[i] > zl[-1]
-        inner[lo] = logq[i, 0] + (logq[i, 1] - logq[i, 0]) / (zl[1] - zl[0]) * (z[i][lo] - zl[0])
-        inner[hi] = logq[i, -1] + (logq[i, -1] - logq[i, -2]) / (zl[-1] - zl[-2]) * (z[i][hi] - zl[-1])
+        span = (logq[i, -1] - logq[i, 0]) / (zl[-1] - zl[0])
+        top = (logq[i, -1] - logq[i, -2]) / (zl[-1] - zl[-2])
+        steep += top > span
+        inner[lo] = logq[i, 0] + min((logq[i, 1] - logq[i, 0]) / (zl[1] - zl[0]), span) * (z[i][lo] - zl[0])
+        inner[hi] = logq[i, -1] + min(top, span) * (z[i][hi] - zl[-1])
         expected[i] = np.exp(inner)
+    assert steep >= 5  # the rule is exercised, not only the outermost pair's slope
     assert np.allclose(inverse_cdf(q, levels, u), expected, rtol=1e-12, atol=0)
 
 

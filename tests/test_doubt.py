@@ -129,9 +129,10 @@ def test_calibrated_moves_by_the_offsets_then_holds_zero():
     assert np.allclose(out, [[0.0, 0.0, 0.0, 0.3, 0.41, 0.53, 0.65]])
 
 
-def test_cdf_at_inverts_the_draws():
-    q = np.exp(np.array([[-0.4, -0.3, -0.1, 0.0, 0.1, 0.35, 0.5]]))
-    u = np.array([[0.01, 0.07, 0.3, 0.5, 0.8, 0.97]])
+@pytest.mark.parametrize("top", [0.5, 3.0])  # the outermost pair's slope kept, or the span's taken
+def test_cdf_at_inverts_the_draws(top):
+    q = np.exp(np.array([[-0.4, -0.3, -0.1, 0.0, 0.1, 0.35, top]]))
+    u = np.array([[0.01, 0.07, 0.3, 0.5, 0.8, 0.97, 0.999]])
     x = inverse_cdf(q, LEVELS, u)[0]
     assert np.allclose(cdf_at(np.repeat(q, len(x), 0), LEVELS, x), u[0], atol=1e-6)
 
