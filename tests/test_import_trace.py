@@ -325,16 +325,17 @@ def test_a_trace_imported_again_is_refused_and_two_imports_get_two_runs(traces, 
     assert second.run_id != first.run_id and len(store.run_files(tmp_path)) == 2
 
 
-def _steps_of(trace, count: int, slow: dict, path):
-    """``trace``'s one profiled step written ``count`` times one after another (timestamps,
-    ids and step numbers moved on), step ``k`` of ``slow`` stretched ``slow[k]`` times over:
-    every event in it starts and lasts that much later and longer, the machine slowed down."""
+def _steps_of(trace, count: int, slow: dict, path, start: float = 0.0):
+    """``trace``'s one profiled step written ``count`` times one after another from ``start``
+    us on (timestamps, ids and step numbers moved on), step ``k`` of ``slow`` stretched
+    ``slow[k]`` times over: every event in it starts and lasts that much later and longer,
+    the machine slowed down."""
     doc = json.loads(trace.read_text())
     events = [e for e in doc.pop("traceEvents") if e.get("ph") == "X"]
     t0 = min(e["ts"] for e in events)
     span = max(e["ts"] + e.get("dur", 0) for e in events) - t0 + 1000
     ids = {key: max(e.get("args", {}).get(key, 0) for e in events) + 1 for key in ("External id", "Sequence number")}
-    out, start = [], 0.0
+    out = []
     for k in range(count):
         factor = slow.get(k, 1.0)
         for e in events:
@@ -357,14 +358,20 @@ def test_a_profiled_step_that_ran_over_twice_the_median_is_left_out(traces, tmp_
     even = import_trace([_steps_of(traces[0], 3, {}, tmp_path / "even.json")], tmp_path / "a", hardware="local-cpu")
     slowed = import_trace([_steps_of(traces[0], 3, {1: 3.0}, tmp_path / "slow.json")], tmp_path / "b",
                           hardware="local-cpu")
-    assert even.disturbed_steps == {} and even.steps == 3
-    assert list(slowed.disturbed_steps) == [1] and slowed.steps == 2
-    assert slowed.disturbed_steps[1] > 2 * slowed.step_ms_median
+    assert even.disturbed_steps == [] and even.steps == 3
+    assert [d["step"] for d in slowed.disturbed_steps] == [1] and slowed.steps == 2
+    assert slowed.disturbed_steps[0]["ms"] > 2 * slowed.step_ms_median
     assert slowed.rows == even.rows * 2 // 3
-    assert "disturbed      step #1 ran" in slowed.table()
+    assert "disturbed      slow.json step #1 ran" in slowed.table()
     kept, all_three = pd.read_parquet(slowed.run_file), pd.read_parquet(even.run_file)
     assert kept.groupby(["op", "pass"]).size().mul(3).equals(all_three.groupby(["op", "pass"]).size().mul(2))
     # of two steps neither is the odd one out
     two = import_trace([_steps_of(traces[0], 2, {1: 3.0}, tmp_path / "two.json")], tmp_path / "c",
                        hardware="local-cpu")
-    assert two.disturbed_steps == {} and two.steps == 2
+    assert two.disturbed_steps == [] and two.steps == 2
+    # prism measure writes a step per file, each numbered alike by its own profiler cycle
+    files = [_steps_of(traces[0], 1, {0: 3.0} if k == 2 else {}, tmp_path / f"rank0.step{k}.json", start=1e6 * k)
+             for k in range(3)]
+    apart = import_trace(files, tmp_path / "d", hardware="local-cpu")
+    assert [(d["file"], d["step"]) for d in apart.disturbed_steps] == [("rank0.step2.json", 0)]
+    assert apart.steps == 2 and apart.rows == even.rows * 2 // 3

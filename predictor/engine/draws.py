@@ -52,9 +52,9 @@ def inverse_cdf(q: np.ndarray, levels: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Draws from quantiles ``q`` (n, k) at ``levels`` for uniforms ``u`` (n, S): piecewise
     linear in log latency, tails extended in z-space (:func:`tail_slopes`).
 
-    Every row shares ``levels``, so each draw's segment is found once for all rows
-    (the tails are the first and last segments extended); no loop over rows: the composer
-    draws thousands of calls per prediction."""
+    Every row shares ``levels``, so each draw's segment is found once for all rows (a tail
+    starts from the outermost quantile); no loop over rows: the composer draws thousands of
+    calls per prediction."""
     logq = np.log(q)
     z_levels = ndtri(levels)
     z = ndtri(np.clip(u, 1e-4, 1 - 1e-4))
@@ -75,7 +75,7 @@ def tail_slopes(logq: np.ndarray, z_levels: np.ndarray) -> tuple[np.ndarray, np.
     rest on the fewest samples; one stalled call among a shape's repeats (a pre-empted core:
     5.7 ms against a 346 us median in a trace of tiny's steps, 11-27) makes the top pair
     steep, and extended at that slope the tail's mean alone put the traced steps' operators
-    at 65 ms where their rows summed to 48. A lognormal's slopes are all its sigma, unchanged."""
+    at 65 ms where their rows summed to 38. A lognormal's slopes are all its sigma, unchanged."""
     span = (logq[:, -1] - logq[:, 0]) / (z_levels[-1] - z_levels[0])
     low = (logq[:, 1] - logq[:, 0]) / (z_levels[1] - z_levels[0])
     high = (logq[:, -1] - logq[:, -2]) / (z_levels[-1] - z_levels[-2])

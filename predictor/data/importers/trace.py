@@ -101,9 +101,7 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: A profiled step that ran over this many times the median step caught the machine in
 #: another state (a pre-empted core, a collector's pause, a page-in burst): its calls, all
 #: slowed at once, would enter the samples as each call's own spread, which the composer sums
-#: as independent and centred on the mean, so one such step of three lifts every composed
-#: step (bench_trace's tiny at one rank came out +173% on 11-27, its traced steps' median
-#: 41.7 ms and its rows 90 ms a step). It is left out and named in the report.
+#: as independent and centred on the mean. It is left out and named in the report.
 DISTURBED_STEP = 2.0
 _GLOO = re.compile(r"^gloo:(\w+)$")
 _COLLECTIVES = {  # c10d / gloo collective names -> vocabulary
@@ -274,7 +272,7 @@ class TraceReport:
     kind: str  # cpu (op wall times) | gpu (kernel times)
     steps: int
     step_ms_median: float | None  # of the steps kept
-    disturbed_steps: dict  # ProfilerStep number -> its longest time (ms), those left out (disturbed_steps)
+    disturbed_steps: list[dict]  # {file, step, ms} of each step left out (:func:`disturbed_steps`)
     attributed_share: float | None  # of the profiled step time, in recognised instances
     profiler_cost_us: float | None  # per recorded event, taken off CPU timings (None: not known)
     op_overhead_us: float | None  # unexplained step time per compute instance (CPU traces)
@@ -293,7 +291,7 @@ class TraceReport:
             lines.append(f"steps          {self.steps} profiled, median {self.step_ms_median:.1f} ms; recognised "
                          f"ops cover {self.attributed_share:.0%} of it")
         if self.disturbed_steps:
-            ran = ", ".join(f"step #{n} ran {ms:.1f} ms" for n, ms in self.disturbed_steps.items())
+            ran = ", ".join(f"{d['file']} step #{d['step']} ran {d['ms']:.1f} ms" for d in self.disturbed_steps)
             lines.append(f"disturbed      {ran}, over {DISTURBED_STEP:g}x the median: its calls were left out "
                          f"(the machine in another state, not the calls' own spread)")
         if self.kind == "cpu":
@@ -656,14 +654,17 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     unknown_ops, unknown_ms, unknown_kernels, unknown_kernel_ms, skipped = (Counter() for _ in range(5))
     frames, steps = [], []
     main_steps = [_main_thread_steps(reader) for reader in readers]
-    disturbed = disturbed_steps([s for own in main_steps for s in own])
+    odd = {id(s) for s in disturbed_steps([s for own in main_steps for s in own])}
+    disturbed = []
     for reader, own in zip(readers, main_steps):
-        windows = [(s["start"], s["end"]) for s in own if s["number"] in disturbed]
+        windows = [(s["start"], s["end"]) for s in own if id(s) in odd]
+        disturbed += [{"file": reader.path.name, "step": s["number"], "ms": (s["end"] - s["start"]) / 1e3}
+                      for s in own if id(s) in odd]
         frames.append(_rows(reader, kind, ranks_per_host, cost, unknown_kernels, unknown_kernel_ms, skipped, windows))
         unknown_ops.update(reader.unknown_ops)
         unknown_ms.update(reader.unknown_ms)
         skipped.update(reader.skipped)
-        steps += [s for s in own if s["number"] not in disturbed]
+        steps += [s for s in own if id(s) not in odd]
     framework = _framework_rows(steps, cost) if kind == "cpu" else []
     if framework:
         frames.append(pd.DataFrame(framework))
@@ -703,18 +704,15 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         elapsed_s=time.monotonic() - start)
 
 
-def disturbed_steps(steps: list[dict]) -> dict:
-    """The profiled steps (``ProfilerStep#N`` numbers, each with its longest time in ms on a
-    rank) that ran over :data:`DISTURBED_STEP` times the median of ``steps`` (every rank's):
-    none unless three steps or more were profiled, of two neither is the odd one out."""
-    if len({s["number"] for s in steps}) < 3:
-        return {}
+def disturbed_steps(steps: list[dict]) -> list[dict]:
+    """The profiled steps of ``steps`` (every file's, each rank's own) that ran over
+    :data:`DISTURBED_STEP` times their median: none unless three steps or more were profiled,
+    of two neither is the odd one out. A step is its file's: ``prism measure`` writes one per
+    file, each numbered alike by its own profiler cycle."""
+    if len(steps) < 3:
+        return []
     median = float(np.median([s["end"] - s["start"] for s in steps]))
-    out: dict = {}
-    for s in steps:
-        if s["end"] - s["start"] > DISTURBED_STEP * median:
-            out[s["number"]] = max(out.get(s["number"], 0.0), (s["end"] - s["start"]) / 1e3)
-    return dict(sorted(out.items()))
+    return [s for s in steps if s["end"] - s["start"] > DISTURBED_STEP * median]
 
 
 def _main_thread_steps(reader: _TraceReader) -> list[dict]:
