@@ -86,7 +86,7 @@ def accuracy(work: Path, steps: int, trace_steps: int) -> list[dict]:
               f"{r['ops_alone_p50_s'] * 1e3:7.1f} ms ({r['ops_alone_error']:+.1%}) | ops cover "
               f"{r['attributed_share']:.0%} of the traced step, traced framework time "
               f"{r['op_overhead_us']:.0f} us/call"
-              + "".join(f" | traced step #{n} left out ({ms:.1f} ms)" for n, ms in report.disturbed_steps.items()),
+              + "".join(f" | {d['file']} left out ({d['ms']:.1f} ms)" for d in report.disturbed_steps),
               flush=True)
     return results
 
