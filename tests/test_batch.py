@@ -2,6 +2,11 @@
 is one line and exit 2, every row a prediction or a status naming its column, a row reads
 the same in any table, and a Ctrl-C keeps the rows written so that a rerun resumes."""
 import csv
+import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -269,6 +274,22 @@ def test_ctrl_c_keeps_finished_rows_and_a_rerun_resumes(runs, tmp_path, monkeypa
     assert pd.read_csv(out).notes[0] == "edited"  # in the input's order
     # other settings are other predictions: nothing resumed
     assert predict_batch(src, out, draws=DRAWS + 1).resumed == 0
+
+
+def test_a_second_run_into_the_same_output_is_refused_while_the_first_writes(runs, tmp_path, capsys):
+    src = _write(tmp_path / "in.csv", runs[runs.set_id == "vtrain_multi"].head(2))
+    out = tmp_path / "out.csv"
+    lock = tmp_path / ".out.csv.lock"
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": "now"}))
+    err = _refused(capsys, src, f"out={out}")
+    assert "out=" in err and "another prism predict-batch is writing it" in err and str(lock) in err
+    assert not out.exists()  # the first writer's file is left alone
+    # a lock whose writer is gone from this host is taken over, and released at the end
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "started": "then"}))
+    assert predict_batch(src, out, draws=DRAWS).written == 2
+    assert not lock.exists() and len(pd.read_csv(out)) == 2
 
 
 def test_the_command_line_says_interrupted_and_exits_130(runs, tmp_path, capsys, monkeypatch):

@@ -42,7 +42,7 @@ from tqdm import tqdm
 from predictor.analyses.doubt import doubt_of, family, shipped_model
 from predictor.analyses.rows import RowLookups
 from predictor.core.errors import PrismError
-from predictor.core.files import write_atomically
+from predictor.core.files import held_lock, write_atomically
 from predictor.core.specs import check_number
 from predictor.data.published import RowJob, spec_column
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, check_output, read_table
@@ -266,32 +266,39 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
     settings = f"draws={draws} seed={seed} models={models_root or ''}"
     cells = [[row[i] for i in keep] for row in table.rows]
     keys = [_key(i, c, settings) for i, c in enumerate(cells)]
-    written = _written(out, header, set(keys))
-    todo = [i for i, k in enumerate(keys) if k not in written]
-    predictor = BatchPredictor(draws, seed, models_root)
-    names = [name.strip().lower() for name in table.header]
-    status = "done"
-    with open(out, "a", encoding="utf-8", newline="") as f, \
-            tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
-        try:
-            for chunk in _chunks(todo, chunk_rows):
-                predictions = predictor.predict([dict(zip(names, table.rows[i])) for i in chunk])
-                lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
-                for line in lines:
-                    written[line[-1]] = line
-                f.write(_csv_text(lines))  # one write and a flush a chunk: Ctrl-C keeps whole chunks
-                f.flush()
-                bar.update(len(chunk))
-        except KeyboardInterrupt:
-            status = "interrupted"
-    if status == "done" and todo and written and list(written) != keys:
-        _replace(out, header, [written[k] for k in keys])  # resumed rows first: restore the input's order
-    statuses = [row[len(keep) + len(PREDICTED)] for row in written.values()]
-    return BatchReport(
-        table=str(table.path), out=str(out), status=status, rows=len(keys), predicted=statuses.count("ok"),
-        failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
-        distinct_jobs=len(predictor.results), draws=draws, seconds=time.perf_counter() - t0,
-        unread_columns=[table.header[i] for i in keep if names[i] not in BY_NAME])
+    lock = out.with_name(f".{out.name}.lock")
+
+    def busy(holder: dict) -> str:
+        return (f"out={out}: another prism predict-batch is writing it (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}, since {holder.get('started', '?')}). Wait for it to end (a rerun "
+                f"then resumes) or write elsewhere; if that run is gone, delete {lock}")
+    with held_lock(lock, busy, "out"):  # two writers would both append every row
+        written = _written(out, header, set(keys))
+        todo = [i for i, k in enumerate(keys) if k not in written]
+        predictor = BatchPredictor(draws, seed, models_root)
+        names = [name.strip().lower() for name in table.header]
+        status = "done"
+        with open(out, "a", encoding="utf-8", newline="") as f, \
+                tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
+            try:
+                for chunk in _chunks(todo, chunk_rows):
+                    predictions = predictor.predict([dict(zip(names, table.rows[i])) for i in chunk])
+                    lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
+                    for line in lines:
+                        written[line[-1]] = line
+                    f.write(_csv_text(lines))  # one write and a flush a chunk: Ctrl-C keeps whole chunks
+                    f.flush()
+                    bar.update(len(chunk))
+            except KeyboardInterrupt:
+                status = "interrupted"
+        if status == "done" and todo and written and list(written) != keys:
+            _replace(out, header, [written[k] for k in keys])  # resumed rows first: restore the input's order
+        statuses = [row[len(keep) + len(PREDICTED)] for row in written.values()]
+        return BatchReport(
+            table=str(table.path), out=str(out), status=status, rows=len(keys), predicted=statuses.count("ok"),
+            failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
+            distinct_jobs=len(predictor.results), draws=draws, seconds=time.perf_counter() - t0,
+            unread_columns=[table.header[i] for i in keep if names[i] not in BY_NAME])
 
 
 def _chunks(todo: list[int], largest: int):

@@ -4,10 +4,14 @@ never half of one."""
 from __future__ import annotations
 
 import csv
+import json
 import os
+import socket
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from predictor.core.errors import PrismError
@@ -25,6 +29,62 @@ def write_atomically(path, write: Callable[[Path], object]) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+@contextmanager
+def held_lock(path, busy: Callable[[dict], str], field: str) -> Iterator[str | None]:
+    """Hold the lock file ``path`` for the block: one writer at a time of what it guards.
+
+    The lock is a file created only if absent, holding the writer's pid, host and start
+    time, and removed when the block ends. A lock left by a process that is gone from this
+    host is taken over: the block gets a note saying so (None otherwise). While a live
+    writer holds it, one :class:`PrismError` on ``field`` with ``busy(holder)`` as its text.
+    """
+    path = Path(path)
+    note = None
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            holder = _lock_holder(path)
+            if not _gone(holder):
+                raise PrismError(busy(holder), field=field) from None
+            # Two writers finding one stale lock in the same instant could both take it over;
+            # the window is the moment between reading the lock and removing it.
+            path.unlink(missing_ok=True)
+            note = (f"{path.parent}: took over the writer lock of pid {holder['pid']}, which is no longer running "
+                    f"on {holder['host']} (started {holder.get('started', '?')})")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(),
+                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, f)
+    try:
+        yield note
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _lock_holder(path: Path) -> dict:
+    """What a lock file says of its writer; {} where it cannot be read (a writer that has
+    just created it, or a damaged file)."""
+    try:
+        holder = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _gone(holder: dict) -> bool:
+    """Whether the lock's writer has ended: only a process of this host can be checked."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)  # signal 0: asks whether the process exists, sends nothing
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it exists, under another user
+        pass
+    return False
 
 
 def write_csv(path, rows: list[dict]) -> Path:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
-from predictor.core.files import writable, write_atomically
+from predictor.core.files import held_lock, writable, write_atomically
 from predictor.core.ops import DTYPE_BYTES, OPS, SHAPE_COLUMNS, unknown_op_message
 
 METADATA_KEY = b"prism"
@@ -154,13 +153,9 @@ class RunWriter:
 
 @contextmanager
 def writer_lock(output_dir) -> Iterator[str | None]:
-    """Hold the writer lock of the store ``output_dir`` for the block.
-
-    Two sampling runs into one store would both find the same tasks to do and measure
-    them twice, competing for the cores. The lock is a file created only if absent,
-    holding the writer's pid, host and start time, and removed when the block ends. A lock
-    left by a process that is gone from this host is taken over: the block gets a note
-    saying so (None otherwise).
+    """Hold the writer lock of the store ``output_dir`` for the block
+    (:func:`~predictor.core.files.held_lock`): two sampling runs into one store would both
+    find the same tasks to do and measure them twice, competing for the cores.
 
     Raises
     ------
@@ -168,54 +163,13 @@ def writer_lock(output_dir) -> Iterator[str | None]:
         naming the store, the holder and the fix while another live writer holds it.
     """
     path = Path(output_dir) / _LOCK
-    note = None
-    while True:
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            break
-        except FileExistsError:
-            holder = _lock_holder(path)
-            if not _gone(holder):
-                raise PrismError(
-                    f"output_dir={output_dir}: another prism sample is writing into this store (pid "
-                    f"{holder.get('pid', '?')} on host {holder.get('host', '?')}, since {holder.get('started', '?')}). "
-                    f"Wait for it to end or sample into another output_dir; if that run is gone, delete {path}",
-                    field="output_dir") from None
-            # Two runs finding one stale lock in the same instant could both take it over;
-            # the window is the moment between reading the lock and removing it.
-            path.unlink(missing_ok=True)
-            note = (f"{output_dir}: took over the writer lock of pid {holder['pid']}, which is no longer running "
-                    f"on {holder['host']} (started {holder.get('started', '?')})")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(),
-                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, f)
-    try:
+
+    def busy(holder: dict) -> str:
+        return (f"output_dir={output_dir}: another prism sample is writing into this store (pid "
+                f"{holder.get('pid', '?')} on host {holder.get('host', '?')}, since {holder.get('started', '?')}). "
+                f"Wait for it to end or sample into another output_dir; if that run is gone, delete {path}")
+    with held_lock(path, busy, "output_dir") as note:
         yield note
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def _lock_holder(path: Path) -> dict:
-    """What a lock file says of its writer; {} where it cannot be read (a writer that has
-    just created it, or a damaged file)."""
-    try:
-        holder = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return holder if isinstance(holder, dict) else {}
-
-
-def _gone(holder: dict) -> bool:
-    """Whether the lock's writer has ended: only a process of this host can be checked."""
-    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
-        return False
-    try:
-        os.kill(holder["pid"], 0)  # signal 0: asks whether the process exists, sends nothing
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # it exists, under another user
-        pass
-    return False
 
 
 def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Path:
