@@ -14,7 +14,7 @@ import pytest
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError
 from predictor.core.layout import resolve_layout
-from predictor.core.profiles import load_model, section
+from predictor.core.profiles import REPO_ROOT, load_model, section
 from predictor.core.specs import HardwareConfig, ParallelConfig, RegressorConfig
 from predictor.data import store
 from predictor.data.importers.chrome_json import TraceStream
@@ -26,6 +26,7 @@ from predictor.workload.host import CALLS, HOOK_CALLS_PER_TENSOR
 from predictor.workload.layers import parameter_tensors
 
 MODEL = load_model("tiny")  # 2 layers, llama-style: rope, swiglu, rmsnorm
+H100_TRACE = REPO_ROOT / "measurements" / "h100-gpt3-1.3b-step-trace.json.gz"  # one GPU step, 181 rows
 
 
 @pytest.fixture(scope="module")
@@ -309,6 +310,32 @@ def test_an_empty_file_or_one_given_twice_is_named(traces, tmp_path):
         import_trace([empty], tmp_path / "out", hardware="local-cpu")
     with pytest.raises(PrismError, match="given twice"):
         import_trace([traces[0], traces[0]], tmp_path / "out", hardware="local-cpu")
+
+
+def test_a_copy_of_a_trace_under_another_name_is_refused(tmp_path):
+    """A byte-identical copy was read as a second rank: 362 rows of the one step."""
+    copy = tmp_path / "copy.json.gz"
+    copy.write_bytes(H100_TRACE.read_bytes())
+    with pytest.raises(PrismError, match="hold the same trace .identical bytes.; pass each rank's trace once") as err:
+        import_trace([H100_TRACE, copy], tmp_path / "out")
+    assert str(H100_TRACE) in str(err.value) and err.value.field == str(copy)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["dur", "ts"])
+def test_a_trace_with_non_finite_times_is_refused(tmp_path, key):
+    """NaN durations on a fifth of the shipped trace's events imported 3 of its 181 rows, exit 0."""
+    doc = json.load(gzip.open(H100_TRACE))
+    timed = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    for e in timed[::5]:
+        e[key] = float("nan")
+    timed[1][key] = float("inf")
+    path = tmp_path / "corrupt.json"
+    path.write_text(json.dumps(doc))  # json writes NaN and Infinity, and reads them back
+    with pytest.raises(PrismError, match=f"corrupt.json: non-finite times .*: {key} in {len(timed[::5]) + 1:,} events"
+                       ) as err:
+        import_trace([path], tmp_path / "out")
+    assert err.value.field == str(path) and not (tmp_path / "out").exists()
 
 
 def test_missing_file_is_named(tmp_path):

@@ -323,6 +323,16 @@ def _fingerprint(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+def _refuse_copies(paths: list[Path], fingerprints: list[str | None]) -> None:
+    """Refuse two files of the same bytes: a copy of one rank's trace read as another rank
+    would count its calls twice."""
+    first = {}
+    for path, fingerprint in zip(paths, fingerprints):
+        if fingerprint is not None and first.setdefault(fingerprint, path) != path:
+            raise PrismError(f"{first[fingerprint]} and {path} hold the same trace (identical bytes); "
+                             f"pass each rank's trace once", field=str(path))
+
+
 def _refuse_imported_before(paths: list[Path], fingerprints: list[str | None], out) -> None:
     """Refuse a file whose bytes a trace run of the store ``out`` already holds: its calls
     would be counted twice, and a regressor's quantiles weighted toward that one job."""
@@ -363,12 +373,20 @@ class _TraceReader:
         stream = TraceStream(self.path)
         self.metadata = stream.metadata  # filled as it streams: the rank comes before the events
         saw_op = False
+        non_finite, first_bad = Counter(), None  # field -> events
         for e in stream.events():
             self.events += 1
             if e.get("ph") != "X":
                 continue
             cat = e.get("cat")
             try:
+                # json reads NaN and Infinity; no profiler writes them, and a NaN time fails every
+                # comparison, so the calls around it vanish from the rows without a word
+                bad = [k for k in ("ts", "dur") if not math.isfinite(float(e.get(k, 0.0)))]
+                if bad:
+                    non_finite.update(bad)
+                    first_bad = first_bad or (self.events, e.get("name"))
+                    continue
                 if cat in _KERNEL_CATS:
                     self.kernels.append((e.get("args", {}).get("External id"), e.get("name", "?"), float(e["dur"])))
                 elif cat in ("cpu_op", "user_annotation", "python_function"):
@@ -378,6 +396,11 @@ class _TraceReader:
                 raise PrismError(f"{self.path}: event {self.events} ({e.get('name')!r}) is malformed ({exc!r}); "
                                  f"export the trace again with torch.profiler (export_chrome_trace)",
                                  field=str(self.path)) from None
+        if non_finite:
+            counts = " and ".join(f"{k} in {n:,} events" for k, n in sorted(non_finite.items()))
+            raise PrismError(f"{self.path}: non-finite times (NaN or Infinity): {counts}, first at event "
+                             f"{first_bad[0]} ({first_bad[1]!r}); the trace is corrupt, export it again with "
+                             f"torch.profiler (export_chrome_trace)", field=str(self.path))
         if not saw_op:
             raise PrismError(f"{self.path}: a Chrome trace without PyTorch operator events (cpu_op); not a "
                              f"PyTorch profiler trace, or one recorded without ProfilerActivity.CPU",
@@ -614,6 +637,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         raise PrismError(f"profiler_cost_us={profiler_cost_us}: give the microseconds (>= 0) one recorded event "
                          f"costs, e.g. 0.5", field='profiler_cost_us')
     fingerprints = [_fingerprint(p) for p in paths]
+    _refuse_copies(paths, fingerprints)
     _refuse_imported_before(paths, fingerprints, out)
     readers = []
     for path in tqdm(paths, desc="traces", unit="file", disable=not progress):
