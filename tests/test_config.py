@@ -69,6 +69,15 @@ def test_a_section_names_the_nested_setting_and_what_it_takes(override, schema, 
                 {"parallel": ParallelConfig, "hardware": HardwareConfig, "analysis": AnalysisConfig}[schema])
 
 
+def test_a_whole_number_written_with_a_point_is_that_number():
+    whole = section(load_config(["parallel.tp=8.0"]), "parallel", ParallelConfig)
+    assert whole.tp == 8 and isinstance(whole.tp, int)
+    hw = section(load_config(["hardware=h100-sxm", "+hardware.node.nvlink_domain=16.0"]), "hardware", HardwareConfig)
+    assert hw.node.nvlink_domain == 16 and isinstance(hw.node.nvlink_domain, int)  # an optional whole number
+    with pytest.raises(PrismError, match=re.escape("parallel.tp: 8.5 is not a whole number")):
+        section(load_config(["parallel.tp=8.5"]), "parallel", ParallelConfig)
+
+
 def test_wrong_type_names_the_key():
     cfg = load_config(["sampling.budget_s=abc"])
     with pytest.raises(PrismError, match="sampling.budget_s"):

@@ -15,7 +15,7 @@ import numpy as np
 
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
-from predictor.core.layout import AXES, resolve_layout
+from predictor.core.layout import AXES, layers_per_stage, resolve_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
@@ -153,6 +153,27 @@ def _attention_note(given: ParallelConfig, work: Workload, framework: str) -> st
             f"(set parallel.attention=flash, cudnn or unfused to choose)")
 
 
+def _split_note(model: ModelConfig, par: ParallelConfig) -> str | None:
+    """How the layers split where pp·vpp does not divide them (:func:`layers_per_stage`)."""
+    chunks = par.pp * par.vpp
+    if model.num_layers % chunks == 0:
+        return None
+    stages = ", ".join(map(str, layers_per_stage(model.num_layers, par.pp, par.vpp)))
+    how = ("the embedding and the loss each take a layer's slot (Megatron-Core's --account-for-embedding-in-"
+           "pipeline-split --account-for-loss-in-pipeline-split)" if (model.num_layers + 2) % chunks == 0
+           else "the first stages hold one layer more (Megatron's explicit first/last stage layer counts)")
+    return (f"model.num_layers={model.num_layers} do not divide over pp·vpp = {chunks} model chunks: {how}; "
+            f"layers per stage {stages}")
+
+
+def _sequence_parallel_note(given: ParallelConfig, par: ParallelConfig) -> str | None:
+    """Where sequence parallelism was asked for with nothing to split it over."""
+    if given.sequence_parallel is not True or par.sequence_parallel:
+        return None
+    return ("parallel.sequence_parallel=true: off at tp=1, as Megatron turns it off (it splits the sequence over the "
+            "tensor-parallel ranks)")
+
+
 def _modules_note(par: ParallelConfig) -> str | None:
     """What the memory figure leaves out of ``parallel.recompute_modules``."""
     if not par.recompute_modules:
@@ -254,8 +275,8 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
         basis=basis, tier=tier,
-        notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), _modules_note(par),
-                           _batch_note(layout, par)] if n],
+        notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), _split_note(model, par),
+                           _sequence_parallel_note(layout, par), _modules_note(par), _batch_note(layout, par)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}

@@ -223,8 +223,8 @@ def with_default_batch(par: ParallelConfig) -> ParallelConfig:
 
 
 def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
-    """A copy of ``par`` with dp filled from ``gpus`` and the default global batch
-    (:func:`with_default_batch`)."""
+    """A copy of ``par`` with dp filled from ``gpus``, the default global batch
+    (:func:`with_default_batch`), and sequence parallelism off at tp=1, where it splits nothing."""
     for axis in ("tp", "pp", "cp", "dp"):
         check_number(f"parallel.{axis}", getattr(par, axis), integer=True)
     # numpy ints from a DataFrame row as Python ints, so that what is reported is plain JSON
@@ -238,4 +238,6 @@ def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
             raise PrismError(f"gpus={gpus}: not a multiple of tp·pp·cp = {per_replica}; choose gpus or the layout so "
                              f"that gpus = dp·tp·pp·cp", field="gpus")
         par = replace(par, dp=gpus // per_replica)
+    if par.sequence_parallel is True and par.tp == 1:  # Megatron turns it off there, with a warning (arguments.py)
+        par = replace(par, sequence_parallel=False)
     return with_default_batch(par)

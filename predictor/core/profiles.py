@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import os
 import platform
 import re
@@ -64,6 +65,7 @@ def section(cfg: DictConfig, name: str, schema: type):
                          f"e.g. {name}.{dataclasses.fields(schema)[0].name}=VALUE (--show-config lists them)",
                          field=name)
     _check_switches(node, name, schema)
+    _whole_numbers(node, schema)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         return OmegaConf.to_object(merged)
@@ -92,6 +94,20 @@ def section(cfg: DictConfig, name: str, schema: type):
                    else f"no such setting; {name}{'.' + parent if parent else ''} has {', '.join(known)}")
         raise PrismError(f"{name}.{key}: {msg}" if key else f"{name}: {msg}",
                          field=f"{name}.{key}" if key else name) from None
+
+
+def _whole_numbers(node, schema: type) -> None:
+    """A float with no fraction where ``schema`` takes a whole number, as that number:
+    ``parallel.tp=8.0`` is 8 (``gpus=8.0`` already is), not an error saying 8.0 is not whole."""
+    if not (dataclasses.is_dataclass(schema) and isinstance(node, DictConfig)):
+        return
+    for key, kind in _hints(schema).items():
+        value = node.get(key) if key in node else None
+        if dataclasses.is_dataclass(kind):
+            _whole_numbers(value, kind)
+        elif int in (kind, *typing.get_args(kind)) and isinstance(value, float) and math.isfinite(value) \
+                and value.is_integer():
+            node[key] = int(value)
 
 
 def _check_switches(node, prefix: str, schema: type) -> None:
