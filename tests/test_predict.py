@@ -94,3 +94,17 @@ def test_predict_draws_its_plot_when_asked(tmp_path, capsys):
     assert png.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     assert main(["predict", "model=gpt3-1.3b", "hardware=a100-sxm4-80gb", "gpus=8", "plot=step.svg"]) == 2
     assert "plot=step.svg" in capsys.readouterr().err
+
+
+def test_predict_says_how_uneven_layers_split_and_that_sequence_parallelism_is_off_at_tp1():
+    model, hw = load_model("gpt3-13b"), load_hardware("a100-sxm4-80gb")  # 40 layers
+    interleaved = predict(model, hw, ParallelConfig(tp=4, pp=2, vpp=3, schedule="interleaved"), 64, draws=200)
+    assert any("pp·vpp = 6 model chunks" in n and "embedding" in n and "20, 20" in n for n in interleaved.notes)
+    three = predict(model, hw, ParallelConfig(tp=4, pp=3, global_batch_size=48), 48, draws=200)
+    assert any("13, 14, 13" in n for n in three.notes)
+    even = predict(model, hw, ParallelConfig(tp=8, pp=2, global_batch_size=32), 64, draws=200)
+    assert not any("model chunks" in n for n in even.notes)
+    alone = predict(model, hw, ParallelConfig(tp=1, sequence_parallel=True, global_batch_size=256), 64, draws=200)
+    plain = predict(model, hw, ParallelConfig(tp=1, global_batch_size=256), 64, draws=200)
+    assert alone.layout["sequence_parallel"] is False and any("off at tp=1" in n for n in alone.notes)
+    assert alone.step_time_s == plain.step_time_s  # it splits nothing: the same prediction
