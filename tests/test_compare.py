@@ -74,6 +74,10 @@ def test_hardware_list_is_parsed_before_hydra():
     assert split_hardware(["hardware=h100-sxm"])[0] == ["h100-sxm"]
     assert split_hardware(["model=tiny", "hardware.power_w=500"]) == (None, ["model=tiny", "hardware.power_w=500"])
     assert "local-cpu" not in gpu_profiles() and set(FOUR) <= set(gpu_profiles())
+    for unclosed in ("hardware=[a100-sxm4-80gb,h100-sxm", "hardware=a100-sxm4-80gb,h100-sxm]"):
+        with pytest.raises(PrismError, match="unclosed bracket") as err:
+            split_hardware([unclosed])
+        assert err.value.field == "hardware"
 
 
 def test_plot_path_checks_the_suffix(tmp_path):

@@ -175,7 +175,11 @@ def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
             rest.append(text)
             continue
         names = names or []
-        for name in value.strip().removeprefix("[").removesuffix("]").split(","):
+        value = value.strip()
+        if value.startswith("[") != value.endswith("]"):  # a bracket lost in the shell, or a typo
+            raise PrismError(f"{text}: an unclosed bracket; write hardware=[a,b] or hardware=a,b (quoted in the "
+                             f"shell: 'hardware=[a,b]')", field="hardware")
+        for name in value.removeprefix("[").removesuffix("]").split(","):
             name = name.strip().strip("'\"")
             if name and name not in names:
                 names.append(name)
