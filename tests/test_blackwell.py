@@ -190,6 +190,11 @@ def test_cells_that_state_nothing_and_nic_counts_before_their_names():
     row = {"inter_node": "4x ConnectX-7 IB NDR 400 Gb/s per node"}
     assert bandwidth(row, "inter_node", 4)[0] == 50e9  # one 400 Gb/s NIC per GPU
     assert bandwidth({"inter_node": "8x 200 Gb/s HDR InfiniBand per node"}, "inter_node", 8)[0] == 25e9
+    assert bandwidth({"inter_node": "InfiniBand HDR"}, "inter_node", 8)[0] is None  # names no figure: the profile's
+    for unreadable in ("-400 Gb/s per GPU", "1e30 Gb/s"):  # a figure, but not a plain one: refused, not ignored
+        with pytest.raises(PrismError, match="not a plain positive number") as err:
+            bandwidth({"inter_node": unreadable}, "inter_node", 8)
+        assert err.value.field == "inter_node"
 
 
 @pytest.fixture(scope="module")

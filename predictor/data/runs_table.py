@@ -405,6 +405,10 @@ _BANDWIDTH = re.compile(r"(?<![\w.\-])(?:(\d+)\s*x\s*(?:[A-Za-z][\w-]*\s+){0,4})
                         r"(?:it|yte)?(?:/s|ps)")
 
 
+#: A figure before a bandwidth unit in any form, signs and exponents too.
+_NUMBER_AND_UNIT = re.compile(r"\d\s*[GT](?:b|B)(?:it|yte)?(?:/s|ps)")
+
+
 def bandwidth(row: Mapping, column: str, gpus_per_node: int) -> tuple[float | None, str | None]:
     """Bytes/s per GPU that a bandwidth cell states ('8x 200 Gb/s ... per node', '400
     Gb/s per GPU', '50 GB/s') and a note where the text leaves something to assume;
@@ -413,6 +417,9 @@ def bandwidth(row: Mapping, column: str, gpus_per_node: int) -> tuple[float | No
     if not text:
         return None, None
     found = _BANDWIDTH.search(text)
+    if not found and _NUMBER_AND_UNIT.search(text):  # "-400 Gb/s", "1e30 Gb/s": a figure, not readable as one
+        raise PrismError(f"{column}={_shown(text)}: a bandwidth that is not a plain positive number; write e.g. "
+                         f"'400 Gb/s per GPU' or '8x 200 Gb/s per node'", field=column)
     if not found:
         return None, f"{column} {_shown(text)} states no bandwidth (e.g. 400 Gb/s): the profile's network"
     times, value, prefix, unit = found.groups()
