@@ -44,6 +44,7 @@ JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
     (["predict", "model=/tmp/mine.yaml", "hardware=h100-sxm", "gpus=8"], "a file path; model= takes the name"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "seed=abc"], "seed='abc'"),
+    (["evaluate", "samples=samples/h200", "hardware=a100-sxm4-80gb"], "(they hold: h200)"),
 ])
 def test_a_bad_setting_is_one_line_naming_it(args, field, capsys):
     assert main(args) == 2

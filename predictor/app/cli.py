@@ -382,7 +382,9 @@ def _evaluate(args) -> int:
     models = ModelSet.load(models_dir(cfg.models_dir) / hw.name, hw)
     result = evaluate(models, samples, by=cfg.by)
     if result.empty:
-        raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name}", field='samples')
+        held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
+        raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name} (they hold: {held}); "
+                         f"give the hardware the samples were taken on", field='samples')
     table = result.to_string(index=False, float_format=lambda v: f"{v:.4f}")
     in_sample = trained_on(models, samples)
     if in_sample:
