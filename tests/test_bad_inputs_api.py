@@ -5,7 +5,7 @@ nothing written, never a traceback or a plausible wrong answer."""
 import pytest
 
 from predictor.analyses.predict import predict
-from predictor.analyses.variability import scale_points
+from predictor.analyses.variability import scale_points, scales_note
 from predictor.app.cli import main
 from predictor.core.errors import PrismError
 from predictor.core.profiles import REPO_ROOT
@@ -126,6 +126,10 @@ def test_the_scale_study_keeps_every_gpu_count_an_expert_layout_can_hold():
     assert scale_points(ParallelConfig(pp=16, ep=64), [8, 64, 512, 4096], 1024) == [1024, 4096]
     assert scale_points(ParallelConfig(tp=2, ep=8, etp=2), [8, 20], 64) == [16, 32, 64]  # tp·dp a multiple of 16
     assert scale_points(ParallelConfig(tp=8, pp=8), [8, 64, 100], 512) == [64, 128, 512]
+    # and the report says which it rounded up, not only the table
+    note = scales_note(ParallelConfig(tp=8, pp=8), [8, 64, 100], 512)
+    assert "8 -> 64, 100 -> 128 GPUs" in note and "the 64 GPUs that hold the layout" in note
+    assert scales_note(ParallelConfig(tp=8), [8, 64], 512) is None
 
 
 def test_variability_of_an_expert_layout_runs_at_the_default_scales(capsys):

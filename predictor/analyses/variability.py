@@ -98,6 +98,7 @@ class VariabilityReport:
     time_to_train: dict  # days with failures, productive days, interruptions, goodput
     predictive: dict = field(default_factory=dict)  # doubt about the median step, reported beside, never mixed in
     settings: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the user should know, e.g. a scale rounded up
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -148,9 +149,24 @@ def scale_points(par: ParallelConfig, scales, gpus: int) -> list[int]:
     that hold the layout, plus the job's own count. That is tp·pp·cp, times the dp at which
     ep·etp divides tp·cp·dp (the experts' mesh, :mod:`predictor.core.mesh`):
     the default scale of 8 GPUs cannot hold ep=64, and would end the whole study."""
-    experts = par.ep * par.etp
-    unit = par.replica_gpus * (experts // math.gcd(experts, par.tp * par.cp))
+    unit = scale_unit(par)
     return sorted({math.ceil(s / unit) * unit for s in scales} | {gpus})
+
+
+def scale_unit(par: ParallelConfig) -> int:
+    """The fewest GPUs that hold ``par``'s layout (:func:`scale_points`)."""
+    experts = par.ep * par.etp
+    return par.replica_gpus * (experts // math.gcd(experts, par.tp * par.cp))
+
+
+def scales_note(par: ParallelConfig, scales, gpus: int) -> str | None:
+    """Which of ``scales`` :func:`scale_points` rounded up, and why; None where none."""
+    points = scale_points(par, scales, gpus)
+    moved = [f"{s} -> {next(p for p in points if p >= s)}" for s in dict.fromkeys(scales) if s not in points]
+    if not moved:
+        return None
+    return (f"analysis.scales: {', '.join(moved)} GPUs, rounded up to a multiple of the {scale_unit(par)} GPUs "
+            f"that hold the layout (tp·pp·cp, times the dp the experts' mesh needs)")
 
 
 def slowdown_probability(draws: np.ndarray, nominal: float, thresholds) -> dict:
@@ -355,4 +371,5 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         predictive=predictive_report(doubt),
         time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
         | {"train_tokens": steps * work.tokens_per_step},
-        settings=asdict(a), elapsed_s=time.perf_counter() - t0)
+        settings=asdict(a), notes=[n for n in [scales_note(par, a.scales, gpus)] if n],
+        elapsed_s=time.perf_counter() - t0)

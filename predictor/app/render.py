@@ -179,8 +179,8 @@ def format_variability(r: VariabilityReport) -> str:
     t = r.time_to_train
     lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {t['days']['p50']:.1f} days "
               f"(90% band {t['days']['p5']:.1f}-{t['days']['p95']:.1f}), productive {t['productive_days']['p50']:.1f}, "
-              f"{t['interruptions']['p50']:.0f} interruptions, goodput {t['goodput']['p50']:.1%}",
-              f"({r.elapsed_s:.1f} s)"]
+              f"{t['interruptions']['p50']:.0f} interruptions, goodput {t['goodput']['p50']:.1%}"]
+    lines += [f"note  {n}" for n in r.notes] + [f"({r.elapsed_s:.1f} s)"]
     return "\n".join(lines)
 
 
