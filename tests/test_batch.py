@@ -152,7 +152,8 @@ def test_bad_cells_fail_their_row_alone(runs, tmp_path, capsys):
 
 def test_a_job_that_does_not_fit_is_flagged_and_the_profile_named():
     """Predicted as prism predict predicts it, but pred_fits says false; a GPU cell that is
-    a variant of the profile (40 GB, PCIe) is noted as read, and pred_hardware names it."""
+    a variant of the profile (40 GB, PCIe) is noted as read, and pred_hardware names it; a
+    cell naming two GPUs is refused."""
     job = dict(model="Llama 3 8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
                seq_len=8192, gbs=8, pp=1, num_gpus=8)
     out = predict_table(pd.DataFrame([dict(job, tp=1, dp=8, gpu="H100"), dict(job, tp=8, dp=1, gpu="H100"),
@@ -162,6 +163,12 @@ def test_a_job_that_does_not_fit_is_flagged_and_the_profile_named():
     assert out.pred_hardware.tolist() == ["h100-sxm", "h100-sxm", "a100-sxm4-80gb"]
     assert "gpu 'A100 40GB' read as a100-sxm4-80gb" in out.pred_assumed[2]
     assert not any(note.startswith("gpu ") for note in out.pred_assumed[0].split("; "))
+    # the memory a variant's name states is the card's: 51 GiB fits an 80 GB A100, not a 40 GB one
+    sizes = predict_table(pd.DataFrame([dict(job, tp=4, dp=2, gpu=g) for g in ("A100 40GB", "A100")]), draws=DRAWS)
+    assert sizes.pred_fits.tolist() == [False, True] and 40 < sizes.pred_mem_gib[0] < 80
+    assert "its memory 40 GiB as the name says" in sizes.pred_assumed[0]
+    both = predict_table(pd.DataFrame([dict(job, tp=8, dp=1, gpu="A100 or H100")]), draws=DRAWS)
+    assert both.pred_status[0].startswith("gpu='A100 or H100': names more than one GPU (a100-sxm4-80gb, h100-sxm)")
     jax = predict_table(pd.DataFrame([dict(job, tp=8, dp=1, gpu="H100", framework="jax")]), draws=DRAWS)
     assert "framework 'jax' is none PRISM knows" in jax.pred_assumed[0]
 

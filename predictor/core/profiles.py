@@ -243,6 +243,24 @@ def match_hardware(gpu: str) -> str | None:
     return best[1]
 
 
+def other_gpus_named(gpu: str) -> list[str]:
+    """Profiles that ``gpu`` names besides the one :func:`match_hardware` finds, apart from
+    it in the text ("A100 or H100"): a cell naming two GPUs says neither. A match inside
+    the best one's (``H200`` in ``GH200``, ``H100`` in ``H100 PCIe``) is that same name."""
+    key, best = _norm(gpu), match_hardware(gpu)
+    spans = {}
+    for name, candidates in _device_names():
+        for candidate in candidates:
+            c = _norm(candidate)
+            at = key.find(c) if c else -1
+            if at >= 0 and len(c) > spans.get(name, (0, 0))[1] - spans.get(name, (0, 0))[0]:
+                spans[name] = (at, at + len(c))
+    if best not in spans:
+        return []
+    lo, hi = spans[best]
+    return sorted(n for n, (a, b) in spans.items() if n != best and (b <= lo or a >= hi))
+
+
 def names_profile(gpu: str, name: str) -> bool:
     """Whether ``gpu`` is the profile ``name`` or one of its device names exactly (spaces
     and case ignored), not a longer name that merely contains one ("A100 40GB")."""

@@ -28,7 +28,7 @@ import pandas as pd
 from predictor.core.errors import PrismError
 from predictor.core.layout import validate_layout
 from predictor.core.precision import LOW_PRECISION_OPS, check_gemm_dtype
-from predictor.core.profiles import load_hardware, match_hardware, names_profile
+from predictor.core.profiles import load_hardware, match_hardware, names_profile, other_gpus_named
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.runs_table import (
     BY_NAME,
@@ -184,7 +184,17 @@ def row_hardware(gpu: str) -> str:
         raise PrismError(f"gpu={gpu!r}: no hardware profile matches; write a name such as A100, H100, H200, GH200, "
                          f"B200 (B200-SXM-180GB, DGX B200), GB200 or GB300 (NVL72 racks), or add it to a "
                          f"conf/hardware/*.yaml device.match list", field="gpu")
+    others = other_gpus_named(gpu)
+    if others:
+        raise PrismError(f"gpu={gpu!r}: names more than one GPU ({', '.join([name, *others])}); write the one the "
+                         f"run used", field="gpu")
     return name
+
+
+def stated_memory_gib(gpu: str) -> float | None:
+    """The memory size a GPU cell states ("A100-SXM4-40GB", "H100 80GB HBM3"), None if none."""
+    found = re.search(r"(?<![\w.])(\d+(?:\.\d+)?)\s*Gi?B(?![a-z/])", gpu or "", re.IGNORECASE)
+    return float(found.group(1)) if found else None
 
 
 #: Low-precision GEMM recipes a precision cell can name (:mod:`predictor.core.precision`),
@@ -540,15 +550,20 @@ def row_gemm_ops(text) -> tuple[str, ...]:
 
 def _hardware_key(row: Mapping, framework: str, hardware: dict, notes: list[str]) -> tuple:
     """(profile, train dtype, GEMM dtype, GPUs per node, inter-node bytes/s or None, the
-    GEMMs in the GEMM dtype): what a row changes of its hardware profile, which is loaded
+    GEMMs in the GEMM dtype, the memory GiB the GPU's name states where it is not the
+    profile's, else None): what a row changes of its hardware profile, which is loaded
     into ``hardware`` by name."""
     name = row_hardware(cell(row, "gpu"))
     if name not in hardware:
         hardware[name] = load_hardware(name)
+    memory = stated_memory_gib(cell(row, "gpu"))
+    if memory == hardware[name].memory.capacity_gib:
+        memory = None
     if not names_profile(cell(row, "gpu"), name):  # "A100 40GB", "H100 PCIe": a variant the profile may not be
         profile = hardware[name]
-        notes.append(f"gpu {cell(row, 'gpu')!r} read as {name} ({profile.device.name}, "
-                     f"{profile.memory.capacity_gib:g} GiB)")
+        notes.append(f"gpu {cell(row, 'gpu')!r} read as {name} ({profile.device.name}"
+                     + (f", its memory {memory:g} GiB as the name says, the rest the profile's)" if memory else
+                        f", {profile.memory.capacity_gib:g} GiB)"))
     text = cell(row, "precision")
     train, gemm = row_precision(text, framework)
     if not text or asks_default(text):
@@ -568,12 +583,12 @@ def _hardware_key(row: Mapping, framework: str, hardware: dict, notes: list[str]
         notes.append(note or f"inter_node={hardware[name].network.name} (blank: {name}'s network)")
     elif note:
         notes.append(note)
-    return name, train, gemm, gpn, inter, row_gemm_ops(text)
+    return name, train, gemm, gpn, inter, row_gemm_ops(text), memory
 
 
 def _row_hardware(key: tuple, profile: HardwareConfig) -> HardwareConfig:
     """``profile`` as a row changes it (:func:`_hardware_key`)."""
-    name, train, gemm, gpn, inter, gemm_ops = key
+    name, train, gemm, gpn, inter, gemm_ops, memory = key
     hw = copy.deepcopy(profile)
     hw.gemm_ops = list(gemm_ops)
     try:  # a precision the GPU has no tensor-core path for (nvfp4 on H100) is refused, not replaced
@@ -584,4 +599,6 @@ def _row_hardware(key: tuple, profile: HardwareConfig) -> HardwareConfig:
         hw.node.gpus_per_node = gpn
     if inter is not None:
         hw.network.inter_node.bandwidth = inter
+    if memory is not None:  # what fits is judged against the card the row ran on
+        hw.memory.capacity_gib = memory
     return hw
