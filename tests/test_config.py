@@ -52,6 +52,7 @@ def test_required_groups_and_defaults_compose():
     ("parallel.tpp=2", "parallel.tpp: no such setting; did you mean parallel.tp?"),
     ("=8", "a setting without its key"),
     ("hardware=nope", "hardware=nope: no conf/hardware/nope.yaml"),
+    ("gpus=６４", "digits of another script; write them as 0-9: gpus=64"),  # not quoting, which fails next
 ])
 def test_bad_overrides_name_the_field(override, names):
     with pytest.raises(PrismError, match=names.replace("[", r"\[")):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -122,6 +123,9 @@ def _quoting_hint(text: str) -> str:
     key, sep, value = text.partition("=")
     if value == "~" or value.startswith("~/"):  # quoted, a folder named ~ would be written
         return f"~ is the shell's to expand (not in quotes), not prism's; write {key}=$HOME{value[1:]}"
+    if any(c.isdigit() and not c.isascii() for c in value):  # full-width or other scripts' digits
+        ascii_value = "".join(str(unicodedata.digit(c)) if c.isdigit() else c for c in value)
+        return f"digits of another script; write them as 0-9: {key}={ascii_value}"
     quote = "'" if "'" not in value else '"'
     if sep and re.fullmatch(r"[A-Za-z_][\w.-]*", key) and quote not in value and not value.startswith(("[", "{")):
         quoted = f"{key}={quote}{value}{quote}"
