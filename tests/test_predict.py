@@ -27,6 +27,9 @@ def test_predict_reports_the_design_fields():
     s = p["step_time_s"]
     assert s["p5"] < s["p50"] < s["p95"] < s["p99"]
     assert 0 < p["mfu"] < 1 and p["tokens_per_s"] > 0 and p["fits"]
+    m = p["memory_gib"]  # the parts shown add up to the total
+    assert m["total"] == pytest.approx(sum(m[k] for k in ("weights", "gradients", "optimizer", "activations",
+                                                          "workspace")))
     assert p["prob_below"]["p"] == 1.0
     ttt = p["time_to_train_days"]
     assert ttt["p5"] <= ttt["p50"] <= ttt["p95"]

@@ -269,7 +269,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),
         memory_gib={"weights": mem.weights / 2**30, "gradients": mem.gradients / 2**30,
                     "optimizer": mem.optimizer / 2**30, "activations": mem.activations / 2**30,
-                    "total": mem.total_gib, "capacity": hardware.memory.capacity_gib, "stage": mem.stage},
+                    "workspace": mem.workspace / 2**30, "total": mem.total_gib, "capacity": hardware.memory.capacity_gib, "stage": mem.stage},
         fits=mem.fits(hardware), train_tokens=train_tokens, time_to_train_days=ttt, gpu_hours=gpu_hours,
         cost_usd={k: v * 24 * gpus * price for k, v in ttt.items()} if price else None,
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,

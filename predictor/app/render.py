@@ -30,7 +30,8 @@ def format_prediction(p: Prediction) -> str:
         f"throughput      {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}",
         f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.0f} (stage "
         f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
-        f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f})"
+        f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f}, "
+        f"workspace {p.memory_gib['workspace']:.1f})"
         + ("" if p.fits else "   DOES NOT FIT"),
         f"critical path   compute {p.breakdown_s['compute']:.3f} s, exposed communication "
         f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s, host-bound "
