@@ -89,7 +89,7 @@ def test_blank_cells_take_their_framework_defaults(reference_data):
     megatron = row_workload(_row(reference_data, "vtrain_multi", **blank), {})
     assert (megatron.parallel.recompute, megatron.parallel.sequence_parallel, megatron.parallel.sharding) == (
         "none", False, "none")
-    assert "seq_parallel=off (blank: Megatron-LM's default)" in megatron.assumed
+    assert "seq_parallel=off (blank: Megatron's default)" in megatron.assumed
     accelerate = row_workload(_row(reference_data, "neusight_dist"), {})
     assert accelerate.hardware.train_dtype == "float32" and "precision=fp32 (blank: accelerate's default)" in \
         accelerate.assumed

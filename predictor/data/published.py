@@ -373,7 +373,7 @@ def _with_experts(model: ModelConfig, row: Mapping, known: ModelConfig | None, n
 
 
 def _default_note(column: str, value: str, family: str, text: str = "") -> str:
-    whose = family if family and family in FRAMEWORK_DEFAULTS[column] else "Megatron-LM"
+    whose = family if family and family in FRAMEWORK_DEFAULTS[column] else "Megatron"  # LM and Core: one launcher
     return f"{column}={value} ({repr(text) if text else 'blank'}: {whose}'s default)"
 
 
