@@ -164,6 +164,9 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
 def _output(out, mc: MeasureConfig) -> Path:
     """``out`` once the run's rows can be added to it and its traces written, checked before
     the run rather than after it."""
+    if Path(str(out)).suffix.lower() != ".parquet":  # a measurement file is Parquet, whatever it is named
+        raise PrismError(f"out={out}: a measurement file is Parquet; name it *.parquet, e.g. "
+                         f"out=runs/measured.parquet", field="out")
     path = writable("out", out)
     if path.exists():
         try:

@@ -324,17 +324,20 @@ def test_a_damaged_manifest_is_named_at_load(tmp_path, damage, field):
     (["parallel.dp=4096"], "4096 rank.* need 4096 cores"),  # one core per rank, or the ranks time each other
     (["model=llama3-405b"], "model=llama3-405b: its 1 rank.* GiB to train, this machine has"),
     (["measure.trace_dir={text}"], "measure.trace_dir=.* is a file"),
-    (["out={text}"], "out=.*: exists and is no measurement file to add to"),
+    (["out={junk}"], "out=.*: exists and is no measurement file to add to"),
+    (["out={text}"], "out=.*notes.txt: a measurement file is Parquet"),
 ])
 def test_measure_refuses_what_it_cannot_run_or_keep_before_the_run(tmp_path, capsys, overrides, message):
     pytest.importorskip("torch")
     text = tmp_path / "notes.txt"
     text.write_text("not parquet")
-    args = [o.format(text=text) for o in overrides]
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("not parquet")
+    args = [o.format(text=text, junk=junk) for o in overrides]
     out = [] if any(a.startswith("out=") for a in args) else [f"out={tmp_path / 'm.parquet'}"]
     assert main(["measure", "model=tiny", *args, *out]) == 2
     assert re.search(message, capsys.readouterr().err)
-    assert text.read_text() == "not parquet" and not (tmp_path / "m.parquet").exists()
+    assert text.read_text() == junk.read_text() == "not parquet" and not (tmp_path / "m.parquet").exists()
 
 
 @pytest.mark.parametrize("verb, key", [("train", "models_dir"), ("sample", "output_dir")])

@@ -2,6 +2,8 @@
 prism measure, path settings Hydra reads as numbers, the Python API and Mixture-of-Experts
 layouts in the scale study. Each is one line naming the field, before any work and with
 nothing written, never a traceback or a plausible wrong answer."""
+import json
+
 import pytest
 
 from predictor.analyses.predict import predict
@@ -86,6 +88,22 @@ def test_measure_refuses_bad_settings_before_it_starts(tmp_path, capsys, overrid
     assert main(["measure", f"out={out}", f"measure.trace_dir={tmp_path / 'traces'}", override]) == 2
     assert message in _error(capsys, "measure")
     assert not out.exists()
+
+
+def test_measure_writes_parquet_under_a_parquet_name_only(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "m.csv"
+    assert main(["measure", f"out={out}"]) == 2  # was: Parquet written into m.csv
+    assert "a measurement file is Parquet; name it *.parquet" in _error(capsys, "measure")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["predict", "--json", "parallel.tp=abc"], ["predict", "output=json", "gpus=0"]])
+def test_a_json_run_that_fails_says_so_in_json_on_stdout(capsys, args):
+    assert main(args) == 2
+    out = capsys.readouterr()
+    said = json.loads(out.out)
+    assert said["field"] in ("parallel.tp", "gpus") and said["error"] in out.err
 
 
 @pytest.mark.parametrize("override", ["models_dir=5", "models_dir=2024"])

@@ -46,7 +46,9 @@ def test_a_bad_model_or_hardware_value_is_one_error_naming_it(capsys, override, 
 def test_a_negative_hidden_size_is_an_error_not_nan_json(capsys):
     assert main(["predict", *JOB, "model.hidden_size=-5", "--json"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and "model.hidden_size=-5: must be a positive integer" in captured.err
+    assert json.loads(captured.out) == {"error": "model.hidden_size=-5: must be a positive integer",
+                                        "field": "model.hidden_size"}  # the error, as JSON: no NaN prediction
+    assert "model.hidden_size=-5: must be a positive integer" in captured.err
 
 
 def test_models_are_checked_however_they_are_made():

@@ -175,15 +175,18 @@ def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
             rest.append(text)
             continue
         names = names or []
-        value = value.strip()
-        if value.startswith("[") != value.endswith("]"):  # a bracket lost in the shell, or a typo
-            raise PrismError(f"{text}: an unclosed bracket; write hardware=[a,b] or hardware=a,b (quoted in the "
-                             f"shell: 'hardware=[a,b]')", field="hardware")
-        for name in value.removeprefix("[").removesuffix("]").split(","):
-            name = name.strip().strip("'\"")
-            if name and name not in names:
-                names.append(name)
+        names += [n for n in hardware_names(value) if n not in names]
     return names, rest
+
+
+def hardware_names(value: str) -> list[str]:
+    """The profiles a ``hardware=`` value names: ``[a,b]`` or ``a,b``, without repeats."""
+    value = value.strip()
+    if value.startswith("[") != value.endswith("]"):  # a bracket lost in the shell, or a typo
+        raise PrismError(f"hardware={value}: an unclosed bracket; write hardware=[a,b] or hardware=a,b (quoted in "
+                         f"the shell: 'hardware=[a,b]')", field="hardware")
+    names = [n.strip().strip("'\"") for n in value.removeprefix("[").removesuffix("]").split(",")]
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def _measuring(verb: str, module: str):
@@ -309,7 +312,7 @@ def _import_microbench(args) -> int:
     settings = _importer_settings(args, "import-microbench", {"hardware": ",".join(SOURCES)},
                                   "out=DIR (required), hardware=NAME[,NAME] and output=json|table",
                                   "out=samples/microbench")
-    names = list(dict.fromkeys(settings["hardware"].split(",")))  # hardware=b200,b200 is one run
+    names = hardware_names(settings["hardware"])  # hardware=b200,b200 is one run
     for name in names:
         check_target(name, settings["out"])
     reports = [import_microbench(args.path, h, settings["out"]) for h in names]
@@ -914,6 +917,9 @@ def main(argv=None) -> int:
         return args.run(args)
     except PrismError as exc:
         print(f"prism {args.verb}: error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False) or "output=json" in getattr(args, "overrides", ()):
+            # a script reading stdout as JSON (prism ... --json | jq) gets the error too, not nothing
+            print(json.dumps({"error": str(exc), "field": exc.field}))
         return 2
     except KeyboardInterrupt:
         print(f"prism {args.verb}: interrupted", file=sys.stderr)
