@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from itertools import zip_longest
 
@@ -77,6 +78,10 @@ def can_co_run(device: torch.device, ranks_per_host: int, threads: int) -> bool:
 def _neighbour(targets: list[str], running, idle, stop) -> None:
     """Train the dense ``targets`` in turn, one step each, while ``running`` is set;
     ``idle`` is set between steps while it is not."""
+    # Ctrl-C reaches the whole process group: the parent stops this process (Neighbour.__exit__, or at its exit as
+    # a daemon), which must not die of it with a traceback of its own. Ignoring it drops the one that may be pending
+    # from the imports, during which the parent's block (Neighbour.__enter__) held it off.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     trainers = []
@@ -116,8 +121,20 @@ class Neighbour:
                                  daemon=True)
 
     def __enter__(self) -> Neighbour:
-        self._proc.start()
-        if not self._idle.wait(timeout=NEIGHBOUR_START_S):  # its models built
+        # the child inherits SIGINT blocked until _neighbour ignores it; blocked, not ignored, here, so that a Ctrl-C
+        # meanwhile still reaches this process once unblocked
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        try:
+            ready = self._idle.wait(timeout=NEIGHBOUR_START_S)  # its models built
+        except KeyboardInterrupt:  # it would see no stop before its models are built, and ignores Ctrl-C
+            self._proc.kill()
+            self._proc.join()
+            raise
+        if not ready:
             self.__exit__()
             raise RuntimeError(f"the neighbour ({', '.join(self.targets)}) was not ready within "
                                f"{NEIGHBOUR_START_S:g} s")

@@ -25,6 +25,7 @@ On one host, compute ops are timed in this process and collectives by a torchrun
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import socket
@@ -328,6 +329,7 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
     that store while it runs (:func:`predictor.data.store.writer_lock`); see module doc."""
     sc = section(cfg, "sampling", SamplingConfig)
     hw = section(cfg, "hardware", HardwareConfig)
+    _threads_fit(sc)
     cluster = cluster_env()
     if cluster is not None:
         output_dir = writable("output_dir", cfg.output_dir, folder=True)  # made, and written to, before any work
@@ -344,6 +346,15 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
         if note:
             print(f"prism sample: note: {note}", file=sys.stderr)
         return _sample(sc, hw, plan, device, output_dir, progress)
+
+
+def _threads_fit(sc: SamplingConfig) -> None:
+    """Refuse more compute threads than cores this process may use: threads sharing a core
+    time each other, not the op (``prism measure`` refuses the same of its ranks)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if sc.threads > cores:
+        raise PrismError(f"sampling.threads={sc.threads}: needs {sc.threads} cores, this machine has {cores} for this "
+                         f"process; set sampling.threads={cores} or fewer", field="sampling.threads")
 
 
 def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.device, output_dir: Path,
@@ -408,6 +419,13 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         framework and FRAMEWORK_TASK not in stored) + (co_run and CO_RUN_TASK not in stored)
     if ended != "interrupted":
         report.status = "budget" if report.remaining_tasks else "complete"
+    if report.status == "budget" and not report.rows and time.time() > deadline_wall:
+        # a rows-0 report reads like a measurement that found nothing: say the budget never reached one
+        left = f" ({budget:.0f} s of it left after earlier runs of this plan)" if spent else ""
+        print(f"prism sample: note: no row stored: sampling.budget_s={sc.budget_s:g}{left} ran out during start-up "
+              f"(the collectives' torchrun) before a first timed call; run again with sampling.budget_s="
+              f"{math.ceil(spent) + 60} or more (into the same output_dir, a run resumes what is stored)",
+              file=sys.stderr)
     return report
 
 

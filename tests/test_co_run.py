@@ -2,8 +2,12 @@
 decompose.neighbours): real timings on this CPU, how training stores the slowdown, where
 the composer applies it."""
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -133,3 +137,31 @@ def test_a_plan_without_the_targets_compute_has_no_co_run_phase():
     both = section(load_config(["sampling.ops=[gemm,all_reduce]"]), "sampling", SamplingConfig)
     tasks, targets = _co_run_work(both, hw, make_plan(both, hw), torch.device("cpu"))
     assert {t.call.op for t in tasks} == {"gemm"} and targets  # on a host of several ranks with a spare core
+
+
+def test_ctrl_c_leaves_the_neighbour_to_its_parent_without_a_traceback(capfd):
+    """Ctrl-C reaches the whole process group: the neighbour, importing torch or training,
+    outlives it without a traceback of its own, and the parent stops it on its way out."""
+    pytest.importorskip("torch")
+    from sampling.co_run import Neighbour
+    neighbour, done = Neighbour(["tiny"]), threading.Event()
+
+    def ctrl_c():  # from the neighbour's first moments (its imports) to its training
+        while not done.is_set():
+            if neighbour._proc.pid is not None:
+                os.kill(neighbour._proc.pid, signal.SIGINT)
+            time.sleep(0.05)
+
+    sender = threading.Thread(target=ctrl_c)
+    sender.start()
+    try:
+        with neighbour:
+            timer = SimpleNamespace(time=lambda fn, repeats, warmup, host: time.sleep(0.5) or [1.0])
+            neighbour.origins(None, timer, 1, 0, False)  # half a second of training beside it
+            done.set()  # no signal to a process stopped and gone
+            sender.join()
+    finally:
+        done.set()
+    assert neighbour._proc.exitcode == 0  # it left its loop at the parent's stop: neither killed nor a traceback
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

@@ -131,8 +131,12 @@ def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
 def test_a_spent_budget_is_reported_with_what_is_left(tmp_path, cpu_env):
     out = _prism(["sample", *SMALL_PLAN, "sampling.budget_s=1", "sampling.ops=[all_reduce,gemm]",
                   f"output_dir={tmp_path}"], cpu_env, timeout=120)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr  # a budget stop resumes: no error
     assert "status       budget" in out.stdout and "larger sampling.budget_s" in out.stdout
+    # the collectives' torchrun outlasts a 1 s budget: a report of 0 rows says why, and how much to give
+    assert "rows         0" in out.stdout
+    assert "note: no row stored: sampling.budget_s=1 ran out during start-up" in out.stderr
+    assert "sampling.budget_s=60 or more" in out.stderr and "same output_dir" in out.stderr
 
 
 @pytest.mark.parametrize("override, message", [
@@ -146,6 +150,18 @@ def test_bad_input_exits_nonzero_with_one_message(tmp_path, capsys, override, me
     err = capsys.readouterr().err.strip()
     assert err.startswith("prism sample: error:") and message in err and len(err.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_more_threads_than_this_process_s_cores_stop_before_any_work(tmp_path, capsys, monkeypatch):
+    """Threads beyond the cores this process may use time each other, not the op: refused,
+    naming the setting, the cores and the fix, as prism measure refuses its ranks'."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert main(["sample", "sampling.threads=3", f"output_dir={tmp_path / 'store'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("prism sample: error: sampling.threads=3: needs 3 cores, this machine has 2")
+    assert "sampling.threads=2 or fewer" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "store").exists()
 
 
 def test_a_gpu_plan_s_collectives_need_a_gpu_per_rank(tmp_path, capsys, monkeypatch):
