@@ -2,9 +2,10 @@
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from predictor.analyses.calibrate import fit_calibration
+from predictor.analyses.calibrate import cross_validate, fit_calibration
 from predictor.analyses.validate import validate
 from predictor.core.errors import PrismError
 from predictor.core.profiles import load_hardware
@@ -44,6 +45,7 @@ def test_fit_reduces_the_error_on_the_layouts_it_saw_and_is_stored(uncalibrated)
     cal = fit_calibration(some, hw, models, draws=50)
     after = validate(some, hw, models, draws=200, calibrations=dict.fromkeys(some.layout_id, cal)).table().median_ape
     assert cal.layouts == 5 and np.sqrt(np.mean(np.log1p(after) ** 2)) < np.sqrt(np.mean(np.log1p(before) ** 2))
+    assert cal.unfitted == ""  # the fifth layout runs tp=2: every number is fitted
     models.save_calibration(directory, cal)
     assert ModelSet.load(directory, hw).calibration == cal
     models.save_calibration(directory, None)  # as a rerun of the suite's validate stage does first
@@ -54,8 +56,48 @@ def test_calibration_needs_three_layouts(uncalibrated):
     hw, _, models = uncalibrated
     frame = read_measurements(MEASURED)
     one = frame[frame.layout_id == frame.layout_id.iloc[0]]
-    with pytest.raises(PrismError, match="needs at least 3"):
+    with pytest.raises(PrismError, match="needs at least 3 measured layouts, and prism calibrate.* 4"):
         fit_calibration(one, hw, models)
+
+
+def _copies(frame, layouts, times):
+    """Rows of ``layouts`` repeated ``times`` times, each copy under a layout_id of its own."""
+    rows = frame[frame.layout_id.isin(layouts)]
+    return pd.concat([rows.assign(layout_id=rows.layout_id + f" copy{i}") for i in range(times)], ignore_index=True)
+
+
+def test_copies_of_one_layout_under_new_ids_are_refused_and_nothing_is_stored(uncalibrated, capsys):
+    """Two layouts copied four times each were fitted as 8 layouts, past the minimum of 3."""
+    from predictor.app.cli import main
+    hw, directory, models = uncalibrated
+    frame = read_measurements(MEASURED)
+    dp1, dp2 = "tiny seq128 dp1 tp1 pp1 mbs1 gbs4 rc=none 1f1b", "tiny seq128 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b"
+    copies = _copies(frame, [dp1, dp2], 4)
+    for fit in (fit_calibration, cross_validate):
+        with pytest.raises(PrismError, match=f"layout '{dp1} copy0' is copied as '{dp1} copy1', .*'{dp2} copy3'"
+                                             f".*drop the copies' rows") as exc:
+            fit(copies, hw, models)
+        assert exc.value.field == "measured"
+    path = directory.parent / "copies.parquet"
+    copies.to_parquet(path)
+    before = (directory / "manifest.json").read_bytes()
+    assert main(["calibrate", f"measured={path}", "hardware=local-cpu", f"models_dir={directory.parent}"]) == 2
+    err = capsys.readouterr().err
+    assert "is copied as" in err and "Traceback" not in err
+    assert (directory / "manifest.json").read_bytes() == before
+
+
+def test_the_tp_overhead_is_not_fitted_without_a_tp_layout_and_says_why(uncalibrated):
+    """Fitted on layouts of tp=1 only, tp_overhead_us stayed at the fit's start (5 us) as if measured."""
+    hw, directory, models = uncalibrated
+    frame = read_measurements(MEASURED)
+    no_tp = [lid for lid in step_times(frame).layout_id.unique() if " tp1 " in lid][:3]
+    cal = fit_calibration(frame[frame.layout_id.isin(no_tp)], hw, models, draws=50)
+    assert cal.layouts == 3 and cal.tp_overhead_us == 0.0 and cal.compute_scale != 1.0
+    assert "tp_overhead_us: no measured layout has tp>1" in cal.unfitted
+    models.save_calibration(directory, cal)
+    assert ModelSet.load(directory, hw).calibration == cal
+    models.save_calibration(directory, None)
 
 
 def test_steps_no_calibration_explains_are_refused_and_nothing_is_stored(uncalibrated):

@@ -14,12 +14,13 @@ pytest.importorskip("torch")
 
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError  # noqa: E402
-from predictor.core.profiles import load_model, section
+from predictor.core.profiles import load_hardware, load_model, section
 from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.data.measurements import (  # noqa: E402
     COLUMNS,
     join_passes,
     layout_configs,
+    measured_workloads,
     pass_repeatability,
     read_measurements,
     step_times,
@@ -52,6 +53,9 @@ def test_one_rank_then_a_pipeline_layout_appends(tmp_path):
     model, par = layout_configs(frame, second.layout_id)
     assert model == load_model("tiny")
     assert (par.pp, par.global_batch_size, par.recompute) == (2, 4, "full")
+    # what prism measure writes passes the checks that refuse a layout contradicting its id or its ranks
+    works = measured_workloads(frame, load_hardware("local-cpu"))
+    assert [lid for lid, _, _ in works] == [first.layout_id, second.layout_id]
 
 
 def test_passes_of_a_layout_join_into_one_run(tmp_path):
@@ -104,7 +108,7 @@ def test_a_timeout_stops_the_run_and_keeps_the_file(tmp_path):
     (["parallel.cp=2"], "parallel.cp"),
     (["parallel.sharding=zero1"], "parallel.sharding"),
     (["parallel.schedule=zero_bubble"], "parallel.schedule"),
-    (["parallel.sequence_parallel=true"], "parallel.sequence_parallel"),
+    (["parallel.tp=2", "parallel.sequence_parallel=true"], "parallel.sequence_parallel"),  # at tp=1 it is off
     (["parallel.attention=unfused"], "parallel.attention"),
     (["parallel.recompute=per_op"], "parallel.recompute"),
     (["parallel.tp=3"], "model.num_heads"),

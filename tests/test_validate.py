@@ -97,3 +97,70 @@ def test_a_lent_gpu_s_layouts_are_predicted_as_the_reference_workload_runs_them(
     for _, work, steps in works:
         ops = {c.op for st in work.stages for c in st.forward + st.backward + st.step}
         assert {"master_weights", "grad_accumulate"} <= ops and len(steps) == 15
+
+
+SUITE = "tiny seq128 dp1 tp1 pp1 mbs1 gbs4 rc=none 1f1b"
+
+
+@pytest.fixture
+def one_layout():
+    """The rows of one layout of a shipped measurement file: one rank, 30 steps."""
+    from predictor.data.measurements import read_measurements
+    from tests.conftest import ROOT
+    frame = read_measurements(ROOT / "measurements" / "local-cpu-suite.parquet")
+    return frame[frame.layout_id == SUITE].reset_index(drop=True)
+
+
+def test_a_layout_whose_settings_contradict_its_id_or_its_ranks_is_refused(one_layout):
+    """parallel_json tp=2 over the steps of one rank was predicted silently as a tp=2 job."""
+    from predictor.analyses.validate import validate
+    from predictor.core.errors import PrismError
+    from predictor.core.profiles import load_hardware
+    from predictor.data.measurements import read_measurements
+    from tests.conftest import ROOT
+    hw = load_hardware("local-cpu")
+    tp2 = one_layout.assign(parallel_json=json.dumps(json.loads(one_layout.parallel_json[0]) | {"tp": 2}))
+    with pytest.raises(PrismError, match=f"layout '{SUITE}': its parallel_json says tp=2 but its layout_id says "
+                                         f"tp1") as exc:
+        validate(tp2, hw, None)
+    assert exc.value.field == "measured"
+    renamed = tp2.assign(layout_id=SUITE.replace("tp1", "tp2"))
+    with pytest.raises(PrismError, match=r"rows hold rank\(s\) 0 but its parallel_json \(dp=1 tp=2 pp=1 cp=1\) "
+                                         r"needs ranks 0 to 1"):
+        validate(renamed, hw, None)
+    frame = read_measurements(ROOT / "measurements" / "local-cpu-suite.parquet")
+    dp2 = frame[(frame.layout_id == "tiny seq128 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b") & (frame["rank"] == 0)]
+    with pytest.raises(PrismError, match="rows hold rank"):  # a rank's rows lost
+        validate(dp2, hw, None)
+
+
+def test_distribution_scores_of_few_steps_and_a_job_the_memory_cannot_hold_are_noted(one_layout):
+    """llama3-8b over one CPU rank's step scored a median error of 19,195,445% with no word,
+    and one step a KS distance and a coverage as if it were a distribution."""
+    from dataclasses import asdict
+
+    from predictor.analyses.validate import validate
+    from predictor.core.profiles import load_hardware, load_model
+    hw = load_hardware("local-cpu")
+    assert validate(one_layout, hw, None, draws=200).notes == []  # 30 steps of tiny
+    few = one_layout[one_layout.step < 3]
+    (only,) = validate(few, hw, None, draws=200).notes
+    assert only == (f"layout '{SUITE}': 3 step(s) measured: ks and coverage_80 compare distributions and need at "
+                    f"least 5 steps; measure more (measure.steps=30)")
+    big = few.assign(model_json=json.dumps(asdict(load_model("llama3-8b")) | {"seq_length": 128}))
+    result = validate(big, hw, None, draws=200)
+    assert any(n.startswith(f"layout '{SUITE}': DOES NOT FIT: ") and "of local-cpu's 24 GiB" in n
+               for n in result.notes)
+    assert len(result.scores[0].to_dict()["notes"]) == 2  # in prism validate --json too
+
+
+def test_a_hardware_with_no_profile_is_not_suggested(one_layout):
+    from predictor.core.errors import PrismError
+    from predictor.core.profiles import load_hardware
+    from predictor.data.measurements import measured_on
+    with pytest.raises(PrismError, match="no-such-gpu has no profile in conf/hardware .*add "
+                                         "conf/hardware/no-such-gpu.yaml") as exc:
+        measured_on(one_layout.assign(hardware="no-such-gpu"), load_hardware("local-cpu"))
+    assert exc.value.field == "hardware" and "give hardware=no-such-gpu" not in str(exc.value)
+    with pytest.raises(PrismError, match="the file was measured on h200; give hardware=h200$"):
+        measured_on(one_layout.assign(hardware="h200"), load_hardware("local-cpu"))

@@ -35,33 +35,55 @@ def _fit(works: list[Workload], medians: np.ndarray, models, draws: int, start: 
          cache: QuantileCache | None = None, tol: float = TOLERANCE) -> Calibration:
     # the operator quantiles do not depend on the calibration: look them up once for the fit
     cache = cache or QuantileCache(models, works[0].hardware)
+    # without a tp>1 layout no residual moves with tp_overhead_us: least squares would leave it where it
+    # started (START's 5 us) and store that as if measured, so it keeps its neutral value instead
+    free = np.array([True, True, any(w.parallel.tp > 1 for w in works)])
+    neutral = Calibration()
+    values = np.array([neutral.compute_scale, neutral.op_overhead_us, neutral.tp_overhead_us])
+
+    def calibration(theta) -> list[float]:
+        full = values.copy()
+        full[free] = np.exp(theta)
+        return [float(v) for v in full]
 
     def residuals(theta):
-        cal = Calibration(*(float(v) for v in np.exp(theta)))
+        cal = Calibration(*calibration(theta))
         pred = [np.median(compose(w, models, draws=draws, seed=0, cache=cache, calibration=cal).draws)
                 for w in works]
         return np.log(np.asarray(pred) / medians)
 
-    # log-parameters keep every factor positive
-    low, high = np.log(LOW), np.log(HIGH)
-    x0 = np.clip(np.log([start.compute_scale, start.op_overhead_us, start.tp_overhead_us]), low, high)
+    # log-parameters keep every factor positive; a neutral 0 in ``start`` (a term left unfitted) starts at its bound
+    low, high = np.log(LOW)[free], np.log(HIGH)[free]
+    x0 = np.log(np.clip([start.compute_scale, start.op_overhead_us, start.tp_overhead_us], LOW, HIGH))[free]
     fit = least_squares(residuals, x0=x0, diff_step=1e-3, bounds=(low, high), xtol=tol, ftol=tol)
-    return Calibration(*(float(v) for v in np.exp(fit.x)), layouts=len(works),
-                       rms_log_error=float(np.sqrt(np.mean(fit.fun ** 2))))
+    return Calibration(*calibration(fit.x), layouts=len(works), rms_log_error=float(np.sqrt(np.mean(fit.fun ** 2))),
+                       unfitted="" if free[2] else "tp_overhead_us: no measured layout has tp>1, so no step shows a "
+                                                   "tensor-parallel job's overhead; measure a tp=2 layout to fit it")
 
 
 def _workloads(measured: pd.DataFrame, hw: HardwareConfig) -> tuple[list[str], list[Workload], np.ndarray]:
     layouts = measured_workloads(measured, hw)
+    # copies of one layout under new ids would each count as a layout: the fit's minimum met by one job
+    ids_of: dict[str, list[str]] = {}
+    for lid, work, _ in layouts:
+        ids_of.setdefault(repr((work.model, work.parallel)), []).append(lid)
+    copies = [f"layout {ids[0]!r} is copied as {', '.join(map(repr, ids[1:]))}" for ids in ids_of.values()
+              if len(ids) > 1]
+    if copies:
+        raise PrismError(f"measured: {'; '.join(copies)} (the same model_json and parallel_json under another "
+                         f"layout_id); calibration counts each layout once: drop the copies' rows", field='measured')
     return ([lid for lid, _, _ in layouts], [w for _, w, _ in layouts],
             np.array([np.median(t) for _, _, t in layouts]))
 
 
 def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100) -> Calibration:
-    """Fit the three numbers to every layout of ``measured`` (at least 3 layouts)."""
+    """Fit the three numbers to every layout of ``measured`` (at least 3 layouts; a number no
+    layout bears on, tp_overhead_us without a tp>1 layout, stays neutral and is named in ``unfitted``)."""
     _, works, medians = _workloads(measured, hw)
     if len(works) < 3:
         raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
-                         f"measured layouts (prism measure ... out=FILE, several times)", field='measured')
+                         f"measured layouts, and prism calibrate, which also predicts each layout from a fit on the "
+                         f"others, 4 (prism measure ... out=FILE, several times)", field='measured')
     cal = _fit(works, medians, models, draws)
     numbers = {"compute_scale": cal.compute_scale, "op_overhead_us": cal.op_overhead_us,
                "tp_overhead_us": cal.tp_overhead_us}

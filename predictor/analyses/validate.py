@@ -13,7 +13,9 @@ measured steps (the slowest rank of each) are scored against it:
 - ``p95_p50_pred`` / ``p95_p50_meas``: the tail ratio each side sees (the within-run
   spread, step-time variability);
 - ``median_in_80``: whether the 80% predictive interval of the median step
-  (:mod:`predictor.analyses.doubt`) holds the measured median.
+  (:mod:`predictor.analyses.doubt`) holds the measured median;
+- ``notes``: why a layout's scores mean less than they seem (too few steps for a
+  distribution, a job the hardware's memory cannot hold); :attr:`Validation.notes` lists them.
 
 :func:`validate_published` scores a table of published runs the same way a user meets
 them: each row's measured step against the predictive distribution of its median step
@@ -23,7 +25,7 @@ PIT histogram).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -38,6 +40,7 @@ from predictor.engine.compose import compose
 from predictor.engine.draws import cdf_at
 from predictor.latency.artifacts import ModelSet, evidence_tier
 from predictor.latency.lookup import QuantileCache
+from predictor.workload.memory import memory_per_gpu
 
 
 @dataclass
@@ -56,6 +59,7 @@ class LayoutScore:
     p95_p50_pred: float
     predictive_80_s: tuple[float, float] | None = None  # the 80% interval of the median step
     median_in_80: bool | None = None
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,6 +74,10 @@ class Validation:
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([s.to_dict() for s in self.scores])
 
+    @property
+    def notes(self) -> list[str]:
+        return [f"layout {s.layout_id!r}: {note}" for s in self.scores for note in s.notes]
+
     def summary(self) -> dict:
         t = self.table()
         spread_ok = (t.p95_p50_pred / t.p95_p50_meas - 1).abs() <= 0.05
@@ -78,6 +86,11 @@ class Validation:
                 "coverage_80_median": float(t.coverage_80.median()), "p95_ape_median": float(t.p95_ape.median()),
                 "median_in_80_share": float(t.median_in_80.mean()) if t.median_in_80.notna().all() else None,
                 "spread_within_5pct": int(spread_ok.sum())}
+
+
+#: Fewer measured steps make no distribution: the KS distance and the 80% coverage of one step are
+#: 0 or 1 by where it fell, and of four no finer than a quarter.
+MIN_DISTRIBUTION_STEPS = 5
 
 
 def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> LayoutScore:
@@ -90,7 +103,10 @@ def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> Layout
         measured_p95_s=float(m95), predicted_p95_s=float(p95), median_ape=float(abs(p50 - m50) / m50),
         p95_ape=float(abs(p95 - m95) / m95), ks=float(ks_2samp(d, t).statistic),
         coverage_80=float(np.mean((t >= p10) & (t <= p90))), p95_p50_meas=float(m95 / m50),
-        p95_p50_pred=float(p95 / p50))
+        p95_p50_pred=float(p95 / p50),
+        notes=[f"{len(t)} step(s) measured: ks and coverage_80 compare distributions and need at least "
+               f"{MIN_DISTRIBUTION_STEPS} steps; measure more (measure.steps=30)"]
+        if len(t) < MIN_DISTRIBUTION_STEPS else [])
 
 
 def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet | None, *, draws: int = 4000,
@@ -111,6 +127,13 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet 
         dist = compose(work, models, draws=draws, seed=seed, cache=cache,
                        calibration=(calibrations or {}).get(layout_id))
         s = score(layout_id, dist.draws, t)
+        # as prism predict says DOES NOT FIT: predicted, but the steps cannot be this job's on this machine
+        mem = memory_per_gpu(work.model, work.parallel, flash_attention=work.parallel.attention != "unfused")
+        if not mem.fits(hardware):
+            s.notes.append(f"DOES NOT FIT: {mem.total_gib:.1f} GiB per rank of {hardware.name}'s "
+                           f"{hardware.memory.capacity_gib:g} GiB, so these steps cannot be this job's on it and its "
+                           f"errors mean nothing; check the layout's model_json and parallel_json, or the profile's "
+                           f"memory.capacity_gib")
         if doubt_model is not None:  # the reference workload runs PyTorch's own parallelism: "other"
             lo, hi = predictive_report(doubt_of(work, dist, tier, "other", doubt_model))["interval_s"]["80%"]
             s.predictive_80_s, s.median_in_80 = (lo, hi), bool(lo <= s.measured_p50_s <= hi)

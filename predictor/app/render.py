@@ -241,7 +241,8 @@ def format_validation(v: Validation) -> str:
             f"{s['ks_median']:.3f}; median 80% coverage {s['coverage_80_median']:.1%}; within-run spread "
             f"(p95/p50) within 5% of the measured in {s['spread_within_5pct']} of {s['layouts']}"
             + (f"; the 80% predictive interval holds the measured median in {s['median_in_80_share']:.0%}"
-               if s["median_in_80_share"] is not None else ""))
+               if s["median_in_80_share"] is not None else "")
+            + "".join(f"\nnote  {n}" for n in v.notes))
 
 
 def format_published_validation(v: PublishedValidation) -> str:

@@ -24,6 +24,7 @@ file + rename): an existing file is only ever replaced by a complete one.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
+from predictor.core.profiles import group_options
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.store import atomic_write_table
 from predictor.workload.decompose import Workload, decompose
@@ -98,9 +100,16 @@ def measured_on(measured: pd.DataFrame, hw) -> None:
     """One error naming ``hardware`` unless every row of ``measured`` was measured on ``hw``:
     steps of one machine say nothing of another's models."""
     other = sorted(set(measured.hardware) - {hw.name})
-    if other:
-        raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; "
-                         f"give hardware={other[0]}", field='hardware')
+    if not other:
+        return
+    profiles = group_options("hardware")
+    if other[0] in profiles:
+        fix = f"give hardware={other[0]}"
+    else:  # naming a profile that does not exist only trades this error for "no such hardware"
+        fix = (f"{other[0]} has no profile in conf/hardware (there: {', '.join(profiles)}); add "
+               f"conf/hardware/{other[0]}.yaml (a copy of the nearest profile, its numbers changed), then "
+               f"prism sample and prism train hardware={other[0]}")
+    raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; {fix}", field='hardware')
 
 
 def read_measurements(path) -> pd.DataFrame:
@@ -162,6 +171,29 @@ def layout_configs(frame: pd.DataFrame, layout_id: str) -> tuple[ModelConfig, Pa
 REFERENCE_FRAMEWORK = "eager"
 
 
+#: The settings a ``prism measure`` layout_id spells (``sampling.measure.layout_id``), as its words start.
+_ID_WORDS = {"dp": "dp", "tp": "tp", "pp": "pp", "mbs": "micro_batch_size", "gbs": "global_batch_size"}
+
+
+def _check_layout(frame: pd.DataFrame, layout_id: str, par: ParallelConfig) -> None:
+    """One error naming the layout unless its id and its rows are of the job ``par`` describes:
+    a file edited by hand (parallel_json tp=2 over the steps of one rank) would otherwise be
+    predicted as the job it names, and scored against the steps of another."""
+    for word in str(layout_id).split():
+        key = re.fullmatch(r"([a-z]+)(\d+)", word)
+        setting = _ID_WORDS.get(key[1]) if key else None
+        if setting and int(key[2]) != getattr(par, setting):
+            raise PrismError(f"measured: layout {layout_id!r}: its parallel_json says {setting}="
+                             f"{getattr(par, setting)} but its layout_id says {word}; the two describe different "
+                             f"jobs: measure the layout again with prism measure", field="measured")
+    ranks = sorted(set(frame.loc[frame.layout_id == layout_id, "rank"]))
+    if ranks != list(range(par.world_size)):
+        shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+        raise PrismError(f"measured: layout {layout_id!r}: its rows hold rank(s) {shown} but its parallel_json "
+                         f"(dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp}) needs ranks 0 to {par.world_size - 1}; "
+                         f"measure the layout again with prism measure", field="measured")
+
+
 def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[str, Workload, np.ndarray]]:
     """Per measured layout, in file order: its id, its workload on ``hw`` and its step times (s)."""
     out = []
@@ -171,6 +203,7 @@ def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[st
             work = decompose(model, par, hw, par.world_size, framework=REFERENCE_FRAMEWORK)
         except PrismError as exc:  # "parallel.tp=0" alone would read as a setting of the command line
             raise PrismError(f"measured: layout {layout_id!r}: {exc}", field=exc.field) from None
+        _check_layout(frame, layout_id, work.parallel)  # its global batch resolved, as it is predicted
         out.append((layout_id, work, group.step_time_s.to_numpy()))
     return out
 

@@ -21,7 +21,8 @@ machine's measured steps still show beyond them (``prism calibrate``).
 
 They are fitted by least squares on ``log(predicted median / measured median)`` over
 the measured layouts and stored in the hardware's model manifest (``calibration``), so
-every prediction on that hardware uses them. Fitting them is an analysis
+every prediction on that hardware uses them; one that no measured layout bears on (``tp_overhead_us``
+without a tp>1 layout) keeps its neutral value, named in ``unfitted``. Fitting them is an analysis
 (:mod:`predictor.analyses.calibrate`); :func:`~predictor.analyses.calibrate.cross_validate` scores the idea
 honestly: each layout is predicted with factors fitted on the other layouts only.
 """
@@ -39,6 +40,7 @@ class Calibration:
     tp_overhead_us: float = 0.0
     layouts: int = 0  # how many measured layouts it was fitted on
     rms_log_error: float = 0.0  # of the fit on those layouts
+    unfitted: str = ""  # the numbers left at their neutral value, and why
     source: str = "measured steps"
 
     def to_dict(self) -> dict:
