@@ -147,3 +147,66 @@ def test_cli_imports_each_named_hardware(tmp_path, capsys):
     assert [r["hardware"] for r in reports] == ["b200"] and (tmp_path / "microbench-b200.parquet").exists()
     assert main(["import-microbench", str(MICROBENCH), "hardware=b200"]) == 2
     assert "out=DIR is required" in capsys.readouterr().err
+
+
+def _copy(tmp_path, edit=None):
+    """A copy of data/microbench in ``tmp_path``/microbench; ``edit(name, frame)`` returns
+    the frame each table is written back as."""
+    folder = tmp_path / "microbench"
+    folder.mkdir()
+    for path in MICROBENCH.glob("*.csv"):
+        frame = pd.read_csv(path)
+        (edit(path.name, frame) if edit else frame).to_csv(folder / path.name, index=False)
+    return folder
+
+
+def test_tables_cut_to_their_headers_write_no_run(tmp_path, capsys):
+    from predictor.app.cli import main
+    from predictor.core.errors import PrismError
+    folder = _copy(tmp_path, lambda name, frame: frame.head(0))
+    with pytest.raises(PrismError, match="no rows for hardware=b200 .*only their headers; nothing written") as err:
+        import_microbench(folder, "b200", tmp_path / "out")
+    assert err.value.field == str(folder)
+    assert main(["import-microbench", str(folder), f"out={tmp_path / 'out'}"]) == 2
+    assert "no rows for hardware=h100-sxm" in capsys.readouterr().err
+    assert not list(tmp_path.glob("out/*.parquet"))
+
+
+def test_a_hardware_without_rows_of_its_own_is_named_with_its_keys(tmp_path):
+    from predictor.core.errors import PrismError
+    folder = _copy(tmp_path, lambda name, frame: frame[frame.device_key != "sm_100_B200"] if "device_key" in frame
+                   else frame)
+    with pytest.raises(PrismError, match=r"no rows for hardware=b200 .*none of their \d+ rows .*keys sm_100_B200"):
+        import_microbench(folder, "b200", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_row_left_out_is_counted_by_reason(tmp_path):
+    """20 B200 GEMM rows given m=0 and 20 a negative latency: each costs its forward row,
+    and the backward rows that needed it, and the report counts each one."""
+    def damage(name, frame):
+        if name == "op_gemm_xla_perf_table.csv":
+            rows = frame.index[(frame.device_key == "sm_100_B200") & (frame.dtype == "bf16xbf16->bf16")]
+            frame.loc[rows[:20], "m"] = 0
+            frame.loc[rows[20:40], "time_us_derived"] = -1.0
+        return frame
+
+    clean = import_microbench(MICROBENCH, "b200", tmp_path / "clean")
+    damaged = import_microbench(_copy(tmp_path, damage), "b200", tmp_path / "damaged")
+    assert clean.left_out == {}
+    assert sum(damaged.rows.values()) + sum(damaged.left_out.values()) == sum(clean.rows.values())
+    assert damaged.left_out["shape not positive (a size missing, 0 or below)"] == 20
+    assert damaged.left_out["latency missing or not a positive number"] == 20
+    assert damaged.left_out["gemm backward: its forward or a gradient GEMM (m, k, n / k, n, m) left out"] > 40
+    rows = read_samples(damaged.run_file)
+    assert (rows.latency_us > 0).all() and (rows.loc[rows.op == "gemm", ["m", "n", "k"]] > 0).all(axis=None)
+
+
+def test_a_repeated_gemm_shape_is_counted_not_a_crash(tmp_path):
+    def repeat(name, frame):
+        if name == "op_gemm_xla_perf_table.csv":
+            return pd.concat([frame, frame[frame.device_key == "sm_100_B200"].head(2)])
+        return frame
+
+    report = import_microbench(_copy(tmp_path, repeat), "b200", tmp_path / "out")
+    assert report.left_out == {"gemm shape repeated in the table (its first row kept)": 2}

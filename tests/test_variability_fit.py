@@ -14,11 +14,12 @@ from predictor.core.specs import ParallelConfig, RegressorConfig
 from predictor.data.store import read_samples
 from predictor.engine.compose import compose
 from predictor.latency.artifacts import ModelSet, models_dir, train
-from predictor.latency.variability_fit import MIN_US, fit_variability
+from predictor.latency.variability_fit import MIN_US, fit_drift, fit_sigma, fit_spatial, fit_variability
 from predictor.latency.variability_profile import VARIABILITY_FILE, read_variability, variability_of, write_variability
 from predictor.workload.decompose import decompose
 
 CPU = load_hardware("local-cpu")
+H100 = load_hardware("h100-sxm")
 SAMPLES = REPO_ROOT / "samples" / "local-cpu"
 
 
@@ -91,8 +92,42 @@ def test_a_store_timed_before_rounds_keeps_the_cited_figures():
     assert fit_variability(read_samples(SAMPLES), CPU) is None
 
 
-def _with(measured) -> ModelSet:
-    return ModelSet(CPU, (0.05, 0.5, 0.95), {}, {}, measured)
+def _with(measured, hw=CPU) -> ModelSet:
+    return ModelSet(hw, (0.05, 0.5, 0.95), {}, {}, measured)
+
+
+def _in_rounds(rows: pd.DataFrame, rounds: int = 3) -> pd.DataFrame:
+    """``rows``, timed shape by shape, stamped as ``prism sample`` times them in rounds
+    (sampling.rounds): each shape's repeats split over ``rounds`` passes over the run, the
+    first taking the remainder, each pass after the one before."""
+    stamp = pd.to_datetime(rows["timestamp"], utc=True)
+    span = stamp.max() - stamp.min() + pd.Timedelta(seconds=2)
+    per_shape = rows.groupby(["op", "pass", "m", "n", "k", "dtype"])["repeat"].transform("size")
+    return rows.assign(timestamp=stamp + span * (rows["repeat"] * rounds // per_shape))
+
+
+def test_a_drift_the_samples_cannot_tell_from_zero_keeps_the_cited_figure():
+    """A 7.5 s H100 run's gemms, timed in 3 rounds: 4 shape groups of 200 us or more show
+    a drift whose 90% interval reaches 0; fitted as the temporal sigma it would replace the
+    profile's cited figure with what seconds of samples cannot tell from none at all."""
+    rows = read_samples(REPO_ROOT / "samples" / "h100")
+    gemms = _in_rounds(rows[(rows.run_id == "h100-sxm-20261126T062140-33dd26") & (rows.op == "gemm")])
+    drift = fit_drift(gemms)
+    assert drift.interval90[0] == 0.0 and drift.shapes == 4
+    fitted = fit_variability(gemms, H100)
+    assert "temporal" not in fitted.sigmas and "one host" in fitted.sigmas["spatial"].basis
+    assert (f"cited figure kept for temporal {H100.variability.temporal_cv:g} (fitted {drift.sigma:.3g}, 90% 0-"
+            f"{drift.interval90[1]:.3g}, 4 shape groups)") in fitted.method
+    v = variability_of(H100, _with(fitted, H100))
+    assert v.spec.temporal_cv == H100.variability.temporal_cv and v.to_dict()["temporal"]["source"] == "cited"
+
+
+def test_a_regime_the_rounds_cannot_tell_from_zero_keeps_the_cited_figure():
+    rows, *_ = _store(regime=0.0)
+    fitted = fit_variability(rows, CPU)
+    assert set(fitted.sigmas) == {"temporal", "spatial"}  # the drift stands: its interval is well above 0
+    assert "cited figure kept for regime" in fitted.method and "60 rounds" in fitted.method
+    assert variability_of(CPU, _with(fitted)).spec.comm_regime_cv == CPU.variability.comm_regime_cv
 
 
 def test_the_composer_uses_the_measured_file_when_present_and_the_cited_figures_when_not():
@@ -172,8 +207,9 @@ def test_spatial_is_fitted_from_per_rank_medians_of_the_same_shapes():
 
 def test_equal_ranks_fit_no_spatial_spread_from_the_medians_own_noise():
     rows, _ = _ranked_store(spatial=0.0)
-    s = fit_variability(rows, CPU).sigmas["spatial"]
+    s = fit_spatial(rows, fit_sigma(rows, "compute ops' repeats"))
     assert s.sigma < 0.006  # uncorrected, the medians of 10 repeats would scatter by ~0.016
+    assert s.interval90[0] == 0.0 and fit_variability(rows, CPU) is None  # no spread told from 0: the cited stays
 
 
 def test_the_composer_takes_a_measured_spatial_sigma():

@@ -16,11 +16,11 @@ quantiles cannot hold is what calls *share*: the composer's per-step factors.
               compute rows of several hosts without rank tags (the profile's cited
               figure stays).
 
-A store that cannot show a component (timed before rounds, imported) leaves it to the
-profile's cited figure. The spread of one shape's repeats is no per-step factor: fitted
-as the temporal sigma, it put the within-run spread of 5 of the 16 suite layouts within
-5% of the measured, against 10 with the cited figures (2026-11-22), the calls' own jitter
-counted twice.
+A store that cannot show a component (timed before rounds, imported), or whose fit of it
+cannot be told from 0 (step 8), leaves it to the profile's cited figure. The spread of
+one shape's repeats is no per-step factor: fitted as the temporal sigma, it put the
+within-run spread of 5 of the 16 suite layouts within 5% of the measured, against 10
+with the cited figures (2026-11-22), the calls' own jitter counted twice.
 
 Method, per component:
 
@@ -70,6 +70,15 @@ Method, per component:
    call to call (suite run GG: a sigma of 0.82), which their quantiles hold; the step's
    shared regime is what their rounds share (0.20 on GG's sample, against 0.52 from the
    repeats' whole spread, which would count the calls' own spread twice).
+8. A fitted sigma replaces the profile's cited figure only where the samples tell it from
+   0: the sigma and the lower end of its 90% interval above 0 (a bootstrap over few groups
+   can leave the fit below its own interval), over at least :data:`MIN_GROUPS` shape
+   groups (rounds, for regime; one group's resamples are all alike, so its interval bounds
+   nothing). A short sample often cannot: samples/h100's 7.5 s run, its gemms re-timed in
+   3 rounds, fits 0.0085 (90% 0-0.0225); a fit of 0 from such a sample, used, would be a
+   machine that never drifts, where the GPU profiles cite drift over days (Llama 3's
+   diurnal swing). Such a component keeps the cited figure, and ``method`` names it, its
+   fit and why.
 """
 from __future__ import annotations
 
@@ -82,7 +91,7 @@ import pandas as pd
 from predictor.core.ops import OPS
 from predictor.core.specs import HardwareConfig
 from predictor.latency.artifacts import data_hash, shape_groups
-from predictor.latency.variability_profile import MeasuredVariability, Sigma
+from predictor.latency.variability_profile import COMPONENTS, MeasuredVariability, Sigma
 
 #: Shortest group median (us) whose repeats count (module docstring, step 2).
 MIN_US = 200.0
@@ -98,6 +107,9 @@ MIN_REPEATS = 3
 SAMPLED = "sampled"
 #: Bootstrap resamples of the shape groups for each interval.
 BOOTSTRAP = 1000
+#: Fewest shape groups (rounds, for regime) a fitted sigma needs to replace the cited one
+#: (module docstring, step 8).
+MIN_GROUPS = 2
 #: 1 / Phi^-1(3/4): the MAD of a normal is this many times smaller than its sigma.
 MAD_TO_SIGMA = 1.4826
 
@@ -259,36 +271,43 @@ def fit_spatial(rows: pd.DataFrame, temporal: Sigma, seed: int = 0) -> Sigma | N
                  f"per-rank medians of the same shapes ({n_ranks} ranks), less the medians' own noise")
 
 
+def _told_from_zero(s: Sigma) -> bool:
+    """Whether the samples tell the fitted ``s`` from 0 (module docstring, step 8)."""
+    return min(s.sigma, s.interval90[0]) > 0 and s.shapes >= MIN_GROUPS
+
+
 def fit_variability(samples: pd.DataFrame, hw: HardwareConfig, seed: int = 0) -> MeasuredVariability | None:
     """``hw``'s temporal, spatial and regime sigmas from the repeats of ``samples`` (module
-    docstring), or None where they show none of them: no shape timed in rounds, no
-    collective round, no second rank (imported rows are summaries, not timed repeats). A
-    component they cannot show is left out: the profile's cited figure stays for it."""
+    docstring), or None where they leave none to use: no shape timed in rounds, no
+    collective round, no second rank (imported rows are summaries, not timed repeats), or
+    only fits they cannot tell from 0 (step 8). A component they cannot show is left out:
+    the profile's cited figure stays for it, and ``method`` says so of one fitted as
+    indistinguishable from 0."""
     rows = samples[(samples["hardware"] == hw.name) & (samples["latency_us"] > 0)]
     if "origin" in rows:  # imported rows' ``repeat`` numbers summary values, not timed repeats
         rows = rows[rows["origin"].fillna(SAMPLED) == SAMPLED]
     collective = rows["op"].map(lambda op: OPS[op].collective).astype(bool)
-    sigmas = {}
-    temporal = fit_drift(rows[~collective], seed)
-    if temporal is not None:
-        sigmas["temporal"] = temporal
-    regime = fit_shared_regime(rows[collective], seed)
-    if regime is not None:
-        sigmas["regime"] = regime
     ranked = "rank" in rows and rows.loc[~collective, "rank"].nunique() > 1
     within = fit_sigma(rows[~collective], "compute ops' repeats", seed) if ranked else None  # spatial's noise alone
-    spatial = fit_spatial(rows[~collective], within, seed) if within is not None else None
-    if spatial is not None:
-        sigmas["spatial"] = spatial
+    fitted = {"temporal": fit_drift(rows[~collective], seed), "regime": fit_shared_regime(rows[collective], seed),
+              "spatial": fit_spatial(rows[~collective], within, seed) if within is not None else None}
+    fitted = {k: s for k, s in fitted.items() if s is not None}
+    sigmas = {k: s for k, s in fitted.items() if _told_from_zero(s)}
+    one_rank = "rank" not in rows or rows.loc[~collective, "rank"].nunique() <= 1
+    if fitted and "spatial" not in fitted and one_rank and (
+            "host" not in rows or rows.loc[~collective, "host"].nunique() <= 1):
+        sigmas["spatial"] = Sigma(0.0, (0.0, 0.0), 0, 0, "one host: no GPU-to-GPU spread to see")
     if not sigmas:
         return None
-    one_rank = "rank" not in rows or rows.loc[~collective, "rank"].nunique() <= 1
-    if spatial is None and one_rank and ("host" not in rows or rows.loc[~collective, "host"].nunique() <= 1):
-        sigmas["spatial"] = Sigma(0.0, (0.0, 0.0), 0, 0, "one host: no GPU-to-GPU spread to see")
+    cited = [f"{k} {getattr(hw.variability, COMPONENTS[k]):g} (fitted {s.sigma:.3g}, 90% {s.interval90[0]:.3g}-"
+             f"{s.interval90[1]:.3g}, {s.shapes} {'rounds' if k == 'regime' else 'shape groups'})"
+             for k, s in fitted.items() if k not in sigmas]
+    method = METHOD + (f"; the profile's cited figure kept for {', '.join(cited)}: the samples cannot tell the fit "
+                       f"from 0 (a sigma or interval reaching 0, or under {MIN_GROUPS} groups)" if cited else "")
     used = rows[["op", "pass", "latency_us"] + (["run_id"] if "run_id" in rows else [])]
     runs = sorted(map(str, rows["run_id"].dropna().unique())) if "run_id" in rows else []
     ranks = rows[["host", "rank"]].drop_duplicates() if {"host", "rank"} <= set(rows) else rows[[]].head(1)
-    return MeasuredVariability(hw.name, sigmas, METHOD,
+    return MeasuredVariability(hw.name, sigmas, method,
                                {"run_ids": runs, "rows": int(len(rows)), "rows_hash": data_hash(used),
                                 "ranks": max(1, int(len(ranks)))},
                                datetime.now(timezone.utc).isoformat())

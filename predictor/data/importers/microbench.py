@@ -16,7 +16,9 @@ What each source gives, and how it maps onto PRISM's vocabulary:
   six times the 67 TFLOP/s fp32 peak). A row faster than the profile's peak is a failed
   measurement (the data README flags H100 fp8) and is left out, counted.
   The backward pass of a GEMM is two GEMMs (dX = dY·Wᵀ, dW = Xᵀ·dY), so
-  ``bwd(m, n, k) = fwd(m, k, n) + fwd(k, n, m)``, both of which the full grid holds.
+  ``bwd(m, n, k) = fwd(m, k, n) + fwd(k, n, m)``, both of which the full grid holds;
+  a shape whose forward row, or either gradient GEMM's, is left out has no backward row,
+  counted too.
 - ``op_flashattention_tflops.csv``: FlashAttention-2 on H100 (what PyTorch's SDPA flash
   backend runs), forward and forward+backward TFLOP/s by sequence length, head dim and
   causal mask. Latency = FLOPs / rate with the benchmark's own FLOP count, which is the
@@ -32,7 +34,12 @@ What each source gives, and how it maps onto PRISM's vocabulary:
   profile's, and are left out; the models' collectives therefore cover one node only
   (manifest ``collective_scope``) and the composer keeps the network prior between nodes.
 
-Each row's ``origin`` is ``microbench:<source>``.
+Each row's ``origin`` is ``microbench:<source>``. Every row the hardware's table rows
+would give but the import leaves out (a failed measurement, a size or latency that is not
+a positive number, a repeated shape, a backward without its forward or gradient GEMMs) is
+counted by reason in the report, so that the rows written and those counted add up. A
+hardware whose tables give no row gets no run (a store of empty runs reads as holding
+none) but one error saying why.
 """
 from __future__ import annotations
 
@@ -44,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.core.errors import PrismError
+from predictor.core.ops import OPS, SHAPE_COLUMNS
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import HardwareConfig
 from predictor.data import store
@@ -64,6 +72,8 @@ _XLA_DTYPE = {"bf16xbf16->bf16": "bfloat16", "f8e4m3fnxf8e4m3fn->bf16": "float8"
 _XLA_COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather",
                    "reduce-scatter": "reduce_scatter", "all-to-all": "all_to_all"}
 _FLASH_IMPLEMENTATION = "FlashAttention-2"
+_NOT_POSITIVE = "latency missing or not a positive number"
+_BAD_SHAPE = "shape not positive (a size missing, 0 or below)"
 IMPORTER_VERSION = 1
 
 
@@ -83,7 +93,8 @@ class MicrobenchReport:
         return "\n".join(lines)
 
 
-def _read(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:
+def _read(path: Path, needed: tuple[str, ...], sizes: dict) -> pd.DataFrame:
+    """The table at ``path``, its rows counted in ``sizes`` (by file name)."""
     if not path.exists():
         raise PrismError(f"{path}: missing; point the import at the microbench folder "
                          f"(data/microbench)", field=str(path))
@@ -91,37 +102,67 @@ def _read(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:
     missing = [c for c in needed if c not in frame]
     if missing:
         raise PrismError(f"{path}: columns {missing} are missing; is this the published layout?", field=str(path))
+    sizes[path.name] = len(frame)
     return frame
 
 
+def _leave_out(frame: pd.DataFrame, bad, reason: str, left_out: dict) -> pd.DataFrame:
+    """``frame`` without the rows ``bad`` marks, counted under ``reason`` in ``left_out``."""
+    if bad.any():
+        left_out[reason] = left_out.get(reason, 0) + int(bad.sum())
+    return frame[~np.asarray(bad)]
+
+
+def _positive(values) -> np.ndarray:
+    """Where ``values`` (a column, or a frame's rows) are finite numbers above 0; NaN is not."""
+    v = np.asarray(values, dtype=float)
+    ok = np.isfinite(v) & (v > 0)
+    return ok.all(axis=1) if ok.ndim == 2 else ok
+
+
 def gemm_rows(table: pd.DataFrame, key: str, hw: HardwareConfig, left_out: dict) -> pd.DataFrame:
-    """Forward rows of one device from the XLA GEMM table, and the backward rows they imply."""
+    """Forward rows of one device from the XLA GEMM table, and the backward rows they imply;
+    each row (forward or backward) left out is counted by reason in ``left_out``."""
     t = table[(table.device_key == key) & table.dtype.isin(list(_XLA_DTYPE))].copy()
+    shapes = len(t)
     t["dtype"] = t.dtype.map(_XLA_DTYPE)
-    too_fast = t.achieved_flops_per_s > np.array([hw.peak(d) for d in t.dtype])
-    if too_fast.any():
-        left_out["gemm faster than the profile's peak (failed measurement)"] = int(too_fast.sum())
-    t = t[~too_fast]
+    # before the backward sums: a bad forward row would hide in a plausible backward latency
+    t = _leave_out(t, ~_positive(t[["b", "m", "n", "k"]]), _BAD_SHAPE, left_out)
+    t = _leave_out(t, ~_positive(t.time_us_derived), _NOT_POSITIVE, left_out)
+    repeated = t.duplicated(["b", "m", "n", "k", "dtype"]).to_numpy()
+    shapes -= int(repeated.sum())  # a repeat's backward is its first row's
+    t = _leave_out(t, repeated, "gemm shape repeated in the table (its first row kept)", left_out)
+    too_fast = (t.achieved_flops_per_s > np.array([hw.peak(d) for d in t.dtype])).to_numpy()
+    t = _leave_out(t, too_fast, "gemm faster than the profile's peak (failed measurement)", left_out)
     fwd = t.rename(columns={"b": "batch"})[["batch", "m", "n", "k", "dtype", "time_us_derived"]]
     times = fwd.set_index(["batch", "m", "n", "k", "dtype"]).time_us_derived
-    # bwd(m, n, k) = dX (m, k, n) + dW (k, n, m); both must have survived the filter.
+    # bwd(m, n, k) = dX (m, k, n) + dW (k, n, m); both must have survived the filters.
     dx = times.reindex(pd.MultiIndex.from_arrays([fwd.batch, fwd.m, fwd.k, fwd.n, fwd.dtype])).to_numpy()
     dw = times.reindex(pd.MultiIndex.from_arrays([fwd.batch, fwd.k, fwd.n, fwd.m, fwd.dtype])).to_numpy()
     bwd = fwd.assign(time_us_derived=dx + dw).dropna(subset=["time_us_derived"])
+    if len(bwd) < shapes:  # every shape of the table would give a backward row, those left out above too
+        left_out["gemm backward: its forward or a gradient GEMM (m, k, n / k, n, m) left out"] = shapes - len(bwd)
     out = pd.concat([fwd.assign(**{"pass": "fwd"}), bwd.assign(**{"pass": "bwd"})], ignore_index=True)
     out["op"] = np.where(out.batch == 1, "gemm", "bmm")
     out.loc[out.op == "gemm", "batch"] = np.nan
     return out.rename(columns={"time_us_derived": "latency_us"}).assign(origin="microbench:xla-gemm")
 
 
-def attention_rows(table: pd.DataFrame, gpu: str) -> pd.DataFrame:
-    """FlashAttention-2 forward and backward latencies of one GPU from the TFLOP/s figures."""
+def attention_rows(table: pd.DataFrame, gpu: str, left_out: dict) -> pd.DataFrame:
+    """FlashAttention-2 forward and backward latencies of one GPU from the TFLOP/s figures;
+    a fwd+bwd row left without a backward is counted in ``left_out``."""
     t = table[(table.gpu == gpu) & (table.implementation == _FLASH_IMPLEMENTATION)].copy()
     t["causal"] = t.causal.astype(str).str.lower().isin(["yes", "true", "1"])
+    shape = ["batch", "n_heads", "seqlen", "head_dim", "causal"]
+    # a repeated shape would pair each of its forward rows with each of its fwd+bwd rows
+    t = _leave_out(t, t.duplicated(shape + ["pass_type"]).to_numpy(),
+                   "attention shape repeated in the table (its first row kept)", left_out)
     fwd_flops = 4.0 * t.batch * t.n_heads * t.seqlen ** 2 * t.head_dim * np.where(t.causal, 0.5, 1.0)
     t["latency_us"] = fwd_flops * np.where(t.pass_type == "fwd", 1.0, 3.5) / (t.tflops.astype(float) * 1e12) * 1e6
-    shape = ["batch", "n_heads", "seqlen", "head_dim", "causal"]
     both = t[t.pass_type == "fwd"].merge(t[t.pass_type == "fwd+bwd"], on=shape, suffixes=("_f", "_fb"))
+    unpaired = int((t.pass_type == "fwd+bwd").sum()) - len(both)
+    if unpaired:
+        left_out["attention fwd+bwd without the forward of its shape (no backward to derive)"] = unpaired
     fwd = t[t.pass_type == "fwd"][shape + ["latency_us"]].assign(**{"pass": "fwd"})
     bwd = both[shape].assign(latency_us=(both.latency_us_fb - both.latency_us_f).to_numpy(), **{"pass": "bwd"})
     out = pd.concat([fwd, bwd], ignore_index=True)
@@ -134,7 +175,8 @@ def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict) ->
     """Intra-node collectives of one system: the XLA table, and nccl-tests where it has the node."""
     key = keys.get("xla_collectives", keys["xla"])
     t = xla[(xla.device_key == key) & xla.opcode.isin(list(_XLA_COLLECTIVE))].copy()
-    size = t.replica_groups.str.extract(r"x\s*(\d+)\s*devices", expand=False).astype(int)
+    # an unreadable group size is NaN, left out with the shapes that are not positive
+    size = pd.to_numeric(t.replica_groups.str.extract(r"x\s*(\d+)\s*devices", expand=False))
     frames = [pd.DataFrame({"op": t.opcode.map(_XLA_COLLECTIVE), "message_bytes": t.tensor_bytes,
                             "group_size": size, "latency_us": t.time_us_derived,
                             "origin": "microbench:xla-collectives"})]
@@ -177,25 +219,35 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
         raise PrismError(f"{source_dir}: {'a file' if source_dir.exists() else 'no such folder'}; give the folder of "
                          f"the published microbenchmark tables (data/microbench)", field=str(source_dir))
     left_out: dict = {}
+    sizes: dict = {}  # table -> its rows, for the error of an import that yields none
     frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv",
-                              ("device_key", "b", "m", "n", "k", "dtype", "achieved_flops_per_s", "time_us_derived")),
-                        keys["xla"], hw, left_out)]
+                              ("device_key", "b", "m", "n", "k", "dtype", "achieved_flops_per_s", "time_us_derived"),
+                              sizes), keys["xla"], hw, left_out)]
     if "xla_collectives" in keys:  # another device's GEMMs (SOURCES): the origin names it
         frames[0]["origin"] = f"microbench:xla-gemm:{keys['xla']}"
     if "flash" in keys:
         frames.append(attention_rows(_read(source_dir / "op_flashattention_tflops.csv",
                                            ("gpu", "implementation", "pass_type", "causal", "head_dim", "n_heads",
-                                            "seqlen", "batch", "tflops")), keys["flash"]))
-    nccl = _read(source_dir / "comm_nccl_tests_allreduce.csv",
-                 ("system", "ranks", "nodes", "size_bytes", "oop_time_us", "ip_time_us")) if "nccl" in keys else None
+                                            "seqlen", "batch", "tflops"), sizes), keys["flash"], left_out))
+    nccl = _read(source_dir / "comm_nccl_tests_allreduce.csv", ("system", "ranks", "nodes", "size_bytes", "oop_time_us",
+                                                                 "ip_time_us"), sizes) if "nccl" in keys else None
     frames.append(collective_rows(_read(source_dir / "comm_xla_collective_perf_table.csv",
-                                        ("device_key", "opcode", "tensor_bytes", "replica_groups", "time_us_derived")),
-                                  nccl, keys))
+                                        ("device_key", "opcode", "tensor_bytes", "replica_groups", "time_us_derived"),
+                                        sizes), nccl, keys))
     rows = pd.concat(frames, ignore_index=True)
-    bad = ~(rows.latency_us > 0)
-    if bad.any():
-        left_out["latency missing or not positive"] = int(bad.sum())
-    rows = rows[~bad].copy()
+    shaped = np.ones(len(rows), bool)
+    for op, at in rows.groupby("op").indices.items():
+        shaped[at] = _positive(rows.iloc[at][[c for c in OPS[op].shape if SHAPE_COLUMNS[c] == "int64"]])
+    rows = _leave_out(rows, ~shaped, _BAD_SHAPE, left_out)
+    rows = _leave_out(rows, ~_positive(rows.latency_us), _NOT_POSITIVE, left_out).copy()
+    if rows.empty:  # a run of no rows would be a store that reads as holding none
+        why = ("they hold only their headers" if not any(sizes.values()) else
+               f"none of their {sum(sizes.values())} rows is a usable one of {hardware}'s (keys "
+               f"{', '.join(sorted(set(keys.values())))})"
+               + "".join(f"; left out: {v} rows, {k}" for k, v in left_out.items()))
+        raise PrismError(f"{source_dir}: no rows for hardware={hardware} in {', '.join(sizes)}: {why}; nothing "
+                         f"written. Give the folder of the published tables (data/microbench; git checkout "
+                         f"data/microbench restores it), or leave hardware={hardware} out", field=str(source_dir))
     if "repeat" not in rows:
         rows["repeat"] = 0
     rows["repeat"] = rows["repeat"].fillna(0).astype(int)
