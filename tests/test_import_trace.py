@@ -312,6 +312,18 @@ def test_an_empty_file_or_one_given_twice_is_named(traces, tmp_path):
         import_trace([traces[0], traces[0]], tmp_path / "out", hardware="local-cpu")
 
 
+def test_a_dtensor_gemm_is_left_out_not_read_at_its_global_shape(tmp_path):
+    """Rank 0 of a ``small`` tp=2 step under DTensor (prism measure, this CPU): its QKV linear
+    is recorded as aten::mm of the global 256x384 @ 384x640, around the shard's local
+    256x384 @ 384x320 that ran, and its time holds DTensor's dispatch besides the shard's
+    kernel. It was one gemm row at n=640; the output layer's plain linear stays a row."""
+    report = import_trace([REPO_ROOT / "measurements" / "local-cpu-tp2-dtensor-trace-excerpt.json"],
+                          tmp_path / "out", hardware="local-cpu")
+    rows = store.read_samples(tmp_path / "out")
+    assert len(rows) == 1 and rows.iloc[0][["op", "m", "n", "k"]].tolist() == ["gemm", 256, 4096, 384]
+    assert [n for reason, n in report.skipped.items() if "DTensor" in reason] == [1]
+
+
 def test_a_copy_of_a_trace_under_another_name_is_refused(tmp_path):
     """A byte-identical copy was read as a second rank: 362 rows of the one step."""
     copy = tmp_path / "copy.json.gz"

@@ -27,6 +27,10 @@ How a call becomes a row
 - **Collectives.** ``record_param_comms`` (NCCL) gives the collective, message size and
   group; gloo's ``gloo:<collective>`` regions give the collective and the buffer (the
   group is the only multi-rank process group of the job, else the row is skipped).
+- **DTensor.** Under tensor parallelism through DTensor a GEMM is recorded twice: the
+  DTensor op with the global tensor's shape, around the local op that ran on the shard,
+  its time the shard's kernel and DTensor's dispatch together. Such calls are counted and
+  left out (not yet read per shard); a plain GEMM's nested ops have its own shape.
 - **Latency.** On a GPU trace an instance's latency is the summed duration of the
   kernels it launched (linked by ``External id``); on a CPU trace it is the wall time
   of the op (forward) or of its backward nodes (backward).
@@ -246,6 +250,7 @@ class _Instance:
     gpu_us: dict = field(default_factory=lambda: defaultdict(float))
     ranks: list | None = None  # a collective's global ranks, where the trace gives them
     ts: float = 0.0  # when its first call began (us): the profiled step it belongs to
+    sharded: bool = False  # a DTensor op: its shape the global tensor's, its kernel a shard's
 
 
 @dataclass
@@ -430,6 +435,9 @@ class _TraceReader:
                 instance.dtype = instance.dtype or _dtype(args)
             if pass_ == "fwd" and _CORE.match(name):
                 instance.dtype = _dtype(args) or instance.dtype
+            if pass_ == "fwd" and instance.op == "gemm" and name in FORWARD:
+                inner = FORWARD[name](name, args)  # under DTensor the local matmul is another shape
+                instance.sharded |= inner is not None and inner[0] == "gemm" and inner[1] != instance.shape
             if instance.op == "optimizer_step" and name in _PARAMETER_COUNTERS:
                 self._count_parameters(instance, name, args)
             frame = _Frame(ts + dur, owner, parent.backward, False)
@@ -804,6 +812,10 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, 
     for inst in reader.instances:
         if any(start <= inst.ts < end for start, end in disturbed):
             skipped[f"calls in profiled steps that ran over {DISTURBED_STEP:g}x the median step"] += 1
+            continue
+        if inst.sharded:
+            skipped[f"{inst.op} calls of DTensor (tensor parallel): the shape the trace gives is the global "
+                    f"tensor's, the time its shard's and DTensor's own; not read per shard yet"] += 1
             continue
         if inst.shape is None or (inst.op == "optimizer_step" and not inst.shape["params"]):
             skipped[f"{inst.op} calls whose shape the trace does not give"] += 1
