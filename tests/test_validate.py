@@ -152,6 +152,11 @@ def test_distribution_scores_of_few_steps_and_a_job_the_memory_cannot_hold_are_n
     assert any(n.startswith(f"layout '{SUITE}': DOES NOT FIT: ") and "of local-cpu's 24 GiB" in n
                for n in result.notes)
     assert len(result.scores[0].to_dict()["notes"]) == 2  # in prism validate --json too
+    # four steps of 1e9 s among tiny's ~0.04 s were scored (p95/p50 22,357,620,968) without a word
+    absurd = one_layout.assign(step_time_s=one_layout.step_time_s.where(one_layout.step >= 4, 1e9))
+    (far,) = validate(absurd, hw, None, draws=200).notes
+    assert far.startswith(f"layout '{SUITE}': 4 step(s) over 10x the median step (the longest 1e+09 s") \
+        and "check the file's step_time_s" in far
 
 
 def test_a_hardware_with_no_profile_is_not_suggested(one_layout):

@@ -91,6 +91,9 @@ class Validation:
 #: Fewer measured steps make no distribution: the KS distance and the 80% coverage of one step are
 #: 0 or 1 by where it fell, and of four no finer than a quarter.
 MIN_DISTRIBUTION_STEPS = 5
+#: A measured step this many times its layout's median is no step of it (the machine's own
+#: drift moves steps by up to about twice, README "Runs of the suite").
+FAR_STEP = 10.0
 
 
 def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> LayoutScore:
@@ -103,10 +106,22 @@ def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> Layout
         measured_p95_s=float(m95), predicted_p95_s=float(p95), median_ape=float(abs(p50 - m50) / m50),
         p95_ape=float(abs(p95 - m95) / m95), ks=float(ks_2samp(d, t).statistic),
         coverage_80=float(np.mean((t >= p10) & (t <= p90))), p95_p50_meas=float(m95 / m50),
-        p95_p50_pred=float(p95 / p50),
-        notes=[f"{len(t)} step(s) measured: ks and coverage_80 compare distributions and need at least "
-               f"{MIN_DISTRIBUTION_STEPS} steps; measure more (measure.steps=30)"]
-        if len(t) < MIN_DISTRIBUTION_STEPS else [])
+        p95_p50_pred=float(p95 / p50), notes=_step_notes(t, m50))
+
+
+def _step_notes(t: np.ndarray, median: float) -> list[str]:
+    """What a layout's measured steps make of its scores: too few for a distribution, or
+    steps no training step of it takes (a unit or a file gone wrong)."""
+    notes = []
+    if len(t) < MIN_DISTRIBUTION_STEPS:
+        notes.append(f"{len(t)} step(s) measured: ks and coverage_80 compare distributions and need at least "
+                     f"{MIN_DISTRIBUTION_STEPS} steps; measure more (measure.steps=30)")
+    far = t > FAR_STEP * median
+    if far.any():
+        notes.append(f"{int(far.sum())} step(s) over {FAR_STEP:g}x the median step (the longest {t.max():.4g} s "
+                     f"against {median:.4g} s): no step of one layout takes that long; check the file's "
+                     f"step_time_s (in seconds)")
+    return notes
 
 
 def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet | None, *, draws: int = 4000,
