@@ -29,7 +29,7 @@ from predictor.analyses.predict import check_gpus
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
 from predictor.core.layout import _divisors, resolve_layout, validate_layout
-from predictor.core.profiles import load_model, section
+from predictor.core.profiles import load_model, section, usable_cores
 from predictor.core.specs import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
 from predictor.data.measurements import read_measurements, step_times, write_measurements
 from predictor.workload.memory import memory_per_gpu
@@ -184,7 +184,7 @@ def _fits_this_cpu(model: ModelConfig, par: ParallelConfig, world: int, threads:
     """Refuse a CPU run this machine cannot hold: a core per thread of every rank (shared
     cores time each other, not the layout), and the ranks' training memory within RAM
     (:func:`~predictor.workload.memory.memory_per_gpu`, a lower bound: the CPU trains in fp32)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     if world * threads > cores:
         raise PrismError(f"parallel: dp·tp·pp = {world} rank(s) x measure.threads_per_rank={threads} need "
                          f"{world * threads} cores, this machine has {cores}; lower parallel.dp, tp or pp",

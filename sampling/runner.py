@@ -47,7 +47,7 @@ from tqdm import tqdm
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
 from predictor.core.ops import OPS
-from predictor.core.profiles import section, this_cpu
+from predictor.core.profiles import section, this_cpu, usable_cores
 from predictor.core.specs import HardwareConfig, SamplingConfig
 from predictor.data import store
 from predictor.latency.backward_entry import FRAMEWORK
@@ -351,7 +351,7 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
 def _threads_fit(sc: SamplingConfig) -> None:
     """Refuse more compute threads than cores this process may use: threads sharing a core
     time each other, not the op (``prism measure`` refuses the same of its ranks)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     if sc.threads > cores:
         raise PrismError(f"sampling.threads={sc.threads}: needs {sc.threads} cores, this machine has {cores} for this "
                          f"process; set sampling.threads={cores} or fewer", field="sampling.threads")

@@ -222,6 +222,12 @@ def this_cpu() -> str:
     return platform.processor() or "cpu"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS gives one): what a
+    sampler's threads or a measured job's ranks may take without timing each other."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def load_hardware(name: str) -> HardwareConfig:
     return load_entry("hardware", name, HardwareConfig)
 
