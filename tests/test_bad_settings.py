@@ -34,6 +34,9 @@ def _one_line(capsys) -> str:
     ([*JOB, "parallel.moe_capacity_factor=-1"], "parallel.moe_capacity_factor=-1.0"),  # dense: was ignored
     ([*JOB, "train_tokens=1e40"], "train_tokens=1e+40: above 1e+18 tokens"),
     (["variability", *JOB[1:], "train_tokens=1e40"], "train_tokens=1e+40"),  # was numpy's 'lam value too large'
+    # 21 nodes of 3 and one GPU of a 22nd were priced as a cluster of whole nodes
+    (["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "hardware.node.gpus_per_node=3"],
+     "gpus=64: not a whole number of nodes of 3 GPUs (hardware.node.gpus_per_node of h100-sxm): 21 nodes and 1 GPU "),
 ])
 def test_a_bad_setting_is_one_line_naming_it(args, says, capsys):
     assert main(args) == 2

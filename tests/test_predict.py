@@ -111,3 +111,13 @@ def test_predict_says_how_uneven_layers_split_and_that_sequence_parallelism_is_o
     plain = predict(model, hw, ParallelConfig(tp=1, global_batch_size=256), 64, draws=200)
     assert alone.layout["sequence_parallel"] is False and any("off at tp=1" in n for n in alone.notes)
     assert alone.step_time_s == plain.step_time_s  # it splits nothing: the same prediction
+
+
+def test_time_to_train_reads_in_the_unit_its_median_needs():
+    """65,536 GPUs train a trillion tokens in hours: "0.0 days" said nothing."""
+    from predictor.app.render import duration, duration_band
+    assert duration(20.1) == "20.1 days"
+    assert duration(0.4) == "9.6 hours"
+    assert duration(30 / 1440) == "30.0 minutes"
+    assert duration(5 / 86400) == "5.0 s"
+    assert duration_band({"p5": 0.25, "p50": 0.5, "p95": 1.5}) == "12.0 hours (90% band 6.0-36.0)"

@@ -36,8 +36,7 @@ def format_prediction(p: Prediction) -> str:
         f"critical path   compute {p.breakdown_s['compute']:.3f} s, exposed communication "
         f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s, host-bound "
         f"{p.breakdown_s['host_bound']:.3f} s (framework time the device waits for)",
-        f"train {p.train_tokens:.3g} tokens   {p.time_to_train_days['p50']:.1f} days "
-        f"(90% band {p.time_to_train_days['p5']:.1f}-{p.time_to_train_days['p95']:.1f}), "
+        f"train {p.train_tokens:.3g} tokens   {duration_band(p.time_to_train_days)}, "
         f"{p.gpu_hours:,.0f} GPU-hours"
         + (f", ${p.cost_usd['p50']:,.0f} (band ${p.cost_usd['p5']:,.0f}-{p.cost_usd['p95']:,.0f})"
            if p.cost_usd else ", no price in the hardware profile"),
@@ -47,7 +46,7 @@ def format_prediction(p: Prediction) -> str:
     if p.confidence:
         c = p.confidence
         lines.append(f"with {c['level']:.0%} confidence   step <= {c['step_time_s']:.3f} s, "
-                     f"train in <= {c['time_to_train_days']:.1f} days (variability and predictive uncertainty; "
+                     f"train in <= {duration(c['time_to_train_days'])} (variability and predictive uncertainty; "
                      f"no failures: see prism variability)")
     lines.append(f"evidence        {p.tier}")
     lines.append("rests on        " + "; ".join(f"{src}: {', '.join(sorted(ops))}" for src, ops in p.basis.items()))
@@ -100,6 +99,27 @@ def compact_number(v: float) -> str:
         if abs(v) >= scale * 0.9995:  # 999,600 reads 1.00M, not 1.00e+03k
             return f"{v / scale:#.3g}".rstrip(".") + suffix
     return f"{v:.3g}"
+
+
+#: Units of a time given in days, largest first: a time reads in the largest that is at least one.
+_DAY_UNITS = (("days", 1.0), ("hours", 1 / 24), ("minutes", 1 / 1440), ("s", 1 / 86400))
+
+
+def _day_unit(days: float) -> tuple[str, float]:
+    return next(((name, size) for name, size in _DAY_UNITS if days >= size), _DAY_UNITS[-1])
+
+
+def duration(days: float) -> str:
+    """A time given in days, in the unit that reads best: "20.1 days", "9.6 hours", "42 s"
+    (a job on 65,536 GPUs trains in hours, which "0.0 days" hid)."""
+    name, size = _day_unit(days)
+    return f"{days / size:,.1f} {name}"
+
+
+def duration_band(d: dict) -> str:
+    """The p50 of a time in days and its p5-p95 band, all in the p50's unit."""
+    name, size = _day_unit(d["p50"])
+    return f"{d['p50'] / size:,.1f} {name} (90% band {d['p5'] / size:,.1f}-{d['p95'] / size:,.1f})"
 
 
 def _short(v: float) -> str:
@@ -178,8 +198,8 @@ def format_variability(r: VariabilityReport) -> str:
     lines.append(f"  worst / best placement: {r.placement_spread:.3f}   (placements with the same slow GPUs per stage "
                  f"coincide: the dp gradient reduction makes every replica wait for the slowest)")
     t = r.time_to_train
-    lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {t['days']['p50']:.1f} days "
-              f"(90% band {t['days']['p5']:.1f}-{t['days']['p95']:.1f}), productive {t['productive_days']['p50']:.1f}, "
+    lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {duration_band(t['days'])}, "
+              f"productive {duration(t['productive_days']['p50'])}, "
               f"{t['interruptions']['p50']:.0f} interruptions, goodput {t['goodput']['p50']:.1%}"]
     lines += [f"note  {n}" for n in r.notes] + [f"({r.elapsed_s:.1f} s)"]
     return "\n".join(lines)
