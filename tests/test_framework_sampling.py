@@ -24,11 +24,13 @@ def test_each_profiled_step_gives_a_dispatch_row_per_pass(rows):
 
 def test_deeper_models_count_more_calls_and_take_longer(rows):
     for _, g in rows.groupby("pass"):
-        medians = g.groupby("launches").latency_us.median()
-        assert len(medians) == len(LAYERS)
+        fastest = g.groupby("launches").latency_us.min()
+        assert len(fastest) == len(LAYERS)
         # eight layers make eight times a layer's calls: far more time than one layer's (3.2-5.3
-        # times over three runs on 11-27, and once under 2 on this noisy slice)
-        assert medians.iloc[-1] > 1.5 * medians.iloc[0]
+        # times over three runs on 11-27). The fastest of the steps, not their median: a stall
+        # of this shared slice only adds time, and one made a layer's median 5.5 ms against
+        # eight layers' 5.1 while the whole suite and a probe ran on its two cores (11-27)
+        assert fastest.iloc[-1] > 1.5 * fastest.iloc[0]
 
 
 def test_in_situ_rows_replace_the_chain_in_the_dispatch_model(rows):
