@@ -331,8 +331,8 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
     hw = section(cfg, "hardware", HardwareConfig)
     _threads_fit(sc)
     cluster = cluster_env()
-    if cluster is not None:
-        output_dir = writable("output_dir", cfg.output_dir, folder=True)  # made, and written to, before any work
+    if cluster is not None:  # the store made, and written to, before any work
+        output_dir = writable("output_dir", store.store_folder(cfg.output_dir, "output_dir"), folder=True)
         return _sample_cluster(sc, hw, cluster, output_dir, progress)
     plan = make_plan(sc, hw)
     device = _device(hw)
@@ -341,7 +341,7 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
                          f"{torch.cuda.device_count()} GPU(s), one per rank; lower it to the GPUs here, or leave the "
                          f"collectives out of sampling.ops (one GPU: README, Ground truth on a lent GPU)",
                          field="sampling.collective_world_size")
-    output_dir = writable("output_dir", cfg.output_dir, folder=True)
+    output_dir = writable("output_dir", store.store_folder(cfg.output_dir, "output_dir"), folder=True)
     with store.writer_lock(output_dir) as note:
         if note:
             print(f"prism sample: note: {note}", file=sys.stderr)

@@ -22,7 +22,8 @@ chunk of rows looks its operator calls up in one query per op and hardware
 Rows are written to ``out`` a chunk at a time, each chunk one write followed by a flush,
 so Ctrl-C keeps every finished chunk; running the same command again skips the rows
 ``out`` already holds (a torn last line or rows of an edited input are dropped and
-predicted again) and leaves ``out`` in input order.
+predicted again) and leaves ``out`` in input order; an ``out`` holding none of the table's
+rows is another table's, and is refused rather than replaced.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from predictor.analyses.doubt import doubt_of, family, shipped_model
 from predictor.analyses.rows import RowLookups
 from predictor.core.errors import PrismError
 from predictor.core.files import held_lock, write_atomically
-from predictor.core.specs import check_number
+from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, spec_column
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, check_output, read_table
 from predictor.engine.compose import compose, workload_calls
@@ -164,7 +165,7 @@ def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, see
     if not isinstance(table, pd.DataFrame):
         raise PrismError(f"table: a pandas DataFrame of runs, one row per job (got {type(table).__name__})",
                          field="table")
-    check_number("draws", draws, integer=True)
+    check_draws("draws", draws)
     check_number("seed", seed, integer=True, zero=True)
     models_dir(models_root)  # a folder named must exist
     names = {str(c).strip().lower() for c in table.columns}
@@ -229,10 +230,12 @@ def _replace(path: Path, header: list[str], rows: list[list[str]]) -> None:
     write_atomically(path, lambda tmp: tmp.write_text(_csv_text([header, *rows]), encoding="utf-8"))
 
 
-def _written(out: Path, header: list[str], keys: set[str]) -> dict[str, list[str]]:
-    """The rows of an earlier run that ``out`` holds for this table and settings, by key;
-    ``out`` rewritten without the rest (a torn last line, rows of an edited input), or
-    started with the header where it does not exist. A file with other columns is refused."""
+def _written(out: Path, header: list[str], keys: set[str], cells: list[list[str]]) -> dict[str, list[str]]:
+    """The rows of an earlier run that ``out`` holds for this table (its rows' ``cells``) and
+    settings, by key; ``out`` rewritten without the rest (a torn last line, rows of an edited
+    input, other settings' predictions), or started with the header where it does not exist.
+    A file with other columns, or whose rows are none of this table's, is refused: it is
+    another table's output, which a rewrite would lose."""
     if not out.exists() or out.stat().st_size == 0:
         _replace(out, header, [])
         return {}
@@ -245,6 +248,10 @@ def _written(out: Path, header: list[str], keys: set[str]) -> dict[str, list[str
         raise PrismError(f"out={out}: exists and is not this table's predict-batch output (other columns); "
                          f"remove it or write elsewhere", field="out")
     complete = lines[1:] if text.endswith("\n") else lines[1:-1]  # an interrupted write leaves a torn line
+    ours, width = {tuple(c) for c in cells}, len(header) - len(OUTPUT_COLUMNS)
+    if complete and not any(tuple(r[:width]) in ours for r in complete):
+        raise PrismError(f"out={out}: exists and is not this table's predict-batch output (none of its "
+                         f"{len(complete)} rows is a row of this table); remove it or write elsewhere", field="out")
     kept = {r[-1]: r for r in complete if len(r) == len(header) and r[-1] in keys}
     if len(kept) != len(lines) - 1:
         _replace(out, header, list(kept.values()))
@@ -256,8 +263,11 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
     """Predict every row of the CSV table at ``path`` into ``out`` (see the module
     docstring); ``progress`` draws a bar on stderr. The table and ``out`` are checked
     before any work (:func:`~predictor.data.runs_table.read_table`,
-    :func:`~predictor.data.runs_table.check_output`)."""
+    :func:`~predictor.data.runs_table.check_output`), and so are the settings."""
     t0 = time.perf_counter()
+    check_draws("draws", draws)
+    check_number("seed", seed, integer=True, zero=True)
+    check_number("chunk_rows", chunk_rows, integer=True)  # 0 would write no chunk, ever
     table = read_table(path)
     out = check_output(out, table.path)
     models_dir(models_root)  # a mistyped models folder fails now, not row by row
@@ -273,7 +283,7 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
                 f"{holder.get('host', '?')}, since {holder.get('started', '?')}). Wait for it to end (a rerun "
                 f"then resumes) or write elsewhere; if that run is gone, delete {lock}")
     with held_lock(lock, busy, "out"):  # two writers would both append every row
-        written = _written(out, header, set(keys))
+        written = _written(out, header, set(keys), cells)
         todo = [i for i, k in enumerate(keys) if k not in written]
         predictor = BatchPredictor(draws, seed, models_root)
         names = [name.strip().lower() for name in table.header]

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from predictor.analyses.validate import checked_inputs
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig
 from predictor.data.measurements import measured_workloads
@@ -76,9 +77,10 @@ def _workloads(measured: pd.DataFrame, hw: HardwareConfig) -> tuple[list[str], l
             np.array([np.median(t) for _, _, t in layouts]))
 
 
-def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100) -> Calibration:
+def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig | str, models, draws: int = 100) -> Calibration:
     """Fit the three numbers to every layout of ``measured`` (at least 3 layouts; a number no
     layout bears on, tp_overhead_us without a tp>1 layout, stays neutral and is named in ``unfitted``)."""
+    hw = checked_inputs(measured, hw, models)
     _, works, medians = _workloads(measured, hw)
     if len(works) < 3:
         raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
@@ -98,11 +100,12 @@ def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig, models, draws: i
     return cal
 
 
-def cross_validate(measured: pd.DataFrame, hw: HardwareConfig, models, draws: int = 100,
+def cross_validate(measured: pd.DataFrame, hw: HardwareConfig | str, models, draws: int = 100,
                    start: Calibration = START) -> dict:
     """Leave-one-layout-out: layout_id -> the calibration fitted without it. Each fit starts
     from ``start``: the fit on every layout, where known, is a few steps from each
     leave-one-out optimum (the same optimum, reached in a third of the compositions)."""
+    hw = checked_inputs(measured, hw, models)
     ids, works, medians = _workloads(measured, hw)
     if len(works) < 4:
         raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4",

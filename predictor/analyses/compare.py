@@ -19,16 +19,16 @@ GB200/GB300 NVL72 racks, whose 72 GPUs over 18 four-GPU nodes share one NVLink f
 """
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from predictor.analyses.predict import Prediction, predict
 from predictor.core.errors import PrismError
+from predictor.core.mesh import tp_span_note
 from predictor.core.profiles import CONF_DIR, group_options, load_hardware, read_yaml
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import DRAWS
 from predictor.latency.artifacts import TIERS
 
@@ -93,7 +93,8 @@ def check_hardware(hardware: Iterable[HardwareConfig | str] | None) -> list[Hard
         hardware = gpu_profiles()  # as the command line compares when no hardware= is given
     if isinstance(hardware, str | HardwareConfig):  # one profile
         hardware = [hardware]
-    if not isinstance(hardware, Iterable):
+    # a dict would be read as its keys, its values dropped; a set has no order to compare in
+    if not isinstance(hardware, Iterable) or isinstance(hardware, Mapping | Set):
         raise PrismError(f"hardware={hardware!r}: a list of profiles or conf/hardware names, e.g. "
                          f"['a100-sxm4-80gb', 'h100-sxm']", field="hardware")
     hardware = list(hardware)  # a generator is read once, here
@@ -115,16 +116,19 @@ def check_hardware(hardware: Iterable[HardwareConfig | str] | None) -> list[Hard
     return hardware
 
 
+#: The largest power usage effectiveness taken. PUE is 1.0 at best (The Green Grid's definition,
+#: ISO/IEC 30134-2: facility energy over IT energy); the Uptime Institute's annual survey put the
+#: industry's average at 2.5 in 2007 and 1.58 in 2023, so past 3 a figure is a typo.
+MAX_PUE = 3.0
+
+
 def check_pue(value) -> float:
-    """``pue`` as a float >= 1 (a datacentre cannot use less energy than its IT load)."""
-    try:
-        pue = float(value)
-    except (TypeError, ValueError):
-        pue = float("nan")  # fails the range check below
-    if not 1.0 <= pue < math.inf:
-        raise PrismError(f"pue={value}: power usage effectiveness, a finite number >= 1 (1.0 = GPU board power only; "
+    """``pue`` as a float from 1 to :data:`MAX_PUE` (a datacentre cannot use less energy than its IT load)."""
+    check_number("pue", value)
+    if not 1.0 <= value <= MAX_PUE:
+        raise PrismError(f"pue={value}: power usage effectiveness, from 1 to {MAX_PUE:g} (1.0 = GPU board power only; "
                          f"e.g. pue=1.2 adds a 20% facility overhead)", field='pue')
-    return pue
+    return float(value)
 
 
 def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) -> HardwareResult:
@@ -160,7 +164,7 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
         Monte Carlo draws per profile; 2000 is ``prism predict``'s, so each column equals
         its prediction.
     pue : float
-        Power usage effectiveness (>= 1), the factor of the energy on the GPUs' board power.
+        Power usage effectiveness (1 to 3), the factor of the energy on the GPUs' board power.
 
     Returns
     -------
@@ -170,7 +174,7 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
     Raises
     ------
     PrismError
-        Naming ``hardware`` for an unknown profile, ``pue`` for a value below 1, or the
+        Naming ``hardware`` for an unknown profile, ``pue`` for a value outside 1 to 3, or the
         field :func:`predict` rejects.
     """
     t0 = time.perf_counter()
@@ -188,9 +192,7 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
              "step bands are the variability within a run (p5-p95); the median step's 80% interval is the "
              "predictive uncertainty; time, cost and energy bands (p5-p95) hold both; failures and restarts "
              "are excluded (prism variability adds them)"]
-    notes += [f"{r.hardware}: tp={tp} spans {tp // r.nvlink_domain} "
-              f"{'nodes' if r.nvlink_domain == r.gpus_per_node else 'NVLink domains'} of {r.nvlink_domain} GPU(s): "
-              f"tensor-parallel collectives cross the inter-node network" for r in results if tp > r.nvlink_domain]
+    notes += [f"{hw.name}: {note}" for hw in profiles if (note := tp_span_note(tp, hw))]
     notes += [f"{r.hardware}: needs {r.memory_gib:.1f} GiB per GPU of {r.capacity_gib:.0f}: does not fit"
               for r in results if not r.fits]
     tiers = {r.tier for r in results}

@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,9 +14,10 @@ import numpy as np
 
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
-from predictor.core.layout import AXES, layers_per_stage, resolve_layout
+from predictor.core.layout import AXES, framework_note, idle_note, resolve_layout, split_note
+from predictor.core.mesh import tp_span_note
 from predictor.core.profiles import as_hardware, as_layout, as_model
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws, check_number
 from predictor.engine.compose import DRAWS, PER_STEP, REPORT_QUANTILES, compose
 from predictor.latency.artifacts import TIERS, evidence_tier, foreign_device, trained_models
 from predictor.latency.lookup import QuantileCache
@@ -108,14 +108,11 @@ def check_confidence(value) -> float | None:
     """``confidence`` as a probability in (0, 1), or None where it is not set."""
     if value is None:
         return None
-    try:
-        level = float(value)
-    except (TypeError, ValueError):
-        level = float("nan")  # fails the range check below
-    if not 0 < level < 1:
+    check_number("confidence", value)
+    if not value < 1:
         raise PrismError(f"confidence={value}: a probability strictly between 0 and 1, e.g. confidence=0.95 "
                          f"(the step time and time to train that hold with that probability)", field='confidence')
-    return level
+    return float(value)
 
 
 #: The largest token budget taken: past it a figure is a typo (and the days to train no figure to plan by).
@@ -124,17 +121,11 @@ MAX_TRAIN_TOKENS = 1e18
 
 def check_train_tokens(value) -> float:
     """``train_tokens`` as a positive number of tokens."""
-    try:
-        tokens = float(value)
-    except (TypeError, ValueError):
-        tokens = float("nan")  # fails the check below
-    if not 0 < tokens < math.inf:
-        raise PrismError(f"train_tokens={value}: the token budget to train on, a positive finite number, "
-                         f"e.g. train_tokens=15e12", field="train_tokens")
-    if tokens > MAX_TRAIN_TOKENS:
-        raise PrismError(f"train_tokens={value}: above {MAX_TRAIN_TOKENS:.0e} tokens, tens of thousands of times the "
-                         f"largest published runs (15e12 to 36e12); a typo?", field="train_tokens")
-    return tokens
+    check_number("train_tokens", value)
+    if value > MAX_TRAIN_TOKENS:
+        raise PrismError(f"train_tokens={value:g}: above {MAX_TRAIN_TOKENS:.0e} tokens, tens of thousands of times "
+                         f"the largest published runs (15e12 to 36e12); a typo?", field="train_tokens")
+    return float(value)
 
 
 def _batch_note(given: ParallelConfig, par: ParallelConfig) -> str | None:
@@ -151,27 +142,6 @@ def _attention_note(given: ParallelConfig, work: Workload, framework: str) -> st
         return None
     return (f"parallel.attention=auto: {work.parallel.attention}, {framework}'s kernel on {work.hardware.name} "
             f"(set parallel.attention=flash, cudnn or unfused to choose)")
-
-
-def _split_note(model: ModelConfig, par: ParallelConfig) -> str | None:
-    """How the layers split where pp·vpp does not divide them (:func:`layers_per_stage`)."""
-    chunks = par.pp * par.vpp
-    if model.num_layers % chunks == 0:
-        return None
-    stages = ", ".join(map(str, layers_per_stage(model.num_layers, par.pp, par.vpp)))
-    how = ("the embedding and the loss each take a layer's slot (Megatron-Core's --account-for-embedding-in-"
-           "pipeline-split --account-for-loss-in-pipeline-split)" if (model.num_layers + 2) % chunks == 0
-           else "the first stages hold one layer more (Megatron's explicit first/last stage layer counts)")
-    return (f"model.num_layers={model.num_layers} do not divide over pp·vpp = {chunks} model chunks: {how}; "
-            f"layers per stage {stages}")
-
-
-def _sequence_parallel_note(given: ParallelConfig, par: ParallelConfig) -> str | None:
-    """Where sequence parallelism was asked for with nothing to split it over."""
-    if given.sequence_parallel is not True or par.sequence_parallel:
-        return None
-    return ("parallel.sequence_parallel=true: off at tp=1, as Megatron turns it off (it splits the sequence over the "
-            "tensor-parallel ranks)")
 
 
 def _modules_note(par: ParallelConfig) -> str | None:
@@ -226,10 +196,11 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     model, hardware, layout = as_model(model), as_hardware(hardware), as_layout(layout)
     level = check_confidence(confidence)
     train_tokens = check_train_tokens(train_tokens)
+    check_draws("draws", draws)
     if target_step_s is not None:
         check_number("target_step_s", target_step_s)
     framework = check_framework(framework)
-    par = resolve_layout(layout, check_gpus(gpus))
+    par = resolve_layout(layout, check_gpus(gpus), framework)
     gpus = par.world_size
     models = trained_models(hardware, models_dir)
     work = decompose(model, par, hardware, gpus, framework=framework)
@@ -276,8 +247,9 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
         basis=basis, tier=tier,
-        notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), _split_note(model, par),
-                           _sequence_parallel_note(layout, par), _modules_note(par), _batch_note(layout, par)] if n],
+        notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), split_note(model, par),
+                           idle_note(model, layout, par), framework_note(layout, framework),
+                           tp_span_note(par.tp, hardware), _modules_note(par), _batch_note(layout, par)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}

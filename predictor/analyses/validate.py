@@ -34,8 +34,9 @@ from scipy.stats import ks_2samp
 from predictor.analyses.doubt import COVERAGES, doubt_of, predict_runs, shipped_model
 from predictor.analyses.predict import predictive_report
 from predictor.core.errors import PrismError
+from predictor.core.profiles import as_hardware
 from predictor.core.specs import HardwareConfig
-from predictor.data.measurements import measured_on, measured_workloads
+from predictor.data.measurements import COLUMNS, measured_on, measured_workloads
 from predictor.engine.compose import compose
 from predictor.engine.draws import cdf_at
 from predictor.latency.artifacts import ModelSet, evidence_tier
@@ -124,7 +125,27 @@ def _step_notes(t: np.ndarray, median: float) -> list[str]:
     return notes
 
 
-def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet | None, *, draws: int = 4000,
+def checked_inputs(measured, hardware: HardwareConfig | str, models) -> HardwareConfig:
+    """``hardware`` as a profile (a conf/hardware name loaded, as predict() takes one), once
+    ``measured`` is checked to be rows of a measurement file taken on it and ``models`` a
+    model set or None: the API's callers give what the command line reads and checks
+    (:func:`~predictor.data.measurements.read_measurements`)."""
+    if not isinstance(measured, pd.DataFrame):
+        raise PrismError(f"measured={measured!r:.60}: a table of measured steps, e.g. "
+                         f"read_measurements('runs/measured.parquet') of a prism measure file", field="measured")
+    missing = ", ".join(c for c in COLUMNS if c not in measured)
+    if missing or measured.empty:
+        raise PrismError(f"measured: {f'no column {missing}' if missing else 'no rows'}; give the rows of a prism "
+                         f"measure file (read_measurements)", field="measured")
+    if models is not None and not isinstance(models, ModelSet):
+        raise PrismError(f"models={models!r:.60}: a ModelSet (trained_models(hardware), or ModelSet.load(folder, "
+                         f"hardware)), or None for the priors alone", field="models")
+    hardware = as_hardware(hardware)
+    measured_on(measured, hardware)
+    return hardware
+
+
+def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: ModelSet | None, *, draws: int = 4000,
              seed: int = 0, calibrations: dict | None = None) -> Validation:
     """Score every layout of ``measured`` (rows of a measurement file,
     :func:`predictor.data.measurements.read_measurements`) predicted on ``hardware`` with
@@ -134,7 +155,7 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig, models: ModelSet 
     without that layout, :func:`predictor.analyses.calibrate.cross_validate`); by default every
     layout uses the calibration stored with ``models``, if any.
     """
-    measured_on(measured, hardware)
+    hardware = checked_inputs(measured, hardware, models)
     scores, meas, pred = [], {}, {}
     cache = QuantileCache(models, hardware)
     tier, doubt_model = evidence_tier(models), shipped_model()

@@ -55,7 +55,7 @@ from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, resolve_layout
 from predictor.core.mesh import Mesh
 from predictor.core.profiles import as_hardware, as_layout, as_model
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws
 from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
 from predictor.latency.artifacts import evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache
@@ -120,9 +120,9 @@ def check_analysis(a: AnalysisConfig) -> AnalysisConfig:
     def listed(v, test):
         return isinstance(v, list | tuple) and bool(v) and all(test(x) for x in v)
 
+    for key in ("draws", "runs"):
+        check_draws(f"analysis.{key}", getattr(a, key), least=100)
     checks = [
-        ("draws", whole(a.draws, 100), "must be a whole number of at least 100, e.g. analysis.draws=2000"),
-        ("runs", whole(a.runs, 100), "must be a whole number of at least 100, e.g. analysis.runs=4000"),
         ("thresholds", listed(a.thresholds, lambda x: real(x, 0) and x > 0),
          "must be a list of positive slowdowns, e.g. analysis.thresholds=[0.05,0.1,0.2]"),
         ("scales", listed(a.scales, lambda x: whole(x, 1) and x <= MAX_GPUS),

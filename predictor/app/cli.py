@@ -74,8 +74,12 @@ def _load(args):
         overrides.append("output=json")
     composition = compose(overrides)
     if args.show_config:
-        from predictor.app.config_text import show_config
-        print(show_config(composition), end="")
+        if composition.cfg.get("output") == "json":  # a script's --json: the values, without conf/'s comments
+            from omegaconf import OmegaConf
+            print(_json(OmegaConf.to_container(composition.cfg, resolve=True)))
+        else:
+            from predictor.app.config_text import show_config
+            print(show_config(composition), end="")
         raise SystemExit(0)
     check_keys(composition)
     _check_verb_settings(args.verb, composition.overrides)
@@ -239,7 +243,7 @@ def _samples(args) -> int:
     from predictor.data.store import no_runs
     from predictor.data.summary import summarize
     key, sep, value = args.path.partition("=")
-    if sep and key == "samples" and not Path(args.path).exists():  # train's way of naming a store
+    if sep and key == "samples" and not os.path.exists(args.path):  # train's way of naming a store
         raise PrismError(f"{args.path}: prism samples takes the folder itself: prism samples {value}", field='path')
     table = summarize(args.path)
     if args.json:
@@ -291,7 +295,7 @@ def _import_ett(args) -> int:
 def _import_trace(args) -> int:
     from predictor.data.importers.trace import import_trace
     # FILE... and key=value share the command line: a token with "=" that is no file is a setting
-    args.overrides = [t for t in args.path if "=" in t and not Path(t).exists()]
+    args.overrides = [t for t in args.path if "=" in t and not os.path.exists(t)]  # False, not OSError: out=<long>
     files = [t for t in args.path if t not in args.overrides]
     settings = _importer_settings(args, "import-trace", {"hardware": None, "profiler_cost_us": None},
                                   "FILE... out=DIR (required), hardware=NAME, profiler_cost_us=US and "
@@ -499,6 +503,7 @@ def _search(args) -> int:
 
 def _predict_batch(args) -> int:
     from predictor.analyses.batch import DRAWS, predict_batch
+    from predictor.core.specs import MAX_DRAWS
     settings = {"out": None, "draws": str(DRAWS), "seed": "0", "models_dir": None, "output": None}
     for text in args.overrides:
         key, sep, value = text.partition("=")
@@ -517,8 +522,8 @@ def _predict_batch(args) -> int:
             numbers[key] = int(settings[key])
         except ValueError:
             numbers[key] = -1
-        if not low <= numbers[key] <= 1_000_000:
-            raise PrismError(f"{key}={settings[key]}: give a whole number from {low} to 1,000,000", field=key)
+        if not low <= numbers[key] <= MAX_DRAWS:
+            raise PrismError(f"{key}={settings[key]}: give a whole number from {low} to {MAX_DRAWS:,}", field=key)
     as_json = args.json or settings["output"] == "json"
     report = predict_batch(args.path, settings["out"], draws=numbers["draws"], seed=numbers["seed"],
                            models_root=settings["models_dir"], progress=sys.stderr.isatty() and not as_json)
@@ -889,7 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help=verb.get("overrides_help", _OVERRIDES_HELP))
         if "positional" not in verb:
             p.add_argument("--show-config", action="store_true",
-                           help="print the composed configuration and exit")
+                           help="print the composed configuration and exit (as JSON with --json)")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.set_defaults(run=verb["run"])
     return parser

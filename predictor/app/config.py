@@ -38,6 +38,9 @@ from predictor.core.errors import PrismError
 from predictor.core.profiles import (
     CONF_DIR,
     GROUPS,
+    SHIPPED_CONF,
+    check_complete,
+    check_conf_dir,
     check_own_name,
     group_options,
     is_setting,
@@ -185,24 +188,50 @@ def _load_option(group: str, name: str, files: list[Path]) -> dict:
 
 def compose(overrides: list[str] = ()) -> Composition:
     """Compose ``conf/config.yaml`` with ``key=value`` overrides (Hydra's grammar)."""
+    check_conf_dir()  # the folder, then its config.yaml, before the options a group= override picks there
+    root = read_yaml(ROOT_FILE)
+    entries = _defaults(root)
     parsed = [_parse(text) for text in overrides]
     choices = {s.key: _choice(s) for s in parsed if s.key in GROUPS}
     settings = [s for s in parsed if s.key not in GROUPS]
-    root = read_yaml(ROOT_FILE)
     composed, files = {}, {}
-    for entry in root.pop("defaults"):
+    for entry in entries:
         if entry == SELF:
             composed = _merged(composed, root)
             files[None] = [ROOT_FILE]
         else:
             (group, default), = entry.items()
+            option = choices.get(group, default)
+            if option not in group_options(group):  # the command line's choice is checked already; the file's here
+                raise PrismError(f"{ROOT_FILE}: defaults entry {no_option(group, option)}", field=str(ROOT_FILE))
             files[group] = []
-            composed = _merged(composed, {group: _load_option(group, choices.get(group, default), files[group])})
+            composed = _merged(composed, {group: _load_option(group, option, files[group])})
     cfg = OmegaConf.create(composed)
     OmegaConf.set_struct(cfg, True)  # as Hydra: a key=value override must name an existing key
     for setting in settings:
         _apply(setting, cfg)
     return Composition(cfg, files, choices, settings)
+
+
+def _defaults(root: dict) -> list:
+    """The defaults list of ``config.yaml``, taken out of ``root`` and checked: one
+    ``group: option`` entry for each config group, and ``_self_`` (last where not written, as
+    Hydra places it)."""
+    entries = root.pop("defaults", None)
+    fix = f"start from the shipped {SHIPPED_CONF / 'config.yaml'}"
+    if not isinstance(entries, list):
+        raise PrismError(f"{ROOT_FILE}: no defaults list (defaults: with one '- group: option' line for each of "
+                         f"{', '.join(GROUPS)}); {fix}", field=str(ROOT_FILE))
+    for entry in entries:
+        if entry != SELF and not (isinstance(entry, dict) and len(entry) == 1 and next(iter(entry)) in GROUPS):
+            raise PrismError(f"{ROOT_FILE}: defaults entry {entry}: write '- group: option' (a group of "
+                             f"{', '.join(GROUPS)}) or '- _self_'; {fix}", field=str(ROOT_FILE))
+    named = [next(iter(entry)) for entry in entries if entry != SELF]
+    for group in GROUPS:
+        if named.count(group) != 1:
+            raise PrismError(f"{ROOT_FILE}: the defaults list names {'no' if group not in named else 'more than one'} "
+                             f"{group} file; keep one '- {group}: option' line; {fix}", field=str(ROOT_FILE))
+    return entries if SELF in entries else [*entries, SELF]
 
 
 def _apply(setting: Setting, cfg: DictConfig) -> None:
@@ -235,29 +264,58 @@ def _error(message: str, cause, cfg: DictConfig, setting: Setting) -> PrismError
         section, _, name = key.rpartition(".")
         node = OmegaConf.select(cfg, section) if section else cfg
         known = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
-        near = difflib.get_close_matches(name, known, n=1)
-        hint = (f"did you mean {section + '.' if section else ''}{near[0]}?" if near else
+        near = _meant(key, known, cfg)
+        hint = (f"did you mean {' or '.join(near)}?" if near else
                 f"{section or 'the configuration'} has {', '.join(known)}" if known else "")
         return PrismError(f"{key}: no such setting; {hint + '; ' if hint else ''}`prism <verb> --show-config` "
                           f"lists the settings", field=key)
     return PrismError(f"configuration: {' '.join(message.split())}")
 
 
+def _meant(key: str, known: list[str], cfg: DictConfig) -> list[str]:
+    """The settings a ``key`` that is none may mean: for a bare key, those it is the last part
+    of (``tp``: parallel.tp, not the near top-level ``top``), else the nearest of ``known``
+    (the keys of its section)."""
+    section, _, name = key.rpartition(".")
+    if not section:
+        nested = {f"{group}.{name}" for group in GROUPS if is_setting(f"{group}.{name}")}  # written or not
+        stack = [("", OmegaConf.to_container(cfg, resolve=False))]
+        while stack:
+            prefix, node = stack.pop()
+            for child, value in node.items():
+                if prefix and child == name:
+                    nested.add(prefix + child)
+                if isinstance(value, dict):
+                    stack.append((f"{prefix}{child}.", value))
+        if nested:  # the shallowest: name is model.name (and hardware.name ...), not also hardware.device.name
+            depth = min(path.count(".") for path in nested)
+            return sorted(path for path in nested if path.count(".") == depth)
+    return [f"{section + '.' if section else ''}{near}" for near in difflib.get_close_matches(name, known, n=1)]
+
+
 def check_keys(composition: Composition) -> None:
-    """Refuse a top-level key that ``+key=value`` added (no verb reads it, so a typo such as
-    ``+paralel.tp=8`` would otherwise be ignored without a word) or that ``~key`` deleted
-    (the verbs read every one). ``--show-config`` shows such a composition as Hydra would."""
-    known = {*GROUPS, *read_yaml(ROOT_FILE)} - {"defaults"}
+    """Refuse a top-level key no verb reads, added by ``+key=value`` or written in the
+    config.yaml of a ``PRISM_CONF_DIR`` (a typo such as ``+paralel.tp=8`` or ``train_token:
+    5e12`` would otherwise be ignored without a word); one that ``~key`` deleted or that
+    config.yaml leaves out (the verbs read every one); and a group's entry that leaves a
+    setting unset. ``--show-config`` shows such a composition as Hydra would."""
+    shipped = SHIPPED_CONF / "config.yaml"  # the settings of this PRISM, whatever a PRISM_CONF_DIR writes
+    known = {*GROUPS, *read_yaml(shipped)} - {"defaults"}
     for key in composition.cfg:
         if key not in known:
-            given = next((s.text for s in composition.overrides if s.key.split(".")[0] == key), key)
-            near = difflib.get_close_matches(str(key), sorted(known), n=1)
-            raise PrismError(f"{given}: {key} is no setting of PRISM{f'; did you mean {near[0]}?' if near else ''}; "
+            given = next((s.text for s in composition.overrides if s.key.split(".")[0] == key), ROOT_FILE)
+            near = " or ".join(_meant(str(key), sorted(known), composition.cfg))
+            raise PrismError(f"{given}: {key} is no setting of PRISM{f'; did you mean {near}?' if near else ''}; "
                              f"`prism <verb> --show-config` lists the settings", field=str(key))
     for key in sorted(known - set(composition.cfg)):
-        given = next((s.text for s in composition.overrides if s.key == key and s.text.startswith("~")), f"~{key}")
+        given = next((s.text for s in composition.overrides if s.key == key and s.text.startswith("~")), None)
+        if given is None:
+            raise PrismError(f"{ROOT_FILE}: no {key}, a setting prism reads; copy its line from {shipped}", field=key)
         raise PrismError(f"{given}: deletes {key}, a setting prism reads; drop {given} to keep its default, or set "
                          f"it with {key}=VALUE (`prism <verb> --show-config` shows it)", field=key)
+    for group, paths in composition.files.items():
+        if group is not None and isinstance(composition.cfg.get(group), DictConfig):
+            check_complete(group, composition.cfg[group], paths[-1])
 
 
 def load_config(overrides: list[str] = ()) -> DictConfig:

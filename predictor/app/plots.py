@@ -14,7 +14,7 @@ import numpy as np
 
 from predictor.app.render import compact_number
 from predictor.core.errors import PrismError
-from predictor.core.files import writable, write_atomically
+from predictor.core.files import checked_path, writable, write_atomically
 from predictor.core.layout import AXES
 
 if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it runs, not all five
@@ -51,20 +51,20 @@ def save_figure(fig, path) -> Path:
 
 
 def plot_path(value, key: str = "plot") -> Path | None:
-    """``plot=`` (or ``key=``) as the PNG to write (``.png`` added where no suffix is given),
-    checked writable, or None."""
+    """``plot=`` (or ``key=``) as the PNG to write (``.png`` added to a new name without a
+    suffix; the verb's ``plot`` line names the file), checked writable, or None."""
     if value is None:
         return None
     if isinstance(value, bool) or not str(value).strip():
         raise PrismError(f"{key}={value}: a file to write the figure to, e.g. {key}=step.png", field=key)
-    path = Path(str(value))
+    path = checked_path(key, str(value))
     if path.is_dir() or str(value).endswith(("/", "\\")):  # not a file beside it, FOLDER.png
         raise PrismError(f"{key}={value}: names a folder; give a file in it, e.g. {key}={path / 'figure.png'}",
                          field=key)
     if path.name.lower() == ".png":  # Path reads it as a hidden file with no suffix: ".png.png"
         raise PrismError(f"{key}={value}: a suffix with no name; give the file a name, e.g. "
                          f"{key}={path.with_name('step.png')}", field=key)
-    if not path.suffix:
+    if not path.suffix and not path.exists():  # an existing name (plot=/dev/null) is no name to add to
         path = path.with_suffix(".png")
     elif path.suffix.lower() != ".png":
         raise PrismError(f"{key}={value}: the figure is a PNG; give a path ending in .png, e.g. {key}=step.png",

@@ -24,28 +24,28 @@ def format_prediction(p: Prediction) -> str:
         f"{p.model} on {p.gpus} x {p.hardware}   "
         + " ".join(f"{k}={v}" for k, v in p.layout.items()),
         "",
-        "step time (s)   " + "  ".join(f"{k} {v:.3f}" for k, v in s.items() if k.startswith("p") or k == "mean")
+        "step time (s)   " + "  ".join(f"{k} {_short(v)}" for k, v in s.items() if k.startswith("p") or k == "mean")
         + f"   (variability within a run: p95/p50 {s['jitter_p95_over_p50']:.3f})",
         format_predictive(p.predictive),
-        f"throughput      {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}",
+        f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}",
         f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.0f} (stage "
         f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
         f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f}, "
         f"workspace {p.memory_gib['workspace']:.1f})"
         + ("" if p.fits else "   DOES NOT FIT"),
-        f"critical path   compute {p.breakdown_s['compute']:.3f} s, exposed communication "
-        f"{p.breakdown_s['exposed_communication']:.3f} s, bubble {p.breakdown_s['bubble']:.3f} s, host-bound "
-        f"{p.breakdown_s['host_bound']:.3f} s (framework time the device waits for)",
+        f"critical path   compute {_short(p.breakdown_s['compute'])} s, exposed communication "
+        f"{_short(p.breakdown_s['exposed_communication'])} s, bubble {_short(p.breakdown_s['bubble'])} s, host-bound "
+        f"{_short(p.breakdown_s['host_bound'])} s (framework time the device waits for)",
         f"train {p.train_tokens:.3g} tokens   {duration_band(p.time_to_train_days)}, "
-        f"{p.gpu_hours:,.0f} GPU-hours"
-        + (f", ${p.cost_usd['p50']:,.0f} (band ${p.cost_usd['p5']:,.0f}-{p.cost_usd['p95']:,.0f})"
+        f"{_whole(p.gpu_hours)} GPU-hours"
+        + (f", ${_whole(p.cost_usd['p50'])} (band ${_whole(p.cost_usd['p5'])}-{_whole(p.cost_usd['p95'])})"
            if p.cost_usd else ", no price in the hardware profile"),
     ]
     if p.prob_below:
         lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
     if p.confidence:
         c = p.confidence
-        lines.append(f"with {c['level']:.0%} confidence   step <= {c['step_time_s']:.3f} s, "
+        lines.append(f"with {c['level']:.0%} confidence   step <= {_short(c['step_time_s'])} s, "
                      f"train in <= {duration(c['time_to_train_days'])} (variability and predictive uncertainty; "
                      f"no failures: see prism variability)")
     lines.append(f"evidence        {p.tier}")
@@ -85,17 +85,19 @@ def format_predictive(predictive: dict) -> str:
         return "median step     no predictive-uncertainty model (models/doubt): the doubt is not stated"
     iv = predictive["interval_s"]
     far = predictive["extrapolating"]
-    return ("median step     " + f"p50 {predictive['median_step_s']['p50']:.3f}  "
-            + "  ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in iv.items())
+    return ("median step     " + f"p50 {_short(predictive['median_step_s']['p50'])}  "
+            + "  ".join(f"{k} {_short(lo)}-{_short(hi)}" for k, (lo, hi) in iv.items())
             + "   (predictive uncertainty"
             + (f"; extrapolating on {', '.join(far)}, as the sources it was calibrated on did when left out)"
                if far else ")"))
 
 
 def compact_number(v: float) -> str:
-    """``v`` in three significant figures with k / M / B, for money and hour columns (and
-    the cost axis of :func:`predictor.app.plots.comparison_figure`)."""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k"), (1.0, "")):
+    """``v`` in three significant figures with k / M / B / T, for money, hour and energy
+    columns (and the cost axis of :func:`predictor.app.plots.comparison_figure`)."""
+    if abs(v) >= 999.5e12:  # past the largest suffix: 1.04e+16, not 1.04e+04T
+        return f"{v:.3g}"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"), (1.0, "")):
         if abs(v) >= scale * 0.9995:  # 999,600 reads 1.00M, not 1.00e+03k
             return f"{v / scale:#.3g}".rstrip(".") + suffix
     return f"{v:.3g}"
@@ -113,19 +115,27 @@ def duration(days: float) -> str:
     """A time given in days, in the unit that reads best: "20.1 days", "9.6 hours", "42 s"
     (a job on 65,536 GPUs trains in hours, which "0.0 days" hid)."""
     name, size = _day_unit(days)
-    return f"{days / size:,.1f} {name}"
+    return f"{_short(days / size, 1)} {name}"
 
 
 def duration_band(d: dict) -> str:
     """The p50 of a time in days and its p5-p95 band, all in the p50's unit."""
     name, size = _day_unit(d["p50"])
-    return f"{d['p50'] / size:,.1f} {name} (90% band {d['p5'] / size:,.1f}-{d['p95'] / size:,.1f})"
+    return (f"{_short(d['p50'] / size, 1)} {name} (90% band {_short(d['p5'] / size, 1)}-"
+            f"{_short(d['p95'] / size, 1)})")
 
 
-def _short(v: float) -> str:
-    """Three decimals for seconds and days of ordinary size, three significant figures below
-    0.1 (a tiny model's step on a GPU is a fraction of a millisecond)."""
-    return f"{v:,.3f}" if v >= 0.1 else f"{v:.3g}"
+def _short(v: float, decimals: int = 3) -> str:
+    """``decimals`` decimals for seconds and days of ordinary size, three significant figures
+    below 0.1 (a tiny model's step on a GPU is a fraction of a millisecond, one token
+    trains in microseconds)."""
+    return f"{v:,.{decimals}f}" if v >= 0.1 else f"{v:.3g}"
+
+
+def _whole(v: float) -> str:
+    """A count or sum in whole units with thousands separators, three significant figures
+    below 100 (a million tokens on 64 A100s take 0.301 GPU-hours, not 0)."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
 def _band(d: dict | None, fmt, missing: str) -> tuple[str, str]:
@@ -145,7 +155,7 @@ def format_comparison(c: Comparison) -> str:
             ("median step 80% (s)", [f"{_short(lo)}-{_short(hi)}" for lo, hi in
                                      (r.median_step_80_s for r in c.results)]),
             (f"speed-up vs {base}", [f"{r.speedup:.2f}x" for r in c.results]),
-            ("tokens/s", [f"{r.tokens_per_s:,.0f}" for r in c.results]),
+            ("tokens/s", [_whole(r.tokens_per_s) for r in c.results]),
             ("MFU", [f"{r.mfu:.1%}" for r in c.results]),
             ("memory/GPU (GiB)", [f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}" for r in c.results]),
             ("fits", ["yes" if r.fits else "NO" for r in c.results]),
@@ -156,7 +166,7 @@ def format_comparison(c: Comparison) -> str:
             ("train", "days", "time_to_train_days", lambda v: f"{v:,.1f}" if v >= 10 else _short(v), ""),
             ("GPU-hours", "", "gpu_hours", compact_number, ""),
             ("cost", "USD", "cost_usd", lambda v: f"${compact_number(v)}", "no price"),
-            ("energy", "MWh", "energy_mwh", lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}", "no power_w")):
+            ("energy", "MWh", "energy_mwh", compact_number, "no power_w")):
         cells = [_band(getattr(r, attr), fmt, missing) for r in c.results]
         suffix = f" ({unit})" if unit else ""
         rows += [(f"{label} p50{suffix}", [p50 for p50, _ in cells]), (f"{label} p5-p95", [b for _, b in cells])]
@@ -175,16 +185,15 @@ def format_variability(r: VariabilityReport) -> str:
     s = r.step_time_s
     thresholds = list(r.scales[0]["p_slowdown"])
     lines = [f"{r.model} on {r.gpus} x {r.hardware}   " + " ".join(f"{k}={v}" for k, v in r.layout.items()),
-             f"step (s)        nominal {r.nominal_s:.3f} (every component at its median)   "
-             f"p5 {s['p5']:.3f}  p50 {s['p50']:.3f}  p95 {s['p95']:.3f}  mean {s['mean']:.3f}   "
-             "(the hardware's variability alone)",
+             f"step (s)        nominal {_short(r.nominal_s)} (every component at its median)   "
+             + "  ".join(f"{k} {_short(s[k])}" for k in ("p5", "p50", "p95", "mean"))
+             + "   (the hardware's variability alone)",
              format_predictive(r.predictive) + "  (beside, not in, this analysis)",
-             "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed",
-             f"{'gpus':>8} {'dp':>6} {'nominal':>8} {'p50':>8} {'p95':>8}  "
-             + "  ".join(f"P(>={x:>3})" for x in thresholds)]
-    for row in r.scales:
-        lines.append(f"{row['gpus']:>8} {row['dp']:>6} {row['nominal_s']:>8.3f} {row['p50_s']:>8.3f} "
-                     f"{row['p95_s']:>8.3f}  " + "  ".join(f"{p:>8.3f}" for p in row["p_slowdown"].values()))
+             "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed"]
+    head = ["gpus", "dp", "nominal", "p50", "p95", *(f"P(>={x:>3})" for x in thresholds)]
+    rows = [[f"{row['gpus']:,}", f"{row['dp']:,}", _short(row["nominal_s"]), _short(row["p50_s"]), _short(row["p95_s"]),
+             *(f"{p:.3f}" for p in row["p_slowdown"].values())] for row in r.scales]
+    lines += _right_aligned([head, *rows], [8, 6, 8, 8, 8] + [9] * len(thresholds))
     # ops on priors carry no variability (their doubt is the predictive uncertainty's): listed only if they vary
     top = [o for o in r.attribution["ops"] if o["share"] >= 0.005][:r.settings["top_ops"]]
     lines += ["", "share of step-time variance (hold one at its median; drop in variance, normalised)",
@@ -193,16 +202,24 @@ def format_variability(r: VariabilityReport) -> str:
     lines += ["", f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']} compute): "
               "median step per placement"]
     for p in r.placements:
-        lines.append(f"  {p['placement']:<38} p50 {p['p50_s']:.3f}  p95 {p['p95_s']:.3f}  "
+        lines.append(f"  {p['placement']:<38} p50 {_short(p['p50_s'])}  p95 {_short(p['p95_s'])}  "
                      f"x{p['vs_no_slow_nodes']:.3f}   slow GPUs per stage {p['slow_gpus_per_stage']}")
     lines.append(f"  worst / best placement: {r.placement_spread:.3f}   (placements with the same slow GPUs per stage "
                  f"coincide: the dp gradient reduction makes every replica wait for the slowest)")
     t = r.time_to_train
     lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {duration_band(t['days'])}, "
               f"productive {duration(t['productive_days']['p50'])}, "
-              f"{t['interruptions']['p50']:.0f} interruptions, goodput {t['goodput']['p50']:.1%}"]
+              f"{_whole(t['interruptions']['p50'])} interruptions, goodput {t['goodput']['p50']:.1%}"]
     lines += [f"note  {n}" for n in r.notes] + [f"({r.elapsed_s:.1f} s)"]
     return "\n".join(lines)
+
+
+def _right_aligned(rows: list[list[str]], least: list[int]) -> list[str]:
+    """``rows`` of cells, the header first, as lines of right-aligned columns one space
+    apart, each at least ``least`` wide and as wide as its widest cell: 16,777,216 GPUs or
+    a step of 55,408,936,533 s runs into no other column."""
+    widths = [max(w, *(len(row[i]) for row in rows)) for i, w in enumerate(least)]
+    return [" ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
 
 
 def _layout_table(rows: list[dict], rank_by: str) -> list[str]:

@@ -100,18 +100,39 @@ def write_csv(path, rows: list[dict]) -> Path:
     return write_atomically(path, write)
 
 
+#: The longest name of one file or folder, in bytes, on Linux's and macOS's file systems.
+NAME_MAX = 255
+
+
+def checked_path(key: str, value) -> Path:
+    """``value`` as a Path, or one :class:`PrismError` naming ``key`` where it is no path
+    (None, a number) or a part of it is longer than a file system takes: every look at such
+    a path (exists, is_dir, open) fails with an OSError."""
+    if not isinstance(value, str | os.PathLike) or not str(value).strip():
+        raise PrismError(f"{key}={value!r}: must be a path, the name of a file or folder", field=key)
+    path = Path(value)
+    longest = max(path.parts, key=lambda part: len(os.fsencode(part)), default="")
+    if len(os.fsencode(longest)) > NAME_MAX:
+        raise PrismError(f"{key}={str(value)[:40]}...: a name of {len(os.fsencode(longest))} bytes in it, more than "
+                         f"the {NAME_MAX} a file system takes; choose a shorter one", field=key)
+    return path
+
+
 def writable(key: str, path, folder: bool = False, create: bool = True) -> Path:
     """``path`` once a file can be written there (``folder``: into it), its missing folders
     created (``create``; else refused with the ``mkdir -p`` that makes them); one
     :class:`PrismError` naming ``key`` otherwise, before any work is done (a figure or a run
     that cannot be saved is found out at the start, not after the computation)."""
-    path = Path(path)
+    path = checked_path(key, path)
     target = path if folder else path.parent
     for parent in (target, *target.parents):
         if parent.exists() and not parent.is_dir():
             raise PrismError(f"{key}={path}: {parent} is a file, not a folder; choose another path", field=key)
     if not folder and path.is_dir():
         raise PrismError(f"{key}={path}: is a folder; give a file name in it", field=key)
+    if not folder and path.exists() and not path.is_file():  # the rename of a write would replace it
+        raise PrismError(f"{key}={path}: is not a regular file (a device, pipe or socket); give a file name",
+                         field=key)
     if not create and not target.is_dir():
         raise PrismError(f"{key}={path}: the folder {target} does not exist; create it (mkdir -p {target}) or "
                          f"write elsewhere", field=key)

@@ -131,9 +131,15 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
                          f"use a multiple of {per_step}", field='parallel.global_batch_size')
     seq = model.seq_length if seq is None else seq
     check_number("seq", seq, integer=True)
-    if seq % par.cp:
-        raise PrismError(f"parallel.cp={par.cp}: does not divide the sequence length {seq}; "
-                         f"pick cp among {_divisors(seq) if seq <= 1 << 20 else 'its divisors'}", field='parallel.cp')
+    if par.cp > 1 and seq % (2 * par.cp):
+        # Load-balanced context parallelism cuts the causal sequence into 2·cp equal chunks and gives
+        # rank r chunks r and 2·cp-1-r (Megatron-Core's get_batch_on_this_cp_rank views it as
+        # [2·cp, seq/(2·cp)]; Transformer Engine's attention with cp needs each rank's tokens even)
+        fits = [d for d in range(2, min(seq // 2, 1 << 12) + 1) if seq % (2 * d) == 0]
+        pick = f"cp among {', '.join(map(str, fits))}" if fits else "cp=1"
+        raise PrismError(f"parallel.cp={par.cp}: the sequence of {seq} tokens (model.seq_length) does not cut into "
+                         f"2·cp = {2 * par.cp} equal chunks, as load-balanced context parallelism cuts it; pick "
+                         f"{pick}, or a model.seq_length that is a multiple of {2 * par.cp}", field='parallel.cp')
     if par.sequence_parallel is True and par.tp > 1 and (seq // par.cp) % par.tp:
         raise PrismError(f"parallel.sequence_parallel: splits each rank's {seq // par.cp} tokens over tp={par.tp} "
                          f"ranks, which does not divide them (Megatron refuses it); pick a sequence length that "
@@ -222,9 +228,10 @@ def with_default_batch(par: ParallelConfig) -> ParallelConfig:
     return par
 
 
-def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
+def resolve_layout(par: ParallelConfig, gpus: int | None, framework: str | None = None) -> ParallelConfig:
     """A copy of ``par`` with dp filled from ``gpus``, the default global batch
-    (:func:`with_default_batch`), and sequence parallelism off at tp=1, where it splits nothing."""
+    (:func:`with_default_batch`), sequence parallelism off at tp=1, where it splits nothing,
+    and its settings as framework family ``framework`` runs them (:func:`framework_layout`)."""
     for axis in ("tp", "pp", "cp", "dp"):
         check_number(f"parallel.{axis}", getattr(par, axis), integer=True)
     # numpy ints from a DataFrame row as Python ints, so that what is reported is plain JSON
@@ -240,4 +247,100 @@ def resolve_layout(par: ParallelConfig, gpus: int | None) -> ParallelConfig:
         par = replace(par, dp=gpus // per_replica)
     if par.sequence_parallel is True and par.tp == 1:  # Megatron turns it off there, with a warning (arguments.py)
         par = replace(par, sequence_parallel=False)
-    return with_default_batch(par)
+    return with_default_batch(framework_layout(par, framework))
+
+
+#: Framework families (:data:`predictor.latency.doubt.FRAMEWORKS`) that run Megatron-LM's layers:
+#: Megatron-Core and NeMo, Megatron-LM before Core, Megatron-LM under HF Accelerate.
+MEGATRON_FAMILIES = ("megatron-core", "megatron-lm", "accelerate")
+#: Shardings that keep gradients or weights sharded through the backward: ZeRO-2 and -3, FSDP.
+BACKWARD_SHARDINGS = ("zero2", "zero3", "fsdp")
+
+
+def framework_recompute(recompute: str, framework: str | None) -> tuple[str, str | None]:
+    """``parallel.recompute`` as framework family ``framework`` runs it, and a note where
+    that is not what the name says elsewhere: torchtitan's selective mode is its per-op
+    policy (``selective_ac_option='op'`` in its Llama 3 train configs), ``per_op``. The one
+    reading of a recompute name by framework, for ``predict`` and ``predict-batch`` alike."""
+    if recompute == "selective" and framework == "torchtitan":
+        return "per_op", ("recompute=selective under torchtitan: its per-op policy (selective_ac_option='op', as "
+                          "in its Llama 3 train configs), priced as recompute=per_op")
+    return recompute, None
+
+
+def framework_layout(par: ParallelConfig, framework: str | None) -> ParallelConfig:
+    """``par`` as framework family ``framework`` (None: any) runs it
+    (:func:`framework_recompute`), or one error naming the setting it does not offer."""
+    if par.recompute == "per_op" and framework in MEGATRON_FAMILIES:
+        raise PrismError(f"parallel.recompute=per_op: torchtitan's per-op selective checkpointing, which "
+                         f"framework={framework} does not offer; use recompute=selective (the attention core, or "
+                         f"parallel.recompute_modules), full or none, or framework=torchtitan",
+                         field="parallel.recompute")
+    if par.recompute_modules and framework == "torchtitan":
+        raise PrismError(f"parallel.recompute_modules={par.recompute_modules!r}: Megatron-Core's "
+                         f"--recompute-modules, which framework=torchtitan does not read (its selective mode is "
+                         f"per-op); leave it empty", field="parallel.recompute_modules")
+    if framework == "deepspeed" and par.pp > 1 and par.sharding in BACKWARD_SHARDINGS:
+        # deepspeed/runtime/pipe/engine.py: PipelineEngine asserts zero_optimization_stage() < 2
+        raise PrismError(f"parallel.sharding={par.sharding}: DeepSpeed's pipeline engine refuses ZeRO-2 and "
+                         f"ZeRO-3 with pipeline parallelism (pp={par.pp}); use sharding=zero1 or pp=1",
+                         field="parallel.sharding")
+    return replace(par, recompute=framework_recompute(par.recompute, framework)[0])
+
+
+def framework_note(given: ParallelConfig, framework: str | None) -> str | None:
+    """What a setting of ``given`` means under framework family ``framework`` where the
+    price reads it otherwise than its name (:func:`framework_layout`)."""
+    note = framework_recompute(given.recompute, framework)[1]
+    if note:
+        return note
+    if given.sharding in ("zero3", "fsdp") and framework in ("megatron-lm", "accelerate"):
+        # the sharding names are the cost's, not a framework's: Narayanan et al. (2021) ran ZeRO-3
+        # under DeepSpeed beside Megatron-LM's rows
+        return (f"parallel.sharding={given.sharding}: Megatron-LM before Core shards only its optimizer "
+                f"(--use-distributed-optimizer); priced as ZeRO-3/FSDP's per-layer weight gathers as another "
+                f"framework runs them (DeepSpeed ZeRO-3, torch FSDP)")
+    return None
+
+
+def idle_note(model: ModelConfig, given: ParallelConfig, par: ParallelConfig) -> str | None:
+    """The settings of ``given`` asked for that do nothing in layout ``par`` (resolved by
+    :func:`resolve_layout`), and why: the same prediction comes out without them."""
+    idle = []
+    if par.tp == 1:
+        asked = [f"parallel.{k}=true" for k in ("sequence_parallel", "overlap_tp_comm") if getattr(given, k) is True]
+        if asked:  # Megatron turns sequence parallelism off there (arguments.py)
+            idle.append(f"{', '.join(asked)}: off at tp=1, where no tensor-parallel collective runs")
+    if not model.num_experts or par.ep == 1:
+        asked = [f"parallel.{k}=true" for k in ("overlap_ep_comm", "moe_force_balance") if getattr(given, k) is True]
+        asked += [f"parallel.moe_dispatcher={given.moe_dispatcher}"] * (given.moe_dispatcher != "alltoall")
+        if par.etp > 1:  # the expert-tensor-parallel gathers stay: overlapped, and by allgather's group
+            asked = [a for a in asked if "overlap_ep_comm" not in a and "allgather" not in a]
+        if asked:
+            why = " at ep=1, where no token leaves its GPU" if model.num_experts else f", {model.name} has no experts"
+            idle.append(f"{', '.join(asked)}: nothing to do{why}")
+    return "; ".join(idle) + " (the same prediction as without)" if idle else None
+
+
+def split_note(model: ModelConfig, par: ParallelConfig) -> str | None:
+    """How the layers split where pp·vpp does not divide them (:func:`layers_per_stage`):
+    over the stages, and with vpp > 1 over a stage's model chunks, which the interleaved
+    schedule prices as equal shares of their stage."""
+    layers, chunks, vpp = model.num_layers, par.pp * par.vpp, par.vpp
+    if layers % chunks == 0:
+        return None
+    stages = layers_per_stage(layers, par.pp, vpp)
+    head = f"model.num_layers={layers} do not divide over pp·vpp = {chunks} model chunks"
+    if (layers + 2) % chunks == 0:
+        return (f"{head}: the embedding and the loss each take a layer's slot (Megatron-Core's --account-for-"
+                f"embedding-in-pipeline-split --account-for-loss-in-pipeline-split); layers per stage "
+                f"{', '.join(map(str, stages))}")
+    parts = ([f"the first stages hold one layer more (Megatron's explicit first/last stage layer counts): layers "
+              f"per stage {', '.join(map(str, stages))}"] if len(set(stages)) > 1
+             else [f"each stage holds {stages[0]} layers"])
+    uneven = [n for n in dict.fromkeys(stages) if n % vpp]
+    if uneven:
+        splits = ", ".join(f"{n} as {'+'.join(str(n // vpp + (i < n % vpp)) for i in range(vpp))}" for n in uneven)
+        parts.append(f"a stage's layers split unevenly over its {vpp} chunks ({splits}; Megatron-Core takes such a "
+                     f"split as --pipeline-model-parallel-layout), priced as equal chunks of the stage")
+    return f"{head}: {'; '.join(parts)}"

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from predictor.core.specs import HardwareConfig
+
 #: Axes that number ranks, innermost first; ep lives inside dp·cp (module docstring).
 ORDER = ("tp", "cp", "dp", "pp")
 #: Strides of the experts' axes in their own mesh (etp innermost, then ep, then expert_dp).
@@ -26,6 +28,18 @@ def group_topology(size: int, stride: int, gpus_per_node: int) -> tuple[int, int
     """(ranks per node, nodes spanned) of a group of ``size`` ranks spaced ``stride`` apart."""
     per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
     return per_node, math.ceil(size / per_node)
+
+
+def tp_span_note(tp: int, hw: HardwareConfig) -> str | None:
+    """Where a tensor-parallel group of ``tp`` ranks (numbered innermost) spans NVLink
+    domains of ``hw``: its collectives, two to four per layer and pass, then cross the
+    scale-out network (``prism predict`` and ``prism compare`` say so)."""
+    domain = hw.nvlink_domain
+    spans = group_topology(tp, 1, domain)[1]
+    if spans == 1:
+        return None
+    where = "nodes" if domain == hw.node.gpus_per_node else "NVLink domains"
+    return f"tp={tp} spans {spans} {where} of {domain} GPU(s): tensor-parallel collectives cross the inter-node network"
 
 
 @dataclass(frozen=True)

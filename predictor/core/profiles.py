@@ -38,7 +38,10 @@ from predictor.core.specs import (
 _YAML_LOADER = get_yaml_loader()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR", REPO_ROOT / "conf"))
+SHIPPED_CONF = REPO_ROOT / "conf"
+#: ``PRISM_CONF_DIR`` where set, else the shipped conf/; set but empty counts as unset (as XDG reads its
+#: variables), not as the current folder.
+CONF_DIR = Path(os.environ.get("PRISM_CONF_DIR") or SHIPPED_CONF)
 #: The reference data the project ships (published measurements, with sources and licences).
 DATA_DIR = REPO_ROOT / "data"
 GROUPS = ("model", "hardware", "parallel", "sampling", "regressor", "measure")
@@ -49,6 +52,22 @@ SCHEMAS = {"model": ModelConfig, "hardware": HardwareConfig, "parallel": Paralle
 
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _own_conf() -> str:
+    """Where ``PRISM_CONF_DIR`` points, for a message, or "" where conf/ is the shipped one."""
+    return "" if CONF_DIR == SHIPPED_CONF else f"PRISM_CONF_DIR={CONF_DIR}"
+
+
+def check_conf_dir() -> None:
+    """Refuse a conf/ folder without a config.yaml, naming ``PRISM_CONF_DIR`` where it points
+    there: every verb composes that file."""
+    if (CONF_DIR / "config.yaml").is_file():
+        return
+    state = ("does not exist" if not CONF_DIR.exists() else "is a file, not a folder" if not CONF_DIR.is_dir()
+             else "holds no config.yaml")
+    raise PrismError(f"{_own_conf() or CONF_DIR}: {state}; point PRISM_CONF_DIR at a folder laid out like conf/ "
+                     f"(a copy of {SHIPPED_CONF}), or unset it to use that one", field="PRISM_CONF_DIR")
 
 
 #: What a setting of each type takes, in a message's words.
@@ -188,25 +207,54 @@ def check_own_name(group: str, name: str, node: dict, path: Path) -> None:
                          field=f"{group}.name")
 
 
+def check_complete(group: str, node, path: Path) -> None:
+    """Refuse a ``conf/<group>`` entry (``node``, composed from ``path``) that leaves a setting
+    without a default unset, naming its file (:func:`section` would name only the key)."""
+    missing = _unset(SCHEMAS[group], node)
+    if missing:
+        what = f"empty; every {group} file sets its settings" if not node else \
+            f"no {', '.join(missing)}; every {group} file sets {'them' if len(missing) > 1 else 'it'}"
+        raise PrismError(f"{path}: {what} (see the files of {SHIPPED_CONF / group})",
+                         field=f"{group}.{missing[0]}")
+
+
+def _unset(schema: type, node, prefix: str = "") -> list[str]:
+    """The dotted settings of ``schema`` without a default that ``node`` does not write."""
+    missing = []
+    for f in dataclasses.fields(schema):
+        kind = _hints(schema)[f.name]
+        if f.name not in node:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                missing.append(prefix + f.name)
+        elif dataclasses.is_dataclass(kind) and isinstance(node[f.name], Mapping):
+            missing += _unset(kind, node[f.name], f"{prefix}{f.name}.")
+    return missing
+
+
 def no_option(group: str, name) -> PrismError:
     """The error for a ``conf/<group>`` entry that is not there: its options, the one a GPU
     name like "H100" or "DGX B200" would match, and how to use a YAML file of one's own."""
-    text, options = str(name), ", ".join(group_options(group))
+    text, options, own = str(name), ", ".join(group_options(group)), _own_conf()
+    folder, where = (CONF_DIR / group, f" ({own})") if own else (f"conf/{group}", "")
+    choose = (f"choose one of: {options}" if options else
+              f"{folder} holds no .yaml file: point PRISM_CONF_DIR at a folder laid out like conf/ (a copy of "
+              f"{SHIPPED_CONF}), or unset it to use that one")
     if text.endswith((".yaml", ".yml")) or "/" in text:
-        return PrismError(f"{group}={text}: a file path; {group}= takes the name of a file in conf/{group}/ "
-                          f"(copy yours there, or point PRISM_CONF_DIR at a folder laid out like conf/); "
-                          f"choose one of: {options}", field=group)
+        return PrismError(f"{group}={text}: a file path; {group}= takes the name of a file in {folder}/{where} "
+                          f"(copy yours there, or point PRISM_CONF_DIR at a folder laid out like conf/); {choose}",
+                          field=group)
     hint = f" (did you mean {match_hardware(text)}?)" if group == "hardware" and match_hardware(text) else ""
-    return PrismError(f"{group}={text}: no conf/{group}/{text}.yaml{hint}; choose one of: {options}", field=group)
+    return PrismError(f"{group}={text}: no {folder}/{text}.yaml{where}{hint}; {choose}", field=group)
 
 
 def load_entry(group: str, name: str, schema: type):
     """One entry of a config group (``conf/<group>/<name>.yaml``), outside any composed config."""
     path = CONF_DIR / group / f"{name}.yaml"
-    if not isinstance(name, str) or not path.is_file():
+    if not isinstance(name, str) or "/" in name or not path.is_file():  # "../model/x": no entry of this group
         raise no_option(group, name)
     node = read_yaml(path)
     check_own_name(group, name, node, path)
+    check_complete(group, node, path)
     return section(OmegaConf.create({group: node}), group, schema)
 
 

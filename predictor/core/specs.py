@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from numbers import Integral, Real
 
 from predictor.core.errors import PrismError
@@ -24,7 +25,18 @@ TRAIN_DTYPES = ("bfloat16", "float16", "float32")
 FAMILIES = ("gpt", "llama")
 #: Bounds of a model's sizes: past them a figure is a typo (and a list per layer would not fit in memory).
 MAX_LAYERS = 2048
-MAX_SIZE = 1 << 40
+#: Each of a model's sizes bounded far above the largest published figure (the reason says which), so
+#: that a typo (hidden_size=1e9) is refused rather than priced at billions of GiB per GPU.
+MAX_SIZES = {
+    "num_layers": (MAX_LAYERS, "the deepest published models have a few hundred"),
+    "hidden_size": (1 << 18, "the widest published models have 12,288 to 25,600: GPT-3, Megatron's 1T"),
+    "num_heads": (1 << 14, "published models have at most 160: Megatron's 1T"),
+    "num_kv_heads": (1 << 14, "published models have at most 160: Megatron's 1T"),
+    "head_dim": (1 << 14, "published heads are 64 to 256 wide"),
+    "ffn_hidden_size": (1 << 20, "the widest published FFN is PaLM 540B's 73,728"),
+    "vocab_size": (1 << 22, "the largest published vocabularies have about 256,000 tokens: Gemma"),
+    "seq_length": (1 << 24, "the longest published contexts are 1 to 10 million tokens: Llama 4"),
+}
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 ROUTER_SCORES = ("softmax", "sigmoid")
@@ -32,15 +44,45 @@ BALANCINGS = ("aux_loss", "aux_free", "none")
 DISPATCHERS = ("alltoall", "flex", "allgather")
 
 
+def _finite(value: Real) -> bool:
+    """Whether ``value`` is finite as a float: an integer past a float's range (10**400) is
+    not, and would raise OverflowError in the first figure computed from it."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_number(key: str, value, *, integer: bool = False, zero: bool = False) -> None:
     """Raise one :class:`PrismError` naming ``key`` unless ``value`` is a finite number
-    above zero (at least zero where ``zero``), and an integer where ``integer``."""
+    above zero (at least zero where ``zero``), and an integer where ``integer``. Text
+    ("1e12") is refused, as the command line's values arrive typed, and so is a boolean:
+    True is no count of 1."""
     kind = Integral if integer else Real
-    if (isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+    if (isinstance(value, kind) and not isinstance(value, bool) and _finite(value)
             and (value >= 0 if zero else value > 0)):
         return
     what = ("a non-negative " if zero else "a positive ") + ("integer" if integer else "finite number")
+    if isinstance(value, Integral) and not _finite(value):  # 10**400: its digits would fill the screen
+        raise PrismError(f"{key}={Decimal(value):.3e}: must be {what} within a float's range", field=key)
+    if isinstance(value, str | bool):
+        what += f", not {'text' if isinstance(value, str) else 'true or false'}; pass a number"
     raise PrismError(f"{key}={value!r}: must be {what}", field=key)
+
+
+#: The most Monte Carlo draws (or runs) an analysis takes, predict-batch's too: a million take
+#: 4 GB for llama3-405b at pp=16 (2026-11-27), ten thousand times that did not fit, and their
+#: sampling error is long negligible (about 0.2% of a step at 500 draws).
+MAX_DRAWS = 1_000_000
+
+
+def check_draws(key: str, value, least: int = 1) -> None:
+    """Raise one :class:`PrismError` naming ``key`` unless ``value`` is a whole number of
+    Monte Carlo draws from ``least`` to :data:`MAX_DRAWS`."""
+    check_number(key, value, integer=True)
+    if not least <= value <= MAX_DRAWS:
+        raise PrismError(f"{key}={value}: must be a whole number from {least:,} to {MAX_DRAWS:,} (Monte Carlo samples; "
+                         f"more would not fit in memory)", field=key)
 
 
 def check_switch(key: str, value) -> None:
@@ -107,14 +149,11 @@ class ModelConfig:
     def __post_init__(self):
         check_name("model.name", self.name)
         check_switch("model.tied_embeddings", self.tied_embeddings)
-        for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
-                    "vocab_size", "seq_length"):
+        for key, (most, why) in MAX_SIZES.items():
             check_number(f"model.{key}", getattr(self, key), integer=True)
-            if getattr(self, key) > MAX_SIZE:
-                raise PrismError(f"model.{key}={getattr(self, key)}: above 2^40; a typo?", field=f"model.{key}")
-        if self.num_layers > MAX_LAYERS:
-            raise PrismError(f"model.num_layers={self.num_layers}: more than {MAX_LAYERS} layers (the deepest "
-                             f"published models have a few hundred); a typo?", field="model.num_layers")
+            if getattr(self, key) > most:
+                raise PrismError(f"model.{key}={getattr(self, key)}: more than {most:,} ({why}); a typo?",
+                                 field=f"model.{key}")
         for key in ("num_experts", "top_k", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
                     "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
             check_number(f"model.{key}", getattr(self, key), integer=True, zero=True)
@@ -265,6 +304,9 @@ class HardwareConfig:
         # 0 is "none" (a CPU, or not given); a negative figure picked the wrong attention kernel or SM share
         check_number("hardware.device.compute_capability", self.device.compute_capability, zero=True)
         check_number("hardware.device.sms", self.device.sms, integer=True, zero=True)
+        if self.device.kind == "gpu" and not self.device.sms:  # would price the SMs userbuffers and DeepEP hold at none
+            raise PrismError("hardware.device.sms=0: a GPU's streaming multiprocessor count, e.g. 132 on an H100 SXM "
+                             "(0 is a CPU's, of hardware.device.kind=cpu)", field="hardware.device.sms")
         for dtype, peak in self.peak_flops.items():
             if peak is not None:  # null: the device has no such precision
                 check_number(f"hardware.peak_flops.{dtype}", peak)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.core.errors import PrismError
-from predictor.core.layout import validate_layout
+from predictor.core.layout import framework_recompute, validate_layout
 from predictor.core.precision import LOW_PRECISION_OPS, check_gemm_dtype
 from predictor.core.profiles import load_hardware, match_hardware, names_profile, other_gpus_named
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
@@ -426,11 +426,9 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     if sp is None:
         sp = family == "torchtitan" and tp > 1
         notes.append(_default_note("seq_parallel", "on" if sp else "off", family))
-    recompute = _chosen(row, "recompute", RECOMPUTES, "none", family, notes)
-    if recompute == "selective" and family == "torchtitan":
-        recompute = "per_op"
-        notes.append("recompute per_op (torchtitan's selective mode with the per-op policy of its Llama 3 train "
-                     "configs, selective_ac_option='op')")
+    recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", family, notes), family)
+    if note:
+        notes.append(note)
     sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
     # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
     # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from predictor.core.errors import PrismError
-from predictor.core.files import writable
+from predictor.core.files import checked_path, writable
 from predictor.core.specs import MAX_LAYERS
 
 
@@ -192,7 +192,7 @@ def read_table(path) -> Table:
     is missing, empty, not UTF-8 text, not CSV, or lacks a required column."""
     p = Path(path)
     where = str(p)
-    if not p.exists():
+    if not os.path.exists(p):  # False for a name too long to exist, where Path.exists raises
         raise PrismError(f"{p}: no such file; give the path of a CSV table, e.g. "
                          f"data/e2e/e2e_training_visible.csv", field=where)
     if p.is_dir():
@@ -251,7 +251,7 @@ def check_output(out, table: Path) -> Path:
     ``out`` and the fix otherwise."""
     if not str(out).strip():
         raise PrismError("out=: give the CSV file to write, e.g. out=predicted.csv", field="out")
-    p = Path(out)
+    p = checked_path("out", out)
     if p.resolve() == Path(table).resolve() or (p.exists() and os.path.samefile(p, table)):
         raise PrismError(f"out={out}: is the input table; write the predictions to another file, e.g. "
                          f"out={p.with_name(p.stem + '.predicted.csv')}", field="out")

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
-from predictor.core.files import held_lock, writable, write_atomically
+from predictor.core.files import checked_path, held_lock, writable, write_atomically
 from predictor.core.ops import DTYPE_BYTES, OPS, SHAPE_COLUMNS, unknown_op_message
 
 METADATA_KEY = b"prism"
@@ -172,12 +172,23 @@ def writer_lock(output_dir) -> Iterator[str | None]:
         yield note
 
 
+def store_folder(out, key: str = "out") -> Path:
+    """``out`` as the store (a folder) a run is written into, checked before any work; one
+    :class:`PrismError` naming ``key`` where it ends in .parquet: that names a run file, and a
+    folder of that name inside a store would read as a damaged run."""
+    path = checked_path(key, out)
+    if path.suffix.lower() == ".parquet":
+        raise PrismError(f"{key}={out}: names a run file, but {key} is the store, the folder the run's file is "
+                         f"written into; give the folder, e.g. {key}={path.parent}", field=key)
+    return path
+
+
 def write_run(rows: pd.DataFrame, output_dir, run_id: str, metadata: dict) -> Path:
     """Write a whole run at once (importers): ``<output_dir>/<run_id>.parquet``, never overwriting.
 
     ``rows`` holds any subset of :data:`COLUMNS` (missing ones become null).
     """
-    output_dir = writable("out", output_dir, folder=True)
+    output_dir = writable("out", store_folder(output_dir), folder=True)
     path = output_dir / f"{run_id}.parquet"
     if path.exists():
         raise PrismError(f"{path} already exists; a run id is never reused", field=str(path))
@@ -246,12 +257,18 @@ def recover_unfinished(output_dir) -> list[Path]:
 
 def run_files(path) -> list[Path]:
     """The run files of a store: ``path`` itself if it is a file, else its ``*.parquet``."""
-    path = Path(path)
+    path = checked_path("samples", path)
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise PrismError(f"samples: {path} does not exist; pass a folder of runs or one .parquet file", field='samples')
-    return sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
+    runs = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
+    folder = next((p for p in runs if p.is_dir()), None)  # an import given out=STORE/x.parquet made a store in it
+    if folder is not None:
+        raise PrismError(f"{folder}: a folder named like a run file, not a run; a store holds its runs directly: move "
+                         f"the runs in it up into {path} (then remove it), or read it as a store of its own "
+                         f"(samples={folder})", field=str(folder))
+    return runs
 
 
 def no_runs(path) -> str:

@@ -30,7 +30,7 @@ import numpy as np
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import Call
-from predictor.core.specs import check_number
+from predictor.core.specs import check_draws, check_number
 from predictor.engine.draws import Spread, max_of_lognormals
 from predictor.engine.schedule import steady_pipeline
 from predictor.engine.stages import PER_MICRO_BATCH, Part, StagePlan, draw_stage_sums, stage_times
@@ -123,7 +123,7 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
     ``slow_factor`` times slower in compute (slow nodes); empty: none.
     """
     check_number("seed", seed, integer=True, zero=True)
-    check_number("draws", draws, integer=True)
+    check_draws("draws", draws)
     unknown = {h for h in hold if h not in COMPONENTS and not h.startswith("residual:")}
     if unknown:
         raise PrismError(f"hold: unknown variability component(s) {sorted(unknown)}; choose from {COMPONENTS} "

@@ -33,8 +33,8 @@ import numpy as np
 
 from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
-from predictor.core.ops import COLLECTIVE_OPS, HOST_OPS, OPS, dtype_bytes
-from predictor.core.profiles import REPO_ROOT, group_options, load_hardware, this_cpu
+from predictor.core.ops import COLLECTIVE_OPS, DTYPE_BYTES, HOST_OPS, OPS, dtype_bytes
+from predictor.core.profiles import REPO_ROOT, as_hardware, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.latency.backward_entry import as_trained, origins
 from predictor.latency.calibration import Calibration
@@ -362,10 +362,12 @@ class ModelSet:
             raise PrismError(f"no model for {op}/{pass_} on {self.hw.name}; this model set has: {have}. "
                              f"Sample the op and run prism train", field=f"{op}/{pass_}")
         _check_shapes(op, shapes, self.hw)
-        q = self.models[(op, pass_)].predict(shapes, self.hw)
         import pandas as pd
 
-        return pd.DataFrame(q, columns=[f"q{a:g}" for a in self.quantiles], index=shapes.index)
+        columns = [f"q{a:g}" for a in self.quantiles]
+        if shapes.empty:  # no call to answer (XGBoost cannot shape a prediction of no rows)
+            return pd.DataFrame(columns=columns, index=shapes.index, dtype=float)
+        return pd.DataFrame(self.models[(op, pass_)].predict(shapes, self.hw), columns=columns, index=shapes.index)
 
     # -- artifacts --------------------------------------------------------------------
     def save(self, directory) -> Path:
@@ -403,9 +405,10 @@ class ModelSet:
         return directory
 
     @classmethod
-    def load(cls, directory, hw: HardwareConfig) -> ModelSet:
-        """Load a hardware's models, checking them against the manifest and the profile."""
-        directory = Path(directory)
+    def load(cls, directory, hw: HardwareConfig | str) -> ModelSet:
+        """Load a hardware's models (``hw`` a profile or a conf/hardware name), checking them
+        against the manifest and the profile."""
+        hw, directory = as_hardware(hw), Path(directory)
         recover_folder(directory)
         path = directory / MANIFEST
         if not path.exists():
@@ -611,7 +614,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
     import joblib
 
-    check_settings(rc.quantiles, dict(rc.params))  # before any work: a bad setting fails in every fit
+    check_settings(rc.name, rc.quantiles, dict(rc.params))  # before any work: a bad setting fails in every fit
     rows = samples[samples["hardware"] == hw.name]
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
@@ -660,6 +663,10 @@ def _check_shapes(op: str, shapes, hw: HardwareConfig) -> None:
         raise PrismError(f"shapes: no column {', '.join(missing)}; {op} needs {', '.join(spec.shape)}"
                          + ("" if spec.collective or spec.host else f" and dtype (e.g. {hw.train_dtype})"),
                          field="shapes")
+    unknown = ~shapes["dtype"].isin(list(DTYPE_BYTES)) if not (spec.collective or spec.host) else []
+    if any(unknown):
+        raise PrismError(f"shapes: column dtype holds {shapes['dtype'][unknown].iloc[0]!r}; write one of "
+                         f"{', '.join(DTYPE_BYTES)}", field="dtype")
     for column in spec.shape:
         if column in ("causal", "optimizer"):
             continue

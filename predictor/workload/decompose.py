@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from predictor.core.errors import PrismError
-from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
+from predictor.core.layout import framework_recompute, layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
@@ -248,15 +248,15 @@ def _beside(calls: list[Call], others: int) -> list[Call]:
 
 def userbuffer_sms(par: ParallelConfig, framework: str | None, hw: HardwareConfig) -> int:
     """The SMs an overlapped TP collective holds beside its GEMM: :data:`USERBUFFER_SMS` for
-    Megatron-Core with ``overlap_tp_comm`` (userbuffers need sequence parallelism) on a GPU
-    whose SM count the profile gives; 0 elsewhere (torchtitan's async TP is not
+    Megatron-Core with ``overlap_tp_comm`` (userbuffers need sequence parallelism) on a GPU;
+    0 elsewhere (torchtitan's async TP is not
     Transformer Engine's)."""
     on = (par.overlap_tp_comm and par.tp > 1 and par.sequence_parallel and hw.device.sms
           and _family(framework) == "megatron-core")
     if on and hw.device.sms <= USERBUFFER_SMS:  # the GEMM would run on no SM at all: an infinite step
         raise PrismError(f"hardware.device.sms={hw.device.sms}: parallel.overlap_tp_comm's collectives hold "
                          f"{USERBUFFER_SMS} SMs beside each GEMM, leaving it none of this GPU's; give its real SM "
-                         f"count (132 on an H100 SXM) or 0 where unknown", field="hardware.device.sms")
+                         f"count (132 on an H100 SXM)", field="hardware.device.sms")
     return USERBUFFER_SMS if on else 0
 
 
@@ -494,8 +494,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     par = with_default_batch(par)
     if par.attention == "auto":
         par = replace(par, attention=attention_kernel(par.attention, framework, hw))
+    par = replace(par, recompute=framework_recompute(par.recompute, _family(framework))[0])
     gpus = gpus or par.world_size
-    validate_layout(model, par, gpus)
+    validate_layout(model, par, gpus, seq)
     per_node = hw.node.gpus_per_node
     if gpus > per_node and gpus % per_node:  # a job of several nodes holds whole ones
         nodes, rest = divmod(gpus, per_node)

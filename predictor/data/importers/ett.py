@@ -526,10 +526,11 @@ def import_ett(path, out_dir) -> ImportReport:
     >>> report.rows_per_op["gemm"]                                            # doctest: +SKIP
     """
     started = time.perf_counter()
+    out_dir = store.store_folder(out_dir)
     root = _cluster_dir(path)
     cluster = root.resolve().name
     run_id = "ett-" + re.sub(r"[^a-z0-9]+", "-", cluster.lower()).strip("-")
-    target = Path(out_dir) / f"{run_id}.parquet"
+    target = out_dir / f"{run_id}.parquet"
     if target.exists():  # fail before any work; write_run checks again
         raise PrismError(f"{target} already exists; a run id is never reused: import into another "
                          f"out= folder, or move the old run away first", field=str(target))

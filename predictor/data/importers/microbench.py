@@ -198,7 +198,7 @@ def check_target(hardware: str, out_dir) -> None:
     if hardware not in SOURCES:
         raise PrismError(f"hardware={hardware}: no published microbenchmarks for it; those with some: "
                          f"{', '.join(SOURCES)}", field='hardware')
-    target = Path(out_dir) / f"microbench-{hardware}.parquet"
+    target = store.store_folder(out_dir) / f"microbench-{hardware}.parquet"
     if target.exists():
         raise PrismError(f"{target} already exists; a run id is never reused: import into another out= folder, "
                          f"or move the old run away first", field=str(target))

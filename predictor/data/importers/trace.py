@@ -632,6 +632,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     from tqdm import tqdm
 
     start = time.monotonic()
+    out = store.store_folder(out)
     paths = [Path(p) for p in paths]
     twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
     if twice:
