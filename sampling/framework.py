@@ -41,9 +41,8 @@ import torch
 from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig, ParallelConfig
 from predictor.data.importers.trace import framework_samples
-from predictor.data.measurements import REFERENCE_FRAMEWORK
 from predictor.latency.backward_entry import FRAMEWORK
-from predictor.workload.decompose import decompose
+from predictor.workload.decompose import REFERENCE_FRAMEWORK, decompose
 from sampling.collectives import _sync
 from sampling.kernels import TORCH_DTYPES
 from sampling.model import Transformer, loss_fn

@@ -36,7 +36,7 @@ from predictor.core.errors import PrismError
 from predictor.core.profiles import group_options
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.store import atomic_write_table
-from predictor.workload.decompose import Workload, decompose
+from predictor.workload.decompose import REFERENCE_FRAMEWORK, Workload, decompose
 
 SCHEMA = pa.schema([
     ("layout_id", pa.string()), ("hardware", pa.string()), ("model_json", pa.string()),
@@ -164,11 +164,6 @@ def layout_configs(frame: pd.DataFrame, layout_id: str) -> tuple[ModelConfig, Pa
         except PrismError as exc:  # a value the spec refuses, named with the layout it came from
             raise PrismError(f"measured: layout {layout_id!r}: {exc}", field=exc.field) from None
     return specs[0], specs[1]
-
-
-#: The framework family of PRISM's reference workload (:mod:`sampling.reference`): eager
-#: ``nn.Module`` layers and PyTorch's own parallelism, mixed precision by ``torch.autocast`` on CUDA.
-REFERENCE_FRAMEWORK = "eager"
 
 
 #: The settings a ``prism measure`` layout_id spells (``sampling.measure.layout_id``), as its words start.

@@ -65,8 +65,6 @@ from predictor.workload.memory import (
     stage_parameters,
 )
 
-#: bf16 activations.
-ACT_BYTES = 2
 #: The role of expert-parallel collectives that run under the other micro-batch's compute
 #: (Megatron-Core --overlap-moe-expert-parallel-comm, "1F1B A2A overlap"): the composer
 #: counts them like overlapped TP collectives, only where the pass's compute leaves them exposed.
@@ -123,7 +121,7 @@ def _collective(op: str, message: float, group: int, count: int, role: str, topo
     return Call.of(op, "step", {"message_bytes": int(message), "group_size": group}, count, role, topo)
 
 
-def _moe_collectives(model, par, seq, mesh: Mesh, layers: int) -> list[Call]:
+def _moe_collectives(model, par, seq, mesh: Mesh, layers: int, act_bytes: int) -> list[Call]:
     """The forward collectives of ``layers`` MoE layers for one micro-batch, following
     Megatron-Core's token dispatchers: ``alltoall`` gathers the per-expert token counts, and
     it and ``flex`` (DeepEP, HybridEP) exchange the permuted tokens over the ep group in an
@@ -137,7 +135,7 @@ def _moe_collectives(model, par, seq, mesh: Mesh, layers: int) -> list[Call]:
     ep_topo, etp_topo = mesh.topology("ep"), mesh.topology("etp")
     moved = dispatch_bytes(model, par, t_r, ep_topo)
     if ep * etp > 1 and par.moe_dispatcher == "allgather":
-        gathered = ep * etp * t_r * h * ACT_BYTES
+        gathered = ep * etp * t_r * h * act_bytes
         group, topo = ep * etp, ep_topo if ep > 1 else etp_topo
         fwd += [_collective("all_gather", gathered, group, layers, "ep", topo),
                 _collective("reduce_scatter", gathered, group, layers, "ep", topo)]
@@ -148,17 +146,18 @@ def _moe_collectives(model, par, seq, mesh: Mesh, layers: int) -> list[Call]:
                 fwd.append(_collective("all_gather", counts, ep * etp, layers, "ep_counts", ep_topo))
             fwd.append(_collective("all_to_all", moved, ep, 2 * layers, "ep", ep_topo))
         if etp > 1:
-            received = t_r * model.top_k * h * ACT_BYTES * routing_imbalance(model, par, t_r) * etp
+            received = t_r * model.top_k * h * act_bytes * routing_imbalance(model, par, t_r) * etp
             fwd += [_collective("all_gather", received, etp, layers, "ep", etp_topo),
                     _collective("reduce_scatter", received, etp, layers, "ep", etp_topo)]
     return fwd
 
 
 def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
-                 mesh: Mesh | None = None, sm_margin: int = 0) -> tuple[list[Call], list[Call]]:
+                 mesh: Mesh | None = None, sm_margin: int = 0, act_bytes: int = 2) -> tuple[list[Call], list[Call]]:
     """Forward and backward calls of ``layers`` transformer layers, ``moe`` of them
     Mixture-of-Experts layers (:func:`_moe_calls`), for one micro-batch; ``sm_margin``:
-    :func:`userbuffer_sms`."""
+    :func:`userbuffer_sms`; ``act_bytes``: an activation element's bytes, which the
+    collectives move (:func:`activation_bytes`)."""
     mbs, tp, cp = par.micro_batch_size, par.tp, par.cp
     if moe:
         dense = layers - moe
@@ -176,7 +175,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         # TP collectives: a dense layer's two (attention, FFN), a MoE layer's attention's and,
         # with shared experts, theirs (the routed experts' tokens are already sequence-split).
         tp_pairs = 2 * dense + moe * (1 + (model.shared_expert_ffn_hidden_size > 0))
-        ep_calls = _moe_collectives(model, par, seq, mesh, moe)
+        ep_calls = _moe_collectives(model, par, seq, mesh, moe, act_bytes)
         modules = _modules(model, dense_calls, attn, groups, ep_calls, dense, mbs * seq // cp, tp) \
             if par.recompute_modules else {}
     else:
@@ -187,7 +186,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         bwd = [c.scaled(layers, "bwd") for c in compute]
         tp_pairs, ep_calls = 2 * layers, []
         modules = _modules(model, fwd, [], {}, [], layers, mbs * seq // cp, tp) if par.recompute_modules else {}
-    activation = mbs * seq // cp * model.hidden_size * ACT_BYTES
+    activation = mbs * seq // cp * model.hidden_size * act_bytes
     if tp > 1:
         if par.sequence_parallel:
             tp_fwd = [_collective("all_gather", activation, tp, tp_pairs, "tp", tp_topo),
@@ -197,7 +196,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         fwd += tp_fwd
         bwd += tp_fwd  # the backward mirrors each collective with its conjugate of equal size
     if cp > 1:
-        kv = 2 * mbs * seq * max(model.num_kv_heads // tp, 1) * model.head_dim * ACT_BYTES
+        kv = 2 * mbs * seq * max(model.num_kv_heads // tp, 1) * model.head_dim * act_bytes
         fwd.append(_collective("all_gather", kv, cp, layers, "cp", cp_topo))
         bwd.append(_collective("reduce_scatter", kv, cp, layers, "cp", cp_topo))
     if ep_calls:  # the backward exchanges the gradients alike (the token counts are reused)
@@ -305,14 +304,14 @@ _NOT_IN_LAYERS = ("dp", "pp", "vpp", "schedule", "global_batch_size", "sharding"
 _LAYER_CACHE: dict[tuple, tuple[list[Call], list[Call]]] = {}
 
 
-def _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin: int) -> tuple:
+def _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin: int, act_bytes: int) -> tuple:
     """What :func:`_layer_calls` reads of a workload but the stage's layer counts and mesh."""
     return (tuple(vars(model).values()), tuple(v for k, v in vars(par).items() if k not in _NOT_IN_LAYERS),
-            seq, tp_topo, cp_topo, sm_margin)
+            seq, tp_topo, cp_topo, sm_margin, act_bytes)
 
 
 def _cached_layer_calls(base: tuple, model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh,
-                        sm_margin: int):
+                        sm_margin: int, act_bytes: int):
     """:func:`_layer_calls`, remembered across workloads by every value it reads (``base``:
     :func:`_layer_key`, computed once per workload; the same Call objects come back for
     equal inputs, as the composer's stage identity expects)."""
@@ -320,7 +319,7 @@ def _cached_layer_calls(base: tuple, model, par, seq, tp_topo, cp_topo, layers: 
     if key not in _LAYER_CACHE:
         if len(_LAYER_CACHE) > 4096:
             _LAYER_CACHE.clear()
-        _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin)
+        _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin, act_bytes)
     return _LAYER_CACHE[key]
 
 
@@ -346,7 +345,7 @@ def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int
 
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
-           dp_group: int, dp_topo, pp_topo, loss: str) -> StageWork:
+           dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int) -> StageWork:
     """``stage`` (its layers' calls given) with the ends of the model it holds (``loss``: the
     op of the loss, :func:`loss_op`), its pipeline send and its once-per-step calls: DP
     gradient reduction, ZeRO gathers, optimizer step."""
@@ -362,7 +361,7 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
     stage.backward += [c.scaled(1, "bwd") for c in ends]
     layers = stage.layers
     if not last:
-        sent = tokens * model.hidden_size * ACT_BYTES // (par.tp if par.sequence_parallel else 1)
+        sent = tokens * model.hidden_size * act_bytes // (par.tp if par.sequence_parallel else 1)
         stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
     tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
     return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors)
@@ -469,6 +468,19 @@ def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) 
     return "cudnn" if family == "megatron-core" and hw.device.compute_capability >= 9.0 else "flash"
 
 
+#: The framework family of PRISM's reference workload (:mod:`sampling.reference`): eager
+#: ``nn.Module`` layers and PyTorch's own parallelism, mixed precision by ``torch.autocast`` on CUDA.
+REFERENCE_FRAMEWORK = "eager"
+
+
+def activation_bytes(hw: HardwareConfig) -> int:
+    """Bytes of one activation element, what tensor-, context-, expert- and pipeline-parallel
+    collectives move: the training precision's (bf16 or fp16 on a GPU, 2; a CPU's float32, 4,
+    whose tp=2 all-reduces were priced at half their 393 KB for the reference's `small`). An
+    fp8 recipe's GEMMs leave the activations between them in the training precision."""
+    return int(DTYPE_BYTES[hw.train_dtype])
+
+
 def loss_op(family: str, fused: bool) -> str:
     """The loss's op for a host-call ``family`` (:func:`~predictor.workload.host.host_family`):
     Megatron's own fp32 vocabulary-parallel cross entropy unless ``fused``
@@ -509,14 +521,19 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
     multiple = vocab_multiple(framework)
-    vocab = padded_vocab(model.vocab_size, par.tp, multiple) // par.tp  # vocabulary-parallel shard
-    params_per_stage = stage_parameters(model, par, multiple)  # one GPU's TP shard of each stage
+    # the frameworks split the vocabulary over tp (Megatron's vocab-parallel layers, torchtitan's
+    # ColwiseParallel head); PRISM's reference keeps its embedding, final norm and head whole on
+    # every TP rank (sampling/reference.py), whose head GEMMs were priced at half their width
+    shards = 1 if framework == REFERENCE_FRAMEWORK else par.tp
+    vocab = padded_vocab(model.vocab_size, shards, multiple) // shards
+    params_per_stage = stage_parameters(model, par, multiple, shards)  # one GPU's TP shard of each stage
     family = host_family(framework, hw.host.asynchronous)
     moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
     experts_per_stage = stage_expert_parameters(model, par)
     sm_margin = userbuffer_sms(par, framework, hw)
     others = neighbours(gpus, hw)
-    layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin)
+    act_bytes = activation_bytes(hw)
+    layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin, act_bytes)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
@@ -524,10 +541,11 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
         moe = moe_per_stage[i]
         key = (layers, first, last, params_per_stage[i], moe)
         if key not in built:
-            layer = _cached_layer_calls(layer_key, model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin)
+            layer = _cached_layer_calls(layer_key, model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin,
+                                        act_bytes)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
-                        tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(family, par.loss_fusion))
+                        tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(family, par.loss_fusion), act_bytes)
             if moe:
                 st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
             if family in MASTER_WEIGHT_FAMILIES and par.sharding not in ("zero3", "fsdp"):

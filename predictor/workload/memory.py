@@ -166,14 +166,16 @@ def padded_vocab(vocab_size: int, tp: int, multiple: int = VOCAB_MULTIPLE) -> in
 
 
 def stage_parameters(model: ModelConfig, par: ParallelConfig,
-                     vocab_multiple: int = VOCAB_MULTIPLE) -> list[int]:
-    """Parameters one GPU of each pipeline stage holds (its TP/PP shard, before ZeRO)."""
+                     vocab_multiple: int = VOCAB_MULTIPLE, vocab_shards: int | None = None) -> list[int]:
+    """Parameters one GPU of each pipeline stage holds (its TP/PP shard, before ZeRO); the
+    embedding and head split ``vocab_shards`` ways (default tp, vocabulary-parallel)."""
     tp, pp = par.tp, par.pp
     sharded, replicated = layer_parameters(model, tp)
     per_layer = sharded + replicated
     moe_layer = sum(layer_parameters(model, tp, moe=True)) if model.num_experts else 0
     moe = moe_layers_per_stage(model, pp, par.vpp)
-    vocab = padded_vocab(model.vocab_size, tp, vocab_multiple) // tp
+    shards = tp if vocab_shards is None else vocab_shards
+    vocab = padded_vocab(model.vocab_size, shards, vocab_multiple) // shards
     embed = vocab * model.hidden_size
     positions = model.seq_length * model.hidden_size if model.position == "learned" else 0
     final_norm = model.hidden_size * (2 if model.norm == "layernorm" else 1)
