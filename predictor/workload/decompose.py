@@ -133,7 +133,7 @@ def _moe_collectives(model, par, seq, mesh: Mesh, layers: int, act_bytes: int) -
     t_r = routed_tokens(model, par, mbs, seq)
     h = model.hidden_size
     ep_topo, etp_topo = mesh.topology("ep"), mesh.topology("etp")
-    moved = dispatch_bytes(model, par, t_r, ep_topo)
+    moved = dispatch_bytes(model, par, t_r, ep_topo, act_bytes)
     if ep * etp > 1 and par.moe_dispatcher == "allgather":
         gathered = ep * etp * t_r * h * act_bytes
         group, topo = ep * etp, ep_topo if ep > 1 else etp_topo

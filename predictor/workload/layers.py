@@ -262,7 +262,8 @@ def _untouched(experts: int, group: int, top_k: int) -> float:
     return math.comb(experts - group, top_k) / math.comb(experts, top_k)
 
 
-def dispatch_bytes(model: ModelConfig, par: ParallelConfig, tokens: int, topology: tuple[int, int]) -> float:
+def dispatch_bytes(model: ModelConfig, par: ParallelConfig, tokens: int, topology: tuple[int, int],
+                   act_bytes: int = 2) -> float:
     """Bytes one GPU's token dispatch (and, alike, combine) puts in an all-to-all over the ep
     group placed as ``topology`` (ranks per node, nodes), sized at the busiest rank's load
     (:func:`routing_imbalance`). ``alltoall`` (Megatron-Core's MoEAlltoAllTokenDispatcher)
@@ -271,10 +272,11 @@ def dispatch_bytes(model: ModelConfig, par: ParallelConfig, tokens: int, topolog
     one of its experts over RDMA and forwards it over NVLink (DeepSeek-V3, arXiv 2412.19437
     sec. 3.2.2): with top_k distinct experts drawn among E, a node of E/nodes experts is
     missed with probability C(E - E/nodes, k)/C(E, k). Its cross-node bytes are written as
-    the all-to-all buffer that would move them (the buffer's (n - r)/n leaves the node)."""
+    the all-to-all buffer that would move them (the buffer's (n - r)/n leaves the node).
+    ``act_bytes``: an activation element's (bf16's 2 by default)."""
     per_node, nodes = topology
     n, k, experts = par.ep, model.top_k, model.num_experts
-    vector = model.hidden_size * 2 * routing_imbalance(model, par, tokens)  # bf16 activations
+    vector = model.hidden_size * act_bytes * routing_imbalance(model, par, tokens)
     if par.moe_dispatcher != "flex" or n <= 1:
         return tokens * k * vector
     if nodes > 1:
