@@ -285,7 +285,8 @@ def framework_layout(par: ParallelConfig, framework: str | None) -> ParallelConf
         raise PrismError(f"parallel.sharding={par.sharding}: DeepSpeed's pipeline engine refuses ZeRO-2 and "
                          f"ZeRO-3 with pipeline parallelism (pp={par.pp}); use sharding=zero1 or pp=1",
                          field="parallel.sharding")
-    return replace(par, recompute=framework_recompute(par.recompute, framework)[0])
+    recompute = framework_recompute(par.recompute, framework)[0]
+    return par if recompute == par.recompute else replace(par, recompute=recompute)
 
 
 def framework_note(given: ParallelConfig, framework: str | None) -> str | None:

@@ -506,7 +506,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     par = with_default_batch(par)
     if par.attention == "auto":
         par = replace(par, attention=attention_kernel(par.attention, framework, hw))
-    par = replace(par, recompute=framework_recompute(par.recompute, _family(framework))[0])
+    recompute = framework_recompute(par.recompute, _family(framework))[0]
+    if recompute != par.recompute:  # a copy only where the framework reads it otherwise: a search decomposes thousands
+        par = replace(par, recompute=recompute)
     gpus = gpus or par.world_size
     validate_layout(model, par, gpus, seq)
     per_node = hw.node.gpus_per_node
