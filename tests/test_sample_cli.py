@@ -72,14 +72,20 @@ def test_a_cpu_s_framework_time_is_sampled_once_per_store(tmp_path, cpu_env):
 
 
 def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
-    args = ["sample", *SMALL_PLAN, "sampling.shapes_per_op=12",
+    # 18 shapes an op: the plan runs about 11 s after its first part is written, so the signal
+    # lands inside it even when the machine stalls this process for seconds (a 12-shape plan,
+    # 7 s, once finished first in CI)
+    shapes = 18
+    args = ["sample", *SMALL_PLAN, f"sampling.shapes_per_op={shapes}",
             "sampling.ops=[gemm,attention,layernorm]", f"output_dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args], env=cpu_env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
-    while not list(tmp_path.glob(".*.parts/part-*.parquet")) and time.time() < deadline:
-        time.sleep(0.05)
+    while (not list(tmp_path.glob(".*.parts/part-*.parquet")) and proc.poll() is None
+           and time.time() < deadline):
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before its first part was seen: " + proc.communicate()[0]
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout
@@ -93,7 +99,7 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["status"] == "complete"
-    assert report["rows"] == 12 * 2 * 3 * 10 - len(kept)  # only the repeats the first run had not stored
+    assert report["rows"] == shapes * 2 * 3 * 10 - len(kept)  # only the repeats the first run had not stored
     assert hashlib.md5(first.read_bytes()).hexdigest() == digest  # the old run is untouched
     df = store.read_samples(tmp_path)
     cols = ["op", "pass", "m", "n", "k", "batch", "heads", "seq_q", "head_dim", "causal",
@@ -102,7 +108,7 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     assert (per_task == 10).all(), "a task was measured twice or lost repeats"
     # a shape cut off between its rounds got only the repeats it lacked, numbered on from its stored ones
     assert (df.groupby(cols, dropna=False).repeat.agg(sorted).map(tuple) == tuple(range(10))).all()
-    assert len(per_task) == 12 * 2 * 3  # 12 shapes x fwd/bwd x 3 ops
+    assert len(per_task) == shapes * 2 * 3  # shapes x fwd/bwd x 3 ops
 
     again = _prism([*args, "--json"], cpu_env, timeout=120)
     assert json.loads(again.stdout)["status"] == "nothing-to-do"
