@@ -1,5 +1,5 @@
 """The host time of issuing a collective and of DTensor's tensor parallelism on this
-machine's device: the GPU profiles' ``collective_launch_us`` and ``dtensor_us`` priors
+machine's device: the GPU profiles' ``collective_launch_us`` and ``dtensor_fwd_us``/``dtensor_bwd_us`` priors
 (``predictor.workload.host``).
 
     python benchmarks/bench_collective_launch.py                  # this CPU (gloo)
@@ -99,6 +99,7 @@ def main() -> None:
     device = torch.device(args.device)
     torch.set_num_threads(1)
     if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)  # NCCL binds the group to one device
         torch.cuda.set_device(device)
     wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

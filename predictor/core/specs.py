@@ -248,15 +248,16 @@ class HostSpec:
     samples exist: per eager framework call, the CPU side of the forward (Python, module
     and autograd.Function calls, the dispatcher, autograd's recording) and of the backward
     (the autograd engine's node), the device API's kernel launch, one collective's issue,
-    one DTensor tensor-parallel pair of linear layers, and one activation-checkpointed block
-    in each pass. Each profile cites its figures."""
+    one DTensor tensor-parallel pair of linear layers and one activation-checkpointed block,
+    each in each pass. Each profile cites its figures."""
 
     asynchronous: bool
     dispatch_us: float
     autograd_us: float
     launch_us: float
     collective_launch_us: float
-    dtensor_us: float  # one DTensor tensor-parallel pair (column- then row-parallel linear), each pass
+    dtensor_fwd_us: float  # one DTensor tensor-parallel pair (column- then row-parallel linear) in the forward
+    dtensor_bwd_us: float  # the same pair's backward
     checkpoint_fwd_us: float  # one checkpointed block's wrapper in the forward
     checkpoint_bwd_us: float  # one checkpointed block's recomputation set-up in the backward, its calls aside
 
@@ -356,8 +357,8 @@ class HardwareConfig:
                                  f"a share below 1 (0.03 for 3%)", field=f"hardware.variability.{key}")
         check_number("hardware.variability.checkpoint_interval_min", spread.checkpoint_interval_min)
         check_switch("hardware.host.asynchronous", self.host.asynchronous)
-        for key in ("dispatch_us", "autograd_us", "launch_us", "collective_launch_us", "dtensor_us",
-                    "checkpoint_fwd_us", "checkpoint_bwd_us"):
+        for key in ("dispatch_us", "autograd_us", "launch_us", "collective_launch_us", "dtensor_fwd_us",
+                    "dtensor_bwd_us", "checkpoint_fwd_us", "checkpoint_bwd_us"):
             check_number(f"hardware.host.{key}", getattr(self.host, key), zero=True)
 
     @property

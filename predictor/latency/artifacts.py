@@ -705,7 +705,8 @@ def foreign_device(models: ModelSet | None) -> str | None:
 
 #: Host figures only one host op's floor reads: a model set without that op does not
 #: depend on them (a profile that gains such a figure keeps its trained models).
-OWN_HOST_FIELDS = {"checkpoint": ("checkpoint_fwd_us", "checkpoint_bwd_us")}
+OWN_HOST_FIELDS = {"checkpoint": ("checkpoint_fwd_us", "checkpoint_bwd_us"),
+                   "dtensor": ("dtensor_fwd_us", "dtensor_bwd_us"), "collective_launch": ("collective_launch_us",)}
 
 
 def host_fingerprint(hw: HardwareConfig, ops) -> str:

@@ -140,7 +140,8 @@ def host_floor_us(op: str, pass_: str, shape: Mapping, hw: HardwareConfig):
         each = host.checkpoint_bwd_us if pass_ == "bwd" else host.checkpoint_fwd_us
         return np.asarray(shape["blocks"], float) * each
     if op in ("collective_launch", "dtensor"):
-        each = host.collective_launch_us if op == "collective_launch" else host.dtensor_us
+        each = (host.collective_launch_us if op == "collective_launch" else
+                host.dtensor_bwd_us if pass_ == "bwd" else host.dtensor_fwd_us)
         return np.full(np.shape(shape["group_size"]), each, float)
     cpu = host.autograd_us if pass_ == "bwd" else host.dispatch_us
     return np.asarray(shape["launches"], float) * (cpu + host.launch_us)
