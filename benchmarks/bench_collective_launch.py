@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from predictor.core.files import write_csv
-from sampling.tensor_parallel import WIDTH, build_pair
+from sampling.tensor_parallel import WIDTH, build_pair, run_pass
 
 
 def host_us(fn: Callable[[], object], wait: Callable[[], None], calls: int, rounds: int, warmup: int = 20) -> float:
@@ -79,12 +79,7 @@ def collectives(device: torch.device, message_bytes: int) -> dict[str, Callable[
 def plain_pair(pass_: str, device: torch.device) -> Callable[[], object]:
     """The pair of :func:`~sampling.tensor_parallel.build_pair` on one device, without DTensor."""
     pair = nn.Sequential(nn.Linear(WIDTH, WIDTH, bias=False), nn.Linear(WIDTH, WIDTH, bias=False)).to(device)
-    x = torch.randn(WIDTH, WIDTH, device=device, requires_grad=True)
-    if pass_ == "fwd":
-        return lambda: pair(x)
-    out = pair(x)
-    grad = torch.ones_like(out)
-    return lambda: torch.autograd.grad(out, [x, *pair.parameters()], grad, retain_graph=True)
+    return run_pass(pair, torch.randn(WIDTH, WIDTH, device=device, requires_grad=True), pass_)
 
 
 def main() -> None:

@@ -42,9 +42,14 @@ def build_pair(pass_: str, group, device: torch.device) -> Callable[[], object]:
     mesh = DeviceMesh.from_group(group, device.type)
     width = WIDTH * mesh.size()  # each rank holds a WIDTH-wide shard
     pair = parallelize_module(_Pair(width).to(device), mesh, {"column": ColwiseParallel(), "row": RowwiseParallel()})
-    x = torch.randn(WIDTH, width, device=device, requires_grad=True)
+    return run_pass(pair, torch.randn(WIDTH, width, device=device, requires_grad=True), pass_)
+
+
+def run_pass(module: nn.Module, x: torch.Tensor, pass_: str) -> Callable[[], object]:
+    """A zero-argument function running ``module`` on ``x``: its forward, or its backward
+    replayed on one graph (the input's and the parameters' gradients)."""
     if pass_ == "fwd":
-        return lambda: pair(x)
-    out = pair(x)
+        return lambda: module(x)
+    out = module(x)
     grad = torch.ones_like(out)
-    return lambda: torch.autograd.grad(out, [x, *pair.parameters()], grad, retain_graph=True)
+    return lambda: torch.autograd.grad(out, [x, *module.parameters()], grad, retain_graph=True)
