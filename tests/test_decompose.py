@@ -215,3 +215,47 @@ def test_the_reference_keeps_its_head_whole_under_tp():
         head = [c for c in stage.forward if c.op == "gemm" and c.role != "compute"]
         assert [c.shape_dict["n"] for c in head] == [vocab], framework
         assert {c.shape_dict["vocab"] for c in stage.forward if c.op in ("embedding", "cross_entropy")} == {vocab}
+
+
+def _counts(calls, op, pass_=None, role=None):
+    return sum(c.count for c in calls if c.op == op and (pass_ is None or c.pass_ == pass_)
+               and (role is None or c.role == role))
+
+
+@pytest.mark.parametrize("hardware", ["local-cpu", "h100-sxm"])
+def test_the_reference_s_recompute_stops_where_a_block_s_saved_tensors_are_rebuilt(hardware):
+    """torch's non-reentrant checkpoint (early stop on) does not re-run a block's FFN down
+    projection, the TP reduction after it or its closing residual add; Megatron's reentrant one
+    and torchtitan's re-run the whole forward."""
+    from predictor.core.profiles import load_hardware, load_model
+    from predictor.workload.decompose import REFERENCE_FRAMEWORK
+    model, hw = load_model("small"), load_hardware(hardware)
+    layers, down = model.num_layers, {"m": 256, "n": model.hidden_size, "k": model.ffn_hidden_size // 2}
+    for framework, rerun in ((REFERENCE_FRAMEWORK, 0), ("torchtitan", 1), ("megatron-core", 1)):
+        plain, full = (decompose(model, ParallelConfig(tp=2, recompute=r), hw, 2, framework=framework).stages[0]
+                       for r in ("none", "full"))
+        recomputed_down = sum(c.count for c in full.backward if c.op == "gemm" and c.pass_ == "fwd"
+                              and {k: c.shape_dict[k] for k in down} == down)
+        assert recomputed_down == rerun * layers, framework
+        assert _counts(full.backward, "all_reduce", role="tp") - _counts(plain.backward, "all_reduce", role="tp") == (
+            (1 + rerun) * layers), framework  # the attention's reduction always runs again
+        assert _counts(full.backward, "residual_add", "fwd") == (1 + rerun) * layers, framework
+        # what runs before the tail runs again in every framework: the up projection and the attention
+        assert _counts(full.backward, "attention", "fwd") == layers
+
+
+def test_a_recomputed_forward_s_dtensor_pairs_are_priced_as_forward_pairs():
+    """The recomputed forward's TP reductions sit in the backward; their DTensor pairs are forward
+    pairs (on an H100 281 us, not the backward's 574)."""
+    from predictor.core.profiles import load_hardware, load_model
+    from predictor.workload.decompose import REFERENCE_FRAMEWORK
+    model, hw = load_model("small"), load_hardware("h100-sxm")
+    for framework, recomputed_pairs in (("torchtitan", 2), (REFERENCE_FRAMEWORK, 1)):
+        plain, full = (decompose(model, ParallelConfig(tp=2, recompute=r), hw, 2, framework=framework).stages[0]
+                       for r in ("none", "full"))
+        layers = model.num_layers
+        assert _counts(plain.forward, "dtensor", "fwd") == _counts(plain.backward, "dtensor", "bwd") == 2 * layers
+        assert _counts(full.backward, "dtensor", "bwd") == 2 * layers, framework
+        assert _counts(full.backward, "dtensor", "fwd") == recomputed_pairs * layers, framework
+    megatron = decompose(model, ParallelConfig(tp=2, recompute="full"), hw, 2, framework="megatron-core").stages[0]
+    assert not _counts(megatron.backward, "dtensor")

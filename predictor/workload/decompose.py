@@ -45,7 +45,15 @@ from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
-from predictor.workload.host import EAGER_FRAMEWORKS, hook_calls, host_calls, host_family, one_dispatch
+from predictor.workload.host import (
+    EAGER_FRAMEWORKS,
+    TP_REDUCTIONS,
+    hook_calls,
+    host_calls,
+    host_family,
+    one_dispatch,
+    recomputed_pairs,
+)
 from predictor.workload.layers import (
     dispatch_bytes,
     layer_ops,
@@ -153,11 +161,13 @@ def _moe_collectives(model, par, seq, mesh: Mesh, layers: int, act_bytes: int) -
 
 
 def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
-                 mesh: Mesh | None = None, sm_margin: int = 0, act_bytes: int = 2) -> tuple[list[Call], list[Call]]:
+                 mesh: Mesh | None = None, sm_margin: int = 0, act_bytes: int = 2,
+                 early_stop: bool = False) -> tuple[list[Call], list[Call]]:
     """Forward and backward calls of ``layers`` transformer layers, ``moe`` of them
     Mixture-of-Experts layers (:func:`_moe_calls`), for one micro-batch; ``sm_margin``:
     :func:`userbuffer_sms`; ``act_bytes``: an activation element's bytes, which the
-    collectives move (:func:`activation_bytes`)."""
+    collectives move (:func:`activation_bytes`); ``early_stop``: full recompute stops
+    where each block's saved tensors are rebuilt (:func:`_early_stopped`)."""
     mbs, tp, cp = par.micro_batch_size, par.tp, par.cp
     if moe:
         dense = layers - moe
@@ -204,8 +214,8 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
             ep_calls = [replace(c, role=OVERLAPPED_EP) if c.role == "ep" else c for c in ep_calls]
         fwd += ep_calls
         bwd += [c for c in ep_calls if c.role != "ep_counts"]
-    if par.recompute == "full":
-        bwd += fwd  # every forward call, the layer's collectives included, runs again
+    if par.recompute == "full":  # every forward call, the layer's collectives included, runs again
+        bwd += _early_stopped(fwd, model, mbs * seq // cp, tp, layers) if early_stop and not moe else fwd
     elif par.recompute == "per_op":  # its policy saves no collective's output: they run again too
         bwd += _per_op_recomputed(model, par.tp, alike) + [c for c in fwd if OPS[c.op].collective]
     elif par.recompute == "selective" and par.recompute_modules:
@@ -216,6 +226,26 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         shapes = {c.shape for c in linears if c.op == "gemm"}
         fwd, bwd = (_margined(calls, shapes, model.hidden_size, sm_margin) for calls in (fwd, bwd))
     return fwd, bwd
+
+
+def _early_stopped(fwd: list[Call], model: ModelConfig, tokens: int, tp: int, layers: int) -> list[Call]:
+    """The forward calls of ``layers`` dense blocks that torch's non-reentrant checkpoint runs
+    again: with early stop (``torch.utils.checkpoint``, on unless
+    ``set_checkpoint_early_stop(False)``) the recomputation ends once every tensor the block
+    saved is rebuilt, so each block's FFN down projection (it saves its input and weight,
+    both there before it runs), the TP reduction after it and the residual add that ends the
+    block are not run again (a traced ``x @ w1 -> relu -> @ w2 -> + x`` block re-runs the
+    first matmul and the relu alone, torch 2.13)."""
+    down = mlp_ops(model, tokens, model.ffn_hidden_size // tp)[-1].shape
+    out = []
+    for c in fwd:
+        tail = ((c.op == "gemm" and c.shape == down) or c.op == "residual_add"
+                or (c.role == "tp" and c.op in TP_REDUCTIONS))
+        if not tail:
+            out.append(c)
+        elif c.count > layers:  # a block's other calls of that shape still run
+            out.append(Call(c.op, c.pass_, c.shape, c.count - layers, c.role, c.ranks_per_node, c.nodes))
+    return out
 
 
 def _margined(calls: list[Call], linears: set[tuple], hidden: int, sm_margin: int) -> list[Call]:
@@ -304,14 +334,14 @@ _NOT_IN_LAYERS = ("dp", "pp", "vpp", "schedule", "global_batch_size", "sharding"
 _LAYER_CACHE: dict[tuple, tuple[list[Call], list[Call]]] = {}
 
 
-def _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin: int, act_bytes: int) -> tuple:
+def _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin: int, act_bytes: int, early_stop: bool) -> tuple:
     """What :func:`_layer_calls` reads of a workload but the stage's layer counts and mesh."""
     return (tuple(vars(model).values()), tuple(v for k, v in vars(par).items() if k not in _NOT_IN_LAYERS),
-            seq, tp_topo, cp_topo, sm_margin, act_bytes)
+            seq, tp_topo, cp_topo, sm_margin, act_bytes, early_stop)
 
 
 def _cached_layer_calls(base: tuple, model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh,
-                        sm_margin: int, act_bytes: int):
+                        sm_margin: int, act_bytes: int, early_stop: bool):
     """:func:`_layer_calls`, remembered across workloads by every value it reads (``base``:
     :func:`_layer_key`, computed once per workload; the same Call objects come back for
     equal inputs, as the composer's stage identity expects)."""
@@ -319,7 +349,8 @@ def _cached_layer_calls(base: tuple, model, par, seq, tp_topo, cp_topo, layers: 
     if key not in _LAYER_CACHE:
         if len(_LAYER_CACHE) > 4096:
             _LAYER_CACHE.clear()
-        _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin, act_bytes)
+        _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin, act_bytes,
+                                         early_stop)
     return _LAYER_CACHE[key]
 
 
@@ -535,7 +566,11 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     sm_margin = userbuffer_sms(par, framework, hw)
     others = neighbours(gpus, hw)
     act_bytes = activation_bytes(hw)
-    layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin, act_bytes)
+    # PRISM's reference checkpoints each block with torch's non-reentrant wrapper, early stop on
+    # (sampling/model.py); Megatron's reentrant CheckpointFunction re-runs the whole forward, and
+    # torchtitan's wrapper takes early stop from its config: they re-run every call
+    early_stop = framework == REFERENCE_FRAMEWORK
+    layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin, act_bytes, early_stop)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
@@ -544,7 +579,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
         key = (layers, first, last, params_per_stage[i], moe)
         if key not in built:
             layer = _cached_layer_calls(layer_key, model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin,
-                                        act_bytes)
+                                        act_bytes, early_stop)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(family, par.loss_fusion), act_bytes)
@@ -554,8 +589,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
                 st = _master_weights(st, params_per_stage[i] + experts_per_stage[i], micro_batches)
             st.forward += _quantize_calls(st.forward, hw)
             st.backward += _quantize_calls(st.backward, hw)
-            st.forward += host_calls(st.forward, "fwd", family, hw.host.asynchronous)
-            st.backward += host_calls(st.backward, "bwd", family, hw.host.asynchronous)
+            forward_host = host_calls(st.forward, "fwd", family, hw.host.asynchronous)
+            st.forward += forward_host
+            st.backward += recomputed_pairs(host_calls(st.backward, "bwd", family, hw.host.asynchronous), forward_host)
             tensors = sum(c.shape_dict["tensors"] for c in st.step if c.op == "optimizer_step")
             st.backward += hook_calls(tensors, dp_group)
             # a pass's framework calls as one (a recomputed forward's: one more inside the backward)

@@ -108,6 +108,24 @@ def host_calls(calls: list[Call], pass_: str, family: str, asynchronous: bool) -
     return [_counted(key, n) for key, n in out.values()]
 
 
+def recomputed_pairs(backward: list[Call], forward: list[Call]) -> list[Call]:
+    """A backward's host ops (:func:`host_calls`) with the DTensor pairs of a recomputed
+    forward priced as the forward pairs they are: the backward's own TP reductions are as
+    many as the forward's (each mirrored by its conjugate), and any beyond them are the
+    recomputed forward's (``forward``: the forward pass's host ops)."""
+    own = {c.shape: c.count for c in forward if c.op == "dtensor"}
+    out = []
+    for c in backward:
+        extra = c.count - own.get(c.shape, 0) if c.op == "dtensor" else 0
+        if extra <= 0:
+            out.append(c)
+            continue
+        if own.get(c.shape):
+            out.append(_counted(c, own[c.shape]))
+        out.append(_counted(_host_key("dtensor", "fwd", c.shape), extra))
+    return out
+
+
 @functools.cache
 def _counted(key: Call, count: int) -> Call:
     """``count`` calls of the host op ``key``, made once per distinct count."""
