@@ -82,6 +82,7 @@ class SamplingReport:
     elapsed_s: float
     shapes_per_op: dict = field(default_factory=dict)  # this run's distinct shapes
     resumed_tasks: int = 0  # tasks found done in earlier runs of the plan
+    resumed_repeats: int = 0  # repeats stored of the tasks an earlier run left part-done (this run adds the rest)
     remaining_tasks: int = 0
     failures: list = field(default_factory=list)
     recovered: list = field(default_factory=list)
@@ -369,6 +370,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
     co_tasks, co_targets = _co_run_work(sc, hw, plan, device) if CO_RUN_TASK not in done else ([], [])
     co_run = bool(co_tasks)
     resumed = len(plan.compute) + len(plan.collectives) - len(todo_compute) - len(todo_coll)
+    part_done = sum(counts.get(t.key, 0) for t in todo_compute + todo_coll)
     budget = sc.budget_s - spent
     if not (todo_compute or todo_coll or framework or co_run) or budget <= 0:
         return SamplingReport(None, "nothing-to-do", plan.plan_id, 0, 0.0, resumed_tasks=resumed,
@@ -407,7 +409,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         writer.update_metadata(ended=ended, elapsed_s=elapsed, failures=failures)
         run_file = writer.close()
     report = SamplingReport(str(run_file) if run_file else None, ended, plan.plan_id, 0, elapsed,
-                            failures=failures, resumed_tasks=resumed, recovered=recovered)
+                            failures=failures, resumed_tasks=resumed, resumed_repeats=part_done, recovered=recovered)
     stored = set()
     if run_file is not None:
         df = store.read_samples(run_file)

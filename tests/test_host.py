@@ -261,3 +261,23 @@ def test_a_pass_is_one_dispatch_call_of_all_its_framework_calls():
                 c.count * c.shape_dict["launches"] for c in per_call) + hooks
         recomputed = decompose(model, ParallelConfig(recompute="full"), load_hardware(hardware)).stages[0].backward
         assert sorted(c.pass_ for c in recomputed if c.op == "dispatch") == ["bwd", "fwd"]
+
+
+def test_a_job_resting_on_no_trained_model_is_told_as_the_spec_prior(tmp_path):
+    """A set trained on one collective alone answers nothing a one-rank job asks: its report and
+    its predictive interval are the spec-only prior's, not "measured samples"."""
+    from predictor.analyses.predict import predict
+    from predictor.app.config import load_config
+    from predictor.core.profiles import section
+    from predictor.core.specs import RegressorConfig
+    from predictor.data.store import read_samples
+    from predictor.latency.artifacts import TIERS, train
+    hw = load_hardware("local-cpu")
+    rows = read_samples(REPO_ROOT / "samples" / "local-cpu")
+    train(rows[rows.op == "all_reduce"], hw, section(load_config([]), "regressor", RegressorConfig),
+          n_jobs=1).save(tmp_path / hw.name)
+    alone = predict(load_model("tiny"), hw, ParallelConfig(), 1, models_dir=tmp_path, draws=2000)
+    assert alone.tier == TIERS[2]
+    assert alone.breakdown_s["exposed_communication"] == 0.0  # one rank: none, not a sum's round-off
+    shipped = predict(load_model("tiny"), hw, ParallelConfig(), 1, draws=2000)
+    assert shipped.tier == TIERS[0]

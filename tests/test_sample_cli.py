@@ -100,6 +100,7 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     report = json.loads(out.stdout)
     assert report["status"] == "complete"
     assert report["rows"] == shapes * 2 * 3 * 10 - len(kept)  # only the repeats the first run had not stored
+    assert report["resumed_repeats"] + 10 * report["resumed_tasks"] == len(kept)  # what was found, said
     assert hashlib.md5(first.read_bytes()).hexdigest() == digest  # the old run is untouched
     df = store.read_samples(tmp_path)
     cols = ["op", "pass", "m", "n", "k", "batch", "heads", "seq_q", "head_dim", "causal",

@@ -138,7 +138,8 @@ class BatchPredictor:
             try:
                 cache = self.rows.lookup(job)
                 dist = compose(work, cache.models, draws=self.draws, seed=self.seed, cache=cache)
-                doubt = doubt_of(work, dist, evidence_tier(cache.models), family(job.framework), shipped_model())
+                doubt = doubt_of(work, dist, evidence_tier(cache.models, dist.evidence.values()), family(job.framework),
+                                 shipped_model())
                 q = dict(zip(DEFAULT_QUANTILES, doubt.quantiles_s))
                 v5, v50, v95 = dist.quantile([0.05, 0.5, 0.95])
                 mem = memory_per_gpu(job.model, work.parallel, flash_attention=work.parallel.attention != "unfused")

@@ -212,7 +212,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}
     step["mean"] = float(dist.draws.mean())
     step["jitter_p95_over_p50"] = step["p95"] / step["p50"]
-    tier = evidence_tier(models)
+    tier = evidence_tier(models, dist.evidence.values())
     doubt = doubt_of(work, dist, tier, framework, shipped_model())
     grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
     tokens = work.tokens_per_step

@@ -252,7 +252,7 @@ def composed_figures(work: Workload, models, cache: QuantileCache, seed: int, fr
     dist = compose(work, models, draws=FINAL_DRAWS, seed=seed, cache=cache)
     figures = {name: float(dist.draws.mean() if q is None else np.quantile(dist.draws, q))
                for name, q in RANK_BY.items()}
-    doubt = doubt_of(work, dist, evidence_tier(models), framework, shipped_model())
+    doubt = doubt_of(work, dist, evidence_tier(models, dist.evidence.values()), framework, shipped_model())
     return figures, predictive_report(doubt)["interval_s"]["80%"]
 
 

@@ -355,7 +355,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     dist = compose(work, models, draws=a.draws, seed=seed, cache=cache)
     full = dist.draws
     persistent = compose(work, models, draws=a.draws, seed=seed, cache=cache, hold=PER_STEP).draws
-    doubt = doubt_of(work, dist, evidence_tier(models), framework, shipped_model())
+    doubt = doubt_of(work, dist, evidence_tier(models, dist.evidence.values()), framework, shipped_model())
     steps = train_tokens / work.tokens_per_step
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(

@@ -213,7 +213,9 @@ def _sample(args) -> int:
     lines = [f"run file     {report.run_file or '(none: no row measured)'}",
              f"status       {report.status}",
              f"rows         {report.rows}  ({report.elapsed_s:.1f} s)",
-             f"resumed      {report.resumed_tasks} task(s) of plan {report.plan_id} were already stored",
+             f"resumed      {report.resumed_tasks} task(s) of plan {report.plan_id} were already stored"
+             + (f", and {report.resumed_repeats} repeats of the tasks an earlier run left part-done"
+                if report.resumed_repeats else ""),
              f"still to do  {report.remaining_tasks} task(s)"]
     if report.shapes_per_op:
         lines.append("shapes       " + ", ".join(f"{op} {n}" for op, n in report.shapes_per_op.items()))
@@ -264,6 +266,8 @@ def _importer_settings(args, verb: str, defaults: dict, usage: str, example: str
         key, sep, value = text.partition("=")
         if not sep or not value or key not in ("out", "output", *defaults):
             raise PrismError(f"{text!r}: {verb} takes {usage}", field=str(text))
+        if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":  # quoted as the Hydra verbs ask
+            value = value[1:-1]
         settings[key] = value
     if "out" not in settings:
         raise PrismError(f"out=DIR is required: the sample store to write into, e.g. {example}", field='out')
@@ -340,6 +344,7 @@ def _hardware_and_samples(cfg):
 def _train(args) -> int:
     import time
 
+    from predictor.app.config import shell_setting
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
     from predictor.latency.artifacts import TRAINED_MODELS, check_replaceable, train
@@ -372,8 +377,9 @@ def _train(args) -> int:
         table += ("\nvariability measured from the samples' repeats (variability.json, used instead of the profile's): "
                   + ", ".join(f"{k} {s.sigma:.3g} ({f'{s.shapes} shapes' if s.shapes else s.basis})"
                               for k, s in models.variability.sigmas.items()))
-    use = f"prism predict hardware={hw.name} models_dir={root}"
-    table += f"\npredict with them: {use} (every verb that reads models takes models_dir={root})"
+    models_dir = shell_setting("models_dir", root)
+    use = f"prism predict hardware={hw.name} {models_dir}"
+    table += f"\npredict with them: {use} (every verb that reads models takes {models_dir})"
     _print(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
                  "models": rows, "few_shapes": thin,
                  "variability": models.variability.to_dict() if models.variability else None,

@@ -143,6 +143,19 @@ def _quoting_hint(text: str) -> str:
     return "write key=value, e.g. sampling.budget_s=60, hardware=local-cpu or sampling.ops=[gemm,attention]"
 
 
+def shell_setting(key: str, value) -> str:
+    """``key=value`` as a shell line must write it for prism to read ``value`` back: as is
+    where neither the shell nor Hydra's grammar reads anything in it, else quoted for Hydra
+    and once more for the shell (a folder with a space or an accent)."""
+    import shlex
+    value = str(value)
+    if shlex.quote(value) == value:
+        return f"{key}={value}"
+    if not any(c in value for c in "'\"$`\\!"):  # inside double quotes the shell reads none of these
+        return f"\"{key}='{value}'\""
+    return shlex.quote(f"{key}='{value}'") if "'" not in value else shlex.quote(f'{key}="{value}"')
+
+
 def _choice(setting: Setting) -> str:
     """The option an override of a config group picks, checked against conf/<group>/."""
     group, override = setting.key, setting.hydra

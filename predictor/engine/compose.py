@@ -153,11 +153,12 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
     comm = np.median((t.forward_comm[slowest] + t.backward_comm[slowest]) * m)
     idle = np.median(pipe.idle[slowest])
     host = np.median((t.forward_host[slowest] + t.backward_host[slowest]) * m)
+    exposed = float(np.median(step_us - pipe.busy[slowest]) - idle - np.median(t.optimizer[slowest]) + comm)
     return StepDistribution(
         draws=step_us / 1e6,
         compute_s=float(compute) / 1e6,
-        exposed_comm_s=max(float(np.median(step_us - pipe.busy[slowest]) - idle
-                                 - np.median(t.optimizer[slowest]) + comm) / 1e6, 0.0),
+        # a difference of sums: what is within their float round-off of none is none (not 3e-18 s)
+        exposed_comm_s=exposed / 1e6 if exposed > 1e-9 * float(np.median(step_us)) else 0.0,
         bubble_s=float(idle) / 1e6,
         host_s=float(host) / 1e6,
         evidence={f"{c.op}/{c.pass_}": e for c, e in zip(sums.calls, sums.evidence)},

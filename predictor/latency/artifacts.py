@@ -118,9 +118,12 @@ TIERS = ("measured samples", "microbenchmarks", "spec-only prior")
 MICROBENCH = "microbench:"
 
 
-def evidence_tier(models: ModelSet | None) -> str:
-    """The tier (:data:`TIERS`) of ``models``; None means no trained models: the spec prior."""
-    if models is None:
+def evidence_tier(models: ModelSet | None, evidence=None) -> str:
+    """The tier (:data:`TIERS`) of ``models``; None means no trained models: the spec prior.
+    With ``evidence`` (a composed job's :class:`~predictor.latency.lookup.Evidence` per op),
+    the spec prior too where no op of the job rests on a trained model (a set trained on
+    another op alone), whose predictive interval must be the prior's."""
+    if models is None or (evidence is not None and all(e.prior for e in evidence)):
         return TIERS[2]
     tier = models.manifest.get("tier", TIERS[0])
     source = models.manifest.get("hardware", models.hw.name)
