@@ -84,6 +84,25 @@ def test_goodput_falls_below_one_only_with_interruptions():
     assert ttt["days"] == ttt["productive_days"]
 
 
+def test_failures_are_counted_over_the_run_s_wall_time_with_its_restarts_and_redone_work():
+    """At 1M H100s a failure comes every 2.9 minutes: 9 interruptions in 4.1 hours had been
+    printed (failures drawn over productive time alone, each losing up to 30 minutes)."""
+    from predictor.analyses.variability import progress_note, wall_time_stretch
+    rate = H100.variability.interruptions_per_gpu_day  # per GPU-day
+    tau, restart = H100.variability.checkpoint_interval_min, H100.variability.restart_cost_min
+    stretch, per_failure = wall_time_stretch(rate * 64, tau, restart)  # rare failures: the familiar sum
+    assert stretch == pytest.approx(1 + rate * 64 / 1440 * (restart + tau / 2), rel=1e-3)
+    assert per_failure == pytest.approx(restart + tau / 2, rel=1e-2)
+    step = compose(_work(512), None, draws=500).draws
+    for gpus in (131_072, 1_048_576):
+        ttt = time_to_train(step, 1e5, H100, gpus, runs=500, seed=0)
+        # interruptions come at the hardware's rate over the whole run, not over its productive part
+        assert ttt["interruptions"]["p50"] == pytest.approx(rate * gpus * ttt["days"]["p50"], rel=0.05)
+        assert ttt["days"]["p50"] > 2 * ttt["productive_days"]["p50"]
+        assert "checkpoint more often" in progress_note(H100, gpus)
+    assert progress_note(H100, 512) is None
+
+
 def test_confidence_is_at_least_the_median():
     p = predict(MODEL, H100, TP8_PP8, 512, confidence=0.95, draws=500)
     assert p.confidence["level"] == 0.95

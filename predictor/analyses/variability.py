@@ -27,10 +27,17 @@ DESIGN.md, "Analyses". Four studies of one layout, each built on the composer
    same dp replica; spread over stages and replicas.
 4. **Time to train with failures.** The run's productive days (its mean step, as
    ``prism predict``: per-step jitter averages out, what persists does not) plus
-   interruptions while it runs: their number is Poisson with mean
-   ``interruptions_per_gpu_day x gpus x productive days`` (failures during a restart count
-   within the restart), each costing ``restart_cost_min`` plus the work since the last
-   checkpoint, uniform on ``[0, checkpoint_interval_min)``. Goodput = productive / total.
+   interruptions over the whole run, its restarts and redone work included. With failures
+   at rate λ (``interruptions_per_gpu_day x gpus``), checkpoints every τ
+   (``checkpoint_interval_min``, their own cost not modelled) and a restart of R
+   (``restart_cost_min``), a checkpoint interval's work takes e^(λR)(e^(λτ) - 1)/λ of wall
+   time on average (Daly 2006, "A higher order estimate of the optimum checkpoint interval
+   for restart dumps", FGCS 22(3), eq. 5 with no dump time): the run's interruptions are
+   Poisson with λ times that wall time as mean, each costing the restart and uniform lost
+   work whose means make up the difference. Where λτ and λR are small this is the familiar
+   λ x productive time interruptions of R plus uniform [0, τ) work each; where a failure
+   comes every few minutes against half-hour checkpoints the job hardly progresses, and the
+   report says so. Goodput = productive / total.
 """
 from __future__ import annotations
 
@@ -287,6 +294,37 @@ def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisCo
 MANY_FAILURES = 1_000_000
 
 
+#: λ(τ + R) past which a run's wall time is past any use (e^50: 5e21 times its work).
+NO_PROGRESS = 50.0
+
+
+def wall_time_stretch(failures_per_day: float, checkpoint_min: float, restart_min: float) -> tuple[float, float]:
+    """Wall time over productive time of a run failing ``failures_per_day``, checkpointing
+    every ``checkpoint_min`` and restarting in ``restart_min`` (module docstring, Daly 2006),
+    and the minutes each failure costs on average (its restart and its lost work)."""
+    rate = failures_per_day / MINUTES_PER_DAY  # per minute
+    if rate <= 0:
+        return 1.0, restart_min + checkpoint_min / 2
+    exponent = min(rate * (checkpoint_min + restart_min), NO_PROGRESS)
+    stretch = math.exp(exponent - rate * checkpoint_min) * math.expm1(min(rate * checkpoint_min, exponent)) / (
+        rate * checkpoint_min)
+    return stretch, (stretch - 1) / (rate * stretch)
+
+
+def progress_note(hw: HardwareConfig, gpus: int) -> str | None:
+    """A note where failures come so often that the run hardly progresses."""
+    var = hw.variability
+    rate = var.interruptions_per_gpu_day * gpus / MINUTES_PER_DAY
+    stretch = wall_time_stretch(var.interruptions_per_gpu_day * gpus, var.checkpoint_interval_min,
+                                var.restart_cost_min)[0]
+    if stretch < 2:
+        return None
+    return (f"a failure every {1 / rate:.3g} min on {gpus:,} GPUs against checkpoints every "
+            f"{var.checkpoint_interval_min:g} min and {var.restart_cost_min:g} min restarts: each checkpoint "
+            f"interval's work takes {stretch:.3g} times its length (its attempts fail and are redone); checkpoint "
+            f"more often (hardware.variability.checkpoint_interval_min) or run on fewer GPUs")
+
+
 def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus: int, runs: int,
                   seed: int) -> dict:
     """Days to train with interruptions and restarts, over ``runs`` Monte Carlo runs.
@@ -296,18 +334,21 @@ def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus
     rng = np.random.default_rng(seed)
     var = hw.variability
     productive = rng.choice(run_step_s, size=runs) * steps / SECONDS_PER_DAY
-    expected = var.interruptions_per_gpu_day * gpus * productive
+    stretch, per_failure_min = wall_time_stretch(var.interruptions_per_gpu_day * gpus, var.checkpoint_interval_min,
+                                                 var.restart_cost_min)
+    expected = var.interruptions_per_gpu_day * gpus * productive * stretch
     if expected.max() < MANY_FAILURES:
         failures = rng.poisson(expected)
     else:  # Poisson past numpy's range: its normal limit (mean and variance the expected count)
         failures = np.maximum(np.rint(rng.normal(expected, np.sqrt(expected))), 0)
+    restart = min(var.restart_cost_min, per_failure_min)  # failing more often than it restarts: the restart is cut
+    c = 2 * (per_failure_min - restart)  # lost work per failure, uniform on [0, c): τ where failures are rare
     if failures.sum() <= MANY_FAILURES:
         lost_work = np.bincount(np.repeat(np.arange(runs), failures.astype(int)), minlength=runs,
-                                weights=rng.uniform(0, var.checkpoint_interval_min, int(failures.sum())))
+                                weights=rng.uniform(0, c, int(failures.sum())))
     else:  # a sum of n uniforms on [0, c) without drawing each: mean n·c/2, variance n·c²/12 (central limit)
-        c = var.checkpoint_interval_min
         lost_work = np.clip(rng.normal(failures * c / 2, np.sqrt(failures / 12) * c), 0, failures * c)
-    total = productive + (failures * var.restart_cost_min + lost_work) / MINUTES_PER_DAY
+    total = productive + (failures * restart + lost_work) / MINUTES_PER_DAY
     band = (0.05, 0.5, 0.95)
 
     def quantiles(x):
@@ -371,5 +412,5 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         predictive=predictive_report(doubt),
         time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
         | {"train_tokens": steps * work.tokens_per_step},
-        settings=asdict(a), notes=[n for n in [scales_note(par, a.scales, gpus)] if n],
+        settings=asdict(a), notes=[n for n in [scales_note(par, a.scales, gpus), progress_note(hardware, gpus)] if n],
         elapsed_s=time.perf_counter() - t0)
