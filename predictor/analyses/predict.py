@@ -14,7 +14,7 @@ import numpy as np
 
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
-from predictor.core.layout import AXES, framework_note, idle_note, resolve_layout, split_note
+from predictor.core.layout import framework_note, idle_note, report_layout, resolve_layout, split_note
 from predictor.core.mesh import tp_span_note
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws, check_number
@@ -153,6 +153,15 @@ def _modules_note(par: ParallelConfig) -> str | None:
             f"its recompute)")
 
 
+def _memory_precision_note(hw: HardwareConfig) -> str | None:
+    """The memory model counts mixed precision's 2-byte weights and activations
+    (:mod:`predictor.workload.memory`); a float32 run holds about twice, which it does not model."""
+    if hw.train_dtype != "float32":
+        return None
+    return ("memory / GPU counts bf16 mixed precision's 2-byte weights and activations; this float32 run "
+            "(hardware.train_dtype) holds about twice as many bytes of each")
+
+
 def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
             models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0, train_tokens: float = 1e12,
             target_step_s: float | None = None, confidence: float | None = None,
@@ -217,7 +226,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
     tokens = work.tokens_per_step
     median = step["p50"]
-    peak = hardware.peak(hardware.train_dtype)
+    peak = hardware.mfu_peak
     steps = train_tokens / tokens
     # a run's mean step: the persistent variability times the doubt about its median
     doubt_draws = doubt.draws(np.random.default_rng(seed + 1), draws)
@@ -232,9 +241,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         basis.setdefault(source, []).append(key)
     return Prediction(
         model=model.name, hardware=hardware.name, gpus=gpus,
-        layout={k: getattr(par, k) for k in (*AXES, *(("etp", "moe_dispatcher") if model.num_experts else ()), "vpp",
-                                              "micro_batch_size", "global_batch_size", "sequence_parallel",
-                                              "recompute", "sharding", "schedule")},
+        layout=report_layout(model, par),
         step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
         predictive=predictive_report(doubt),
         tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),
@@ -249,7 +256,8 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         basis=basis, tier=tier,
         notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), split_note(model, par),
                            idle_note(model, layout, par), framework_note(layout, framework),
-                           tp_span_note(par.tp, hardware), _modules_note(par), _batch_note(layout, par)] if n],
+                           tp_span_note(par.tp, hardware), _modules_note(par), _batch_note(layout, par),
+                           _memory_precision_note(hardware)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}

@@ -83,6 +83,8 @@ MIN_CP_TOKENS = 1024
 #: Draws per layout in the screen (step 2), and for every layout shown (step 3).
 SCREEN_DRAWS = 128
 FINAL_DRAWS = 1000  # half of prism predict's DRAWS: the p50 agrees within 0.5% (tests/test_search.py)
+#: Most layouts ``top`` may ask to be composed in full and listed.
+MAX_TOP = 1000
 #: Layouts composed in full before the ranking (at least ``top``), and how many times a
 #: re-ranking may bring in more.
 FINALISTS = 20
@@ -284,7 +286,7 @@ def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], like: Wo
         compose_in_full(order[:top])
     order = np.argsort(key, kind="stable")
     fronts = pareto_front(memory, key), pareto_front(stats["p50"], stats["p95"] / stats["p50"])
-    gpus, peak = like.gpus, hw.peak(hw.train_dtype)
+    gpus, peak = like.gpus, hw.mfu_peak
     ranked = []
     for rank, i in enumerate(order, 1):
         par, p50 = layouts[i], float(stats["p50"][i])
@@ -351,6 +353,9 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
     framework = check_framework(framework)
     if not isinstance(top, numbers.Integral) or isinstance(top, bool) or top < 1:
         raise PrismError(f"top={top!r}: how many layouts to list, a positive integer, e.g. top=10", field='top')
+    if top > MAX_TOP:  # each is composed in full: top=100000 ran 9 minutes without a word
+        raise PrismError(f"top={top}: at most {MAX_TOP} layouts are composed in full (about 0.04 s each); --json "
+                         f"lists every ranked layout with its screened step time", field='top')
     top = int(top)
     if gpus is None:
         raise PrismError("gpus: search needs the job's GPU count, e.g. gpus=1024", field="gpus")

@@ -59,7 +59,7 @@ from predictor.analyses.predict import (
     run_step_draws,
 )
 from predictor.core.errors import PrismError
-from predictor.core.layout import AXES, resolve_layout
+from predictor.core.layout import report_layout, resolve_layout
 from predictor.core.mesh import Mesh
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws
@@ -401,7 +401,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(
         model=model.name, hardware=hardware.name, gpus=gpus,
-        layout={k: getattr(par, k) for k in (*AXES, "micro_batch_size", "global_batch_size")},
+        layout=report_layout(model, par),
         nominal_s=nominal_step(work, models, cache),
         step_time_s={f"p{round(q * 100)}": float(np.quantile(full, q)) for q in (0.05, 0.5, 0.95)}
         | {"mean": float(full.mean())},

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from predictor.core.layout import AXES
-
 if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it runs, not all five
     from predictor.analyses.compare import Comparison
     from predictor.analyses.predict import Prediction
@@ -146,15 +144,15 @@ def _band(d: dict | None, fmt, missing: str) -> tuple[str, str]:
 
 def format_comparison(c: Comparison) -> str:
     """The comparison as a table: one column per profile, one row per quantity."""
-    layout = " ".join(f"{k}={c.layout[k]}" for k in (*AXES, "micro_batch_size", "global_batch_size", "recompute",
-                                                     "sharding"))
+    layout = " ".join(f"{k}={v}" for k, v in c.layout.items())
     base = c.results[0].hardware
     rows = [("evidence", [r.tier for r in c.results]),
             ("step p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
             ("step p5-p95 (s)", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}" for r in c.results]),
             ("median step 80% (s)", [f"{_short(lo)}-{_short(hi)}" for lo, hi in
                                      (r.median_step_80_s for r in c.results)]),
-            (f"speed-up vs {base}", [f"{r.speedup:.2f}x" for r in c.results]),
+            (f"speed-up vs {base}", [f"{r.speedup:.2f}x" if r.speedup >= 0.1 else f"{r.speedup:.3g}x"
+                                     for r in c.results]),  # a CPU beside a B200: 0.000114x, not 0.00x
             ("tokens/s", [_whole(r.tokens_per_s) for r in c.results]),
             ("MFU", [f"{r.mfu:.1%}" for r in c.results]),
             ("memory/GPU (GiB)", [f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}" for r in c.results]),
@@ -222,15 +220,18 @@ def _right_aligned(rows: list[list[str]], least: list[int]) -> list[str]:
     return [" ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
 
 
-def _layout_table(rows: list[dict], rank_by: str) -> list[str]:
-    """Search layouts as fixed-width lines, a header first; screened figures are marked."""
+def _layout_table(rows: list[dict], rank_by: str, ep: bool) -> list[str]:
+    """Search layouts as fixed-width lines, a header first; screened figures are marked;
+    ``ep``: with an ep column (a MoE model's layouts differ by ep alone: rows would repeat)."""
     stat = [] if rank_by in ("p50", "p95") else [f"{rank_by}_s"]
-    head = (f"{'rank':>5} {'dp':>5} {'tp':>3} {'pp':>3} {'cp':>3} {'vpp':>3} {'mbs':>3} {'recompute':<9} "
+    head = (f"{'rank':>5} {'dp':>5} {'tp':>3} {'pp':>3} {'cp':>3} " + (f"{'ep':>3} " if ep else "")
+            + f"{'vpp':>3} {'mbs':>3} {'recompute':<9} "
             f"{'sharding':<21} " + "".join(f"{c:>9}" for c in ["p50_s", "p95_s", *stat, "risk"])
             + f" {'mem_GiB':>8} {'tokens/s':>10} {'MFU':>6}  {'median 80% (s)':>15}")
     lines = [head]
     for r in rows:
-        lines.append(f"{r['rank']:>5} {r['dp']:>5} {r['tp']:>3} {r['pp']:>3} {r['cp']:>3} {r['vpp']:>3} {r['mbs']:>3} "
+        lines.append(f"{r['rank']:>5} {r['dp']:>5} {r['tp']:>3} {r['pp']:>3} {r['cp']:>3} "
+                     + (f"{r['ep']:>3} " if ep else "") + f"{r['vpp']:>3} {r['mbs']:>3} "
                      f"{r['recompute']:<9} {r['sharding']:<21} "
                      + "".join(f"{r[c]:>9.3f}" for c in ["p50_s", "p95_s", *stat, "risk"])
                      + f" {r['memory_gib']:>8.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%}  "
@@ -249,11 +250,12 @@ def format_search(r: SearchResult) -> str:
              f"{c['do_not_fit']} do not fit in memory, {c['ranked']} ranked   ({r.seconds:.1f} s)",
              "", f"top {min(r.top, len(r.layouts))} by {r.rank_by} (composed with {r.draws['composed']} draws; "
                  f"the rest screened with {r.draws['screen']})"]
-    lines += _layout_table(r.layouts[:r.top], r.rank_by)
+    ep = any(layout["ep"] > 1 for layout in r.layouts)
+    lines += _layout_table(r.layouts[:r.top], r.rank_by, ep)
     lines += ["", f"Pareto front: {r.rank_by} vs memory per GPU ({len(r.front_memory)} layouts)"]
-    lines += _layout_table([r.layouts[i] for i in r.front_memory], r.rank_by)
+    lines += _layout_table([r.layouts[i] for i in r.front_memory], r.rank_by, ep)
     lines += ["", f"Pareto front: p50 vs risk = p95/p50 ({len(r.front_risk)} layouts)"]
-    lines += _layout_table([r.layouts[i] for i in r.front_risk], r.rank_by)
+    lines += _layout_table([r.layouts[i] for i in r.front_risk], r.rank_by, ep)
     lines.append(f"\nevidence  {r.tier}")
     return "\n".join(lines)
 

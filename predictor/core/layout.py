@@ -304,6 +304,14 @@ def framework_note(given: ParallelConfig, framework: str | None) -> str | None:
     return None
 
 
+def report_layout(model: ModelConfig, par: ParallelConfig) -> dict:
+    """The settings of layout ``par`` a report shows: every degree, the expert ones for a MoE
+    model, and what else sets the step (one list for predict, compare and variability)."""
+    keys = (*AXES, *(("etp", "moe_dispatcher") if model.num_experts else ()), "vpp", "micro_batch_size",
+            "global_batch_size", "sequence_parallel", "recompute", "sharding", "schedule")
+    return {k: getattr(par, k) for k in keys}
+
+
 def idle_note(model: ModelConfig, given: ParallelConfig, par: ParallelConfig) -> str | None:
     """The settings of ``given`` asked for that do nothing in layout ``par`` (resolved by
     :func:`resolve_layout`), and why: the same prediction comes out without them."""
@@ -315,6 +323,9 @@ def idle_note(model: ModelConfig, given: ParallelConfig, par: ParallelConfig) ->
     if not model.num_experts or par.ep == 1:
         asked = [f"parallel.{k}=true" for k in ("overlap_ep_comm", "moe_force_balance") if getattr(given, k) is True]
         asked += [f"parallel.moe_dispatcher={given.moe_dispatcher}"] * (given.moe_dispatcher != "alltoall")
+        # a capacity caps each expert's tokens on one GPU too: idle only without experts
+        asked += [f"parallel.moe_capacity_factor={given.moe_capacity_factor:g}"] * (
+            not model.num_experts and given.moe_capacity_factor != 0)
         if par.etp > 1:  # the expert-tensor-parallel gathers stay: overlapped, and by allgather's group
             asked = [a for a in asked if "overlap_ep_comm" not in a and "allgather" not in a]
         if asked:

@@ -366,6 +366,13 @@ class HardwareConfig:
         """GPUs of one NVLink domain: ``node.nvlink_domain``, else one node."""
         return self.node.nvlink_domain or self.node.gpus_per_node
 
+    @property
+    def mfu_peak(self) -> float:
+        """The peak MFU is reckoned against: the GEMMs' precision's where ``gemm_dtype`` sets
+        one, since fp8 and fp4 recipes run nearly all the model's FLOPs there (against
+        bf16's, an nvfp4 Llama 3 405B on GB300 came to 137%), else the training precision's."""
+        return self.peak(self.gemm_dtype or self.train_dtype)
+
     def peak(self, dtype: str) -> float:
         value = peak_of(self.peak_flops, dtype)  # float8_blockwise: float8's where not listed
         if not value and dtype == self.gemm_dtype:

@@ -546,8 +546,8 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     if gpus > per_node and gpus % per_node:  # a job of several nodes holds whole ones
         nodes, rest = divmod(gpus, per_node)
         raise PrismError(f"gpus={gpus}: not a whole number of nodes of {per_node} GPUs (hardware.node.gpus_per_node "
-                         f"of {hw.name}): {nodes} nodes and {rest} GPU{'s' * (rest > 1)} of another; choose a "
-                         f"multiple of {per_node}, or at most {per_node} GPUs", field="gpus")
+                         f"of {hw.name}): {nodes} node{'s' * (nodes > 1)} and {rest} GPU{'s' * (rest > 1)} of another; "
+                         f"choose a multiple of {per_node}, or at most {per_node} GPUs", field="gpus")
     mesh = Mesh.of(par, per_node, hw.node.nvlink_domain)
     tp_topo, cp_topo, dp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "dp", "pp"))
     dp_group = mesh.grad_group
