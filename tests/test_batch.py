@@ -279,8 +279,11 @@ def test_ctrl_c_keeps_finished_rows_and_a_rerun_resumes(runs, tmp_path, monkeypa
     report = predict_batch(src, out, draws=DRAWS, chunk_rows=2)
     assert report.resumed == 3 and len(pd.read_csv(out)) == 7
     assert pd.read_csv(out).notes[0] == "edited"  # in the input's order
-    # other settings are other predictions: nothing resumed
-    assert predict_batch(src, out, draws=DRAWS + 1).resumed == 0
+    # other settings are other predictions: refused, not written over
+    before = out.read_bytes()
+    with pytest.raises(PrismError, match=f"out={out}: holds 7 row\\(s\\) of this table predicted with other settings"):
+        predict_batch(src, out, draws=DRAWS + 1)
+    assert out.read_bytes() == before
 
 
 def test_a_second_run_into_the_same_output_is_refused_while_the_first_writes(runs, tmp_path, capsys):

@@ -49,8 +49,10 @@ def test_another_table_s_output_is_refused_not_replaced(tables, tmp_path, capsys
     assert main(["predict-batch", str(other), f"out={out}", f"draws={DRAWS}"]) == 2
     assert "is not this table's predict-batch output (none of its 3 rows is a row of this table)" in _one_line(capsys)
     assert out.read_bytes() == before and not (tmp_path / ".o.csv.lock").exists()
-    # the same table with other settings is still predicted again in place (test_batch's rerun)
-    assert predict_batch(first, out, draws=DRAWS + 1).resumed == 0
+    # the same table with other settings is refused too: its rows would be predicted again over these
+    with pytest.raises(PrismError, match="holds 3 row\\(s\\) of this table predicted with other settings"):
+        predict_batch(first, out, draws=DRAWS + 1)
+    assert out.read_bytes() == before
 
 
 @pytest.mark.parametrize("setting, says", [

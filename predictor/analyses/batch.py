@@ -23,13 +23,16 @@ Rows are written to ``out`` a chunk at a time, each chunk one write followed by 
 so Ctrl-C keeps every finished chunk; running the same command again skips the rows
 ``out`` already holds (a torn last line or rows of an edited input are dropped and
 predicted again) and leaves ``out`` in input order; an ``out`` holding none of the table's
-rows is another table's, and is refused rather than replaced.
+rows is another table's, and one holding its rows predicted with other settings (draws, seed,
+models_dir) another run's: each is refused rather than replaced. So is, before anything is
+written, a ``models_dir`` holding models of none of the table's hardware.
 """
 from __future__ import annotations
 
 import csv
 import hashlib
 import io
+import itertools
 import math
 import sys
 import time
@@ -44,11 +47,12 @@ from predictor.analyses.doubt import doubt_of, family, shipped_model
 from predictor.analyses.rows import RowLookups
 from predictor.core.errors import PrismError
 from predictor.core.files import held_lock, write_atomically
+from predictor.core.profiles import load_hardware
 from predictor.core.specs import check_draws, check_number
-from predictor.data.published import RowJob, spec_column
-from predictor.data.runs_table import BY_NAME, REQUIRED, Table, check_output, read_table
+from predictor.data.published import RowJob, row_hardware, spec_column
+from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, read_table
 from predictor.engine.compose import compose, workload_calls
-from predictor.latency.artifacts import evidence_tier, models_dir
+from predictor.latency.artifacts import evidence_tier, held_sets, holds_models, models_dir
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import decompose
 from predictor.workload.memory import memory_per_gpu
@@ -215,9 +219,49 @@ class BatchReport:
         return "\n".join(lines)
 
 
-def _key(index: int, cells: list[str], settings: str) -> str:
-    digest = hashlib.blake2b("\x1f".join([*cells, settings]).encode(), digest_size=6).hexdigest()
+def _key(index: int, cells: list[str], settings: dict) -> str:
+    text = " ".join(f"{name}={value}" for name, value in settings.items())
+    digest = hashlib.blake2b("\x1f".join([*cells, text]).encode(), digest_size=6).hexdigest()
     return f"{index}:{digest}"
+
+
+#: The settings a run has where they are not given, by their names in a key; a key holds the
+#: settings only hashed, so an earlier run's are found among this run's with some of these.
+DEFAULT_SETTINGS = {"draws": DRAWS, "seed": 0, "models": ""}
+#: How the command line names each setting.
+SETTING_NAMES = {"draws": "draws", "seed": "seed", "models": "models_dir"}
+
+
+def _setting(name: str, value) -> str:
+    return f"{SETTING_NAMES[name]}={value}" if value != "" else f"no {SETTING_NAMES[name]}"
+
+
+def _earlier_settings(key: str, cells: list[str], settings: dict) -> dict | None:
+    """The settings an earlier run predicted the row of ``cells`` and ``key`` with, where they
+    are ``settings`` with some left at their default (:data:`DEFAULT_SETTINGS`); None otherwise."""
+    index = int(key.partition(":")[0])
+    changed = [name for name, default in DEFAULT_SETTINGS.items() if settings[name] != default]
+    for size in range(1, len(changed) + 1):
+        for names in itertools.combinations(changed, size):
+            earlier = {**settings, **{name: DEFAULT_SETTINGS[name] for name in names}}
+            if _key(index, cells, earlier) == key:
+                return earlier
+    return None
+
+
+def _other_settings(out: Path, rows: list[list[str]], cells: list[list[str]], settings: dict) -> PrismError:
+    """The refusal of an ``out`` whose ``rows`` of this table were predicted with other settings."""
+    key = rows[0][-1]
+    earlier = _earlier_settings(key, cells[int(key.partition(":")[0])], settings)
+    if earlier is None:
+        how = ("other settings than this run's " + ", ".join(_setting(n, v) for n, v in settings.items())
+               + " (a row's pred_key holds them, hashed)")
+    else:
+        how = "; ".join(f"{_setting(n, earlier[n])}, where this run has {_setting(n, v)}"
+                        for n, v in settings.items() if earlier[n] != v)
+    return PrismError(f"out={out}: holds {len(rows)} row(s) of this table predicted with {how}, which this run would "
+                      f"replace; write to another out=, or delete {out} to predict them again with these settings",
+                      field="out")
 
 
 def _csv_text(rows) -> str:
@@ -231,12 +275,14 @@ def _replace(path: Path, header: list[str], rows: list[list[str]]) -> None:
     write_atomically(path, lambda tmp: tmp.write_text(_csv_text([header, *rows]), encoding="utf-8"))
 
 
-def _written(out: Path, header: list[str], keys: set[str], cells: list[list[str]]) -> dict[str, list[str]]:
+def _written(out: Path, header: list[str], keys: set[str], cells: list[list[str]],
+             settings: dict) -> dict[str, list[str]]:
     """The rows of an earlier run that ``out`` holds for this table (its rows' ``cells``) and
-    settings, by key; ``out`` rewritten without the rest (a torn last line, rows of an edited
-    input, other settings' predictions), or started with the header where it does not exist.
-    A file with other columns, or whose rows are none of this table's, is refused: it is
-    another table's output, which a rewrite would lose."""
+    ``settings``, by key; ``out`` rewritten without the rest (a torn last line, rows of an
+    edited input), or started with the header where it does not exist. A file with other
+    columns, or whose rows are none of this table's, is refused: it is another table's output,
+    which a rewrite would lose; and so is one holding rows of this table predicted with other
+    settings, which a rewrite would replace."""
     if not out.exists() or out.stat().st_size == 0:
         _replace(out, header, [])
         return {}
@@ -253,10 +299,41 @@ def _written(out: Path, header: list[str], keys: set[str], cells: list[list[str]
     if complete and not any(tuple(r[:width]) in ours for r in complete):
         raise PrismError(f"out={out}: exists and is not this table's predict-batch output (none of its "
                          f"{len(complete)} rows is a row of this table); remove it or write elsewhere", field="out")
-    kept = {r[-1]: r for r in complete if len(r) == len(header) and r[-1] in keys}
+    whole = [r for r in complete if len(r) == len(header)]
+    other = [r for r in whole if r[-1] not in keys and _of_this_table(r, cells, width)]
+    if other:
+        raise _other_settings(out, other, cells, settings)
+    kept = {r[-1]: r for r in whole if r[-1] in keys}
     if len(kept) != len(lines) - 1:
         _replace(out, header, list(kept.values()))
     return kept
+
+
+def _of_this_table(row: list[str], cells: list[list[str]], width: int) -> bool:
+    """Whether an output ``row`` holds the cells of the input row its key names."""
+    index = row[-1].partition(":")[0]
+    return index.isdigit() and int(index) < len(cells) and row[:width] == cells[int(index)]
+
+
+def _check_models(table: Table, models_root) -> None:
+    """One error naming ``models_dir`` where it holds models of none of the hardware the
+    table's rows name: every row would be an error, written over what ``out`` held."""
+    if not models_root:
+        return
+    gpu = [name.strip().lower() for name in table.header].index("gpu")
+    names = set()
+    for text in {row[gpu] for row in table.rows}:
+        try:
+            names.add(row_hardware(cell({"gpu": text}, "gpu")))
+        except PrismError:  # that row's own error, in its pred_status
+            continue
+    folder = models_dir(models_root)
+    if names and not any(holds_models(folder, load_hardware(name)) for name in names):
+        raise PrismError(f"models_dir={models_root}: holds models of {', '.join(held_sets(folder)) or 'no hardware'}, "
+                         f"and none of the table's hardware ({', '.join(sorted(names))}): every row would fail; "
+                         f"train them there (prism train samples=DIR hardware={min(names)} models_dir={models_root}), "
+                         f"name the folder that holds them, or leave models_dir out for the shipped models; nothing "
+                         f"written", field="models_dir")
 
 
 def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=None, chunk_rows: int = CHUNK_ROWS,
@@ -272,9 +349,10 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
     table = read_table(path)
     out = check_output(out, table.path)
     models_dir(models_root)  # a mistyped models folder fails now, not row by row
+    _check_models(table, models_root)
     keep = [i for i, name in enumerate(table.header) if name.strip().lower() not in OUTPUT_COLUMNS]
     header = [table.header[i] for i in keep] + list(OUTPUT_COLUMNS)
-    settings = f"draws={draws} seed={seed} models={models_root or ''}"
+    settings = {"draws": draws, "seed": seed, "models": models_root or ""}
     cells = [[row[i] for i in keep] for row in table.rows]
     keys = [_key(i, c, settings) for i, c in enumerate(cells)]
     lock = out.with_name(f".{out.name}.lock")
@@ -284,7 +362,7 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
                 f"{holder.get('host', '?')}, since {holder.get('started', '?')}). Wait for it to end (a rerun "
                 f"then resumes) or write elsewhere; if that run is gone, delete {lock}")
     with held_lock(lock, busy, "out"):  # two writers would both append every row
-        written = _written(out, header, set(keys), cells)
+        written = _written(out, header, set(keys), cells, settings)
         todo = [i for i, k in enumerate(keys) if k not in written]
         predictor = BatchPredictor(draws, seed, models_root)
         names = [name.strip().lower() for name in table.header]

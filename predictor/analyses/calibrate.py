@@ -13,7 +13,7 @@ from scipy.optimize import least_squares
 from predictor.analyses.validate import checked_inputs
 from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig
-from predictor.data.measurements import measured_workloads
+from predictor.data.measurements import check_step_unit, implausible_steps, measured_workloads
 from predictor.engine.compose import compose
 from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import QuantileCache
@@ -77,26 +77,37 @@ def _workloads(measured: pd.DataFrame, hw: HardwareConfig) -> tuple[list[str], l
             np.array([np.median(t) for _, _, t in layouts]))
 
 
+def _check_units(ids: list[str], works: list[Workload], medians: np.ndarray, models, draws: int,
+                 cache: QuantileCache, hw: HardwareConfig) -> None:
+    """Refuse steps no calibration can explain before fitting to them (as prism validate
+    refuses to score them): milliseconds given as seconds took seconds of fitting to reach a
+    bound of the fit."""
+    for layout_id, work, measured in zip(ids, works, medians):
+        predicted = np.median(compose(work, models, draws=draws, seed=0, cache=cache, calibration=START).draws)
+        check_step_unit(layout_id, float(measured), float(predicted), hw.name)
+
+
 def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig | str, models, draws: int = 100) -> Calibration:
     """Fit the three numbers to every layout of ``measured`` (at least 3 layouts; a number no
     layout bears on, tp_overhead_us without a tp>1 layout, stays neutral and is named in ``unfitted``)."""
     hw = checked_inputs(measured, hw, models)
-    _, works, medians = _workloads(measured, hw)
+    ids, works, medians = _workloads(measured, hw)
     if len(works) < 3:
         raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
                          f"measured layouts, and prism calibrate, which also predicts each layout from a fit on the "
                          f"others, 4 (prism measure ... out=FILE, several times)", field='measured')
-    cal = _fit(works, medians, models, draws)
+    cache = QuantileCache(models, hw)
+    _check_units(ids, works, medians, models, draws, cache, hw)
+    cal = _fit(works, medians, models, draws, cache=cache)
     numbers = {"compute_scale": cal.compute_scale, "op_overhead_us": cal.op_overhead_us,
                "tp_overhead_us": cal.tp_overhead_us}
     pinned = [f"{k}={v:g}" for (k, v), lo, hi in zip(numbers.items(), LOW, HIGH)
               if np.isclose(v, hi, rtol=1e-3) or (k == "compute_scale" and np.isclose(v, lo, rtol=1e-3))]
     if pinned or cal.rms_log_error > MAX_RMS_LOG_ERROR:
         how = "reached its bound " + ", ".join(pinned) if pinned else "stopped"
-        raise PrismError(f"measured: no calibration explains these steps (the fit {how} "
-                         f"with an rms log error of {cal.rms_log_error:.2f}, a typical miss of "
-                         f"x{np.exp(cal.rms_log_error):.1f}); check that step_time_s is in seconds and that the "
-                         f"steps were measured on {hw.name}, the models' machine; nothing stored", field='measured')
+        raise implausible_steps(f"no calibration explains these steps (the fit {how} with an rms log error of "
+                                f"{cal.rms_log_error:.2f}, a typical miss of x{np.exp(cal.rms_log_error):.1f})",
+                                hw.name)
     return cal
 
 
@@ -111,6 +122,7 @@ def cross_validate(measured: pd.DataFrame, hw: HardwareConfig | str, models, dra
         raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4",
                          field='measured')
     cache = QuantileCache(models, hw)
+    _check_units(ids, works, medians, models, draws, cache, hw)
     keep = np.ones(len(works), bool)
     out = {}
     for i, layout_id in enumerate(ids):

@@ -17,6 +17,10 @@ measured steps (the slowest rank of each) are scored against it:
 - ``notes``: why a layout's scores mean less than they seem (too few steps for a
   distribution, a job the hardware's memory cannot hold); :attr:`Validation.notes` lists them.
 
+A layout whose measured median is over 100 times its predicted one, or under a hundredth of
+it, is refused rather than scored (:func:`~predictor.data.measurements.check_step_unit`, which ``prism
+calibrate`` applies too): steps in milliseconds given as seconds.
+
 :func:`validate_published` scores a table of published runs the same way a user meets
 them: each row's measured step against the predictive distribution of its median step
 (median absolute error, coverage of the 50/80/90% intervals, their median relative width,
@@ -36,11 +40,12 @@ from predictor.analyses.predict import predictive_report
 from predictor.core.errors import PrismError
 from predictor.core.profiles import as_hardware
 from predictor.core.specs import HardwareConfig
-from predictor.data.measurements import COLUMNS, measured_on, measured_workloads
+from predictor.data.measurements import COLUMNS, check_step_unit, measured_on, measured_workloads
 from predictor.engine.compose import compose
 from predictor.engine.draws import cdf_at
 from predictor.latency.artifacts import ModelSet, evidence_tier
 from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import Workload
 from predictor.workload.memory import memory_per_gpu
 
 
@@ -163,19 +168,27 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
         dist = compose(work, models, draws=draws, seed=seed, cache=cache,
                        calibration=(calibrations or {}).get(layout_id))
         s = score(layout_id, dist.draws, t)
-        # as prism predict says DOES NOT FIT: predicted, but the steps cannot be this job's on this machine
-        mem = memory_per_gpu(work.model, work.parallel, flash_attention=work.parallel.attention != "unfused")
-        if not mem.fits(hardware):
-            s.notes.append(f"DOES NOT FIT: {mem.total_gib:.1f} GiB per rank of {hardware.name}'s "
-                           f"{hardware.memory.capacity_gib:g} GiB, so these steps cannot be this job's on it and its "
-                           f"errors mean nothing; check the layout's model_json and parallel_json, or the profile's "
-                           f"memory.capacity_gib")
+        unfit = _does_not_fit(work, hardware)
+        if unfit:
+            s.notes.append(unfit)
+        else:  # a job the machine cannot hold is predicted far from any steps, whatever their unit
+            check_step_unit(layout_id, s.measured_p50_s, s.predicted_p50_s, hardware.name)
         if doubt_model is not None:  # the reference workload runs PyTorch's own parallelism: "other"
             lo, hi = predictive_report(doubt_of(work, dist, tier, "other", doubt_model))["interval_s"]["80%"]
             s.predictive_80_s, s.median_in_80 = (lo, hi), bool(lo <= s.measured_p50_s <= hi)
         scores.append(s)
         meas[layout_id], pred[layout_id] = t, dist.draws
     return Validation(scores, meas, pred)
+
+
+def _does_not_fit(work: Workload, hardware: HardwareConfig) -> str | None:
+    """As prism predict says DOES NOT FIT: the job is predicted, but the steps cannot be its steps on this machine."""
+    mem = memory_per_gpu(work.model, work.parallel, flash_attention=work.parallel.attention != "unfused")
+    if mem.fits(hardware):
+        return None
+    return (f"DOES NOT FIT: {mem.total_gib:.1f} GiB per rank of {hardware.name}'s {hardware.memory.capacity_gib:g} "
+            f"GiB, so these steps cannot be this job's on it and its errors mean nothing; check the layout's "
+            f"model_json and parallel_json, or the profile's memory.capacity_gib")
 
 
 @dataclass

@@ -18,7 +18,6 @@ import signal
 import sys
 from dataclasses import asdict
 from importlib import import_module
-from pathlib import Path
 
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
@@ -380,10 +379,11 @@ def _train(args) -> int:
     models_dir = shell_setting("models_dir", root)
     use = f"prism predict hardware={hw.name} {models_dir}"
     table += f"\npredict with them: {use} (every verb that reads models takes {models_dir})"
+    table += f"\nnote: {models.replaced}" if models.replaced else ""
     _print(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
                  "models": rows, "few_shapes": thin,
                  "variability": models.variability.to_dict() if models.variability else None,
-                 "predict": use}, table)
+                 "predict": use, "replaced": models.replaced}, table)
     return 0
 
 
@@ -600,7 +600,7 @@ def _validate_published(cfg) -> int:
 
 def _validate(args) -> int:
     from predictor.analyses.validate import validate
-    from predictor.app.plots import cdf_figure, plot_path, save_figure
+    from predictor.app.plots import cdf_figure, default_plot_path, plot_path, save_figure
     from predictor.app.render import format_validation
     from predictor.latency.artifacts import trained_models
     cfg = _load(args)
@@ -617,7 +617,7 @@ def _validate(args) -> int:
     if cfg.published:
         return _validate_published(cfg)
     hw, frame = _measured(cfg)
-    png = plot_path(cfg.out, "out") if cfg.out else Path(cfg.measured).with_suffix(".cdf.png")
+    png = plot_path(cfg.out, "out") if cfg.out else default_plot_path(cfg.measured, ".cdf.png", "out")
     models = trained_models(hw, cfg.models_dir)
     result = validate(frame, hw, models, seed=int(cfg.seed))
     save_figure(cdf_figure(result), png)
@@ -643,6 +643,7 @@ def _calibrate(args) -> int:
     hw, frame = _measured(cfg)
     directory = models_dir(cfg.models_dir) / hw.name
     models = ModelSet.load(directory, hw)
+    writable("models_dir", directory, folder=True)  # its manifest takes the fit: found out before fitting
     models.manifest.pop("calibration", None)  # fit against the operator samples alone
     cal = fit_calibration(frame, hw, models)
     held_out = validate(frame, hw, models, seed=int(cfg.seed),

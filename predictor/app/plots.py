@@ -72,6 +72,17 @@ def plot_path(value, key: str = "plot") -> Path | None:
     return writable(key, path)
 
 
+def default_plot_path(beside, suffix: str, key: str) -> Path:
+    """Where a verb draws its figure when ``key=`` is not given: ``beside`` (its input) with
+    ``suffix``, checked as a given ``key=`` is (:func:`plot_path`), before any work: a folder
+    that takes no file was found out only after the scores, which were lost with the figure."""
+    try:
+        return plot_path(Path(beside).with_suffix(suffix), key)
+    except PrismError as exc:
+        raise PrismError(f"{exc} ({key}= was not given, and the figure goes beside {beside} by default: give "
+                         f"{key}=PATH.png)", field=key) from None
+
+
 def prediction_figure(p: Prediction):
     """One prediction as a figure: the step-time CDF with its p5/p50/p95 (and the target,
     if any), and the median critical path split into compute, exposed communication and

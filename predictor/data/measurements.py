@@ -112,6 +112,30 @@ def measured_on(measured: pd.DataFrame, hw) -> None:
     raise PrismError(f"hardware={hw.name}: the file was measured on {', '.join(other)}; {fix}", field='hardware')
 
 
+#: A layout's measured median step this many times its predicted one (or as many times shorter)
+#: is no model's miss but a unit's: every layout of the shipped suites (measurements/*-suite-*.parquet,
+#: 46 files) comes within 0.69x to 4.9x of its prediction, from the shipped models or the priors
+#: alone, while milliseconds given as seconds are 1000x.
+IMPLAUSIBLE_RATIO = 100.0
+
+
+def implausible_steps(what: str, hardware: str) -> PrismError:
+    """The error for measured steps that no prediction on ``hardware`` explains, ``what`` saying how."""
+    return PrismError(f"measured: {what}; check that step_time_s is in seconds and that the steps were measured on "
+                      f"{hardware}, the models' machine; nothing stored", field="measured")
+
+
+def check_step_unit(layout_id: str, measured_s: float, predicted_s: float, hardware: str) -> None:
+    """One error naming the layout unless its measured median step is within
+    :data:`IMPLAUSIBLE_RATIO` of the predicted one (both in seconds): its scores would be
+    errors of 10^6 %, and a calibration fitted to it nonsense."""
+    ratio = measured_s / predicted_s
+    if 1 / IMPLAUSIBLE_RATIO <= ratio <= IMPLAUSIBLE_RATIO:
+        return
+    raise implausible_steps(f"layout {layout_id!r}: its median step, {measured_s:.4g} s, is {ratio:.3g} times the "
+                            f"predicted {predicted_s:.4g} s: no calibration explains these steps", hardware)
+
+
 def read_measurements(path) -> pd.DataFrame:
     """Every row of a measurement file, checked (one clear error naming file and column)."""
     path = Path(path)
@@ -187,6 +211,30 @@ def _check_layout(frame: pd.DataFrame, layout_id: str, par: ParallelConfig) -> N
         raise PrismError(f"measured: layout {layout_id!r}: its rows hold rank(s) {shown} but its parallel_json "
                          f"(dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp}) needs ranks 0 to {par.world_size - 1}; "
                          f"measure the layout again with prism measure", field="measured")
+    _check_steps(frame[frame.layout_id == layout_id], layout_id)
+
+
+def _check_steps(rows: pd.DataFrame, layout_id: str) -> None:
+    """One error naming the layout unless each of its ranks has one row for each of its steps:
+    a job's step is its slowest rank's (:func:`step_times`), so a step stored twice (a file
+    appended to a copy of itself) is scored as two steps, and a rank's missing step leaves the
+    step to the ranks that were faster."""
+    twice = rows[rows.duplicated(["step", "rank"])]
+    if not twice.empty:
+        first = twice.iloc[0]
+        raise PrismError(f"measured: layout {layout_id!r}: step {first.step} of rank {first['rank']} has more than one "
+                         f"row ({len(twice)} rows repeat a (step, rank) of the layout); each rank's step is one row: "
+                         f"drop the repeated rows (a file appended to itself), or measure the layout again with "
+                         f"prism measure", field="measured")
+    steps = set(rows.step)
+    for rank, held in rows.groupby("rank").step:
+        missing = sorted(steps - set(held))
+        if missing:
+            shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+            raise PrismError(f"measured: layout {layout_id!r}: rank {rank} has no row for {len(missing)} of the "
+                             f"layout's {len(steps)} steps (step(s) {shown}), and a step lasts as long as its slowest "
+                             f"rank; measure the layout again with prism measure, or drop those steps' rows of every "
+                             f"rank", field="measured")
 
 
 def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[str, Workload, np.ndarray]]:

@@ -97,17 +97,28 @@ def trained_models(hw: HardwareConfig, root=None) -> ModelSet | None:
     then rest on priors). A folder named as ``root`` must hold them: pointing at one is
     asking for its models, and a spec-only answer would pass for theirs."""
     folder = models_dir(root)
+    if not holds_models(folder, hw):
+        if root:
+            raise PrismError(f"models_dir={root}: no trained models of {hw.name} in it (no "
+                             f"{folder / hw.name / MANIFEST}; it holds {', '.join(held_sets(folder)) or 'none'}); "
+                             f"train them with prism train samples=DIR hardware={hw.name} models_dir={root}, or leave "
+                             f"models_dir out for the shipped models", field="models_dir")
+        return None
     if (folder / hw.name / MANIFEST).exists():
         return ModelSet.load(folder / hw.name, hw)
-    if hw.models_from and (folder / hw.models_from / MANIFEST).exists():
-        return ModelSet.load(folder / hw.models_from, load_hardware(hw.models_from)).with_hardware(hw)
-    if root:
-        held = sorted(m.parent.name for m in folder.glob(f"*/{MANIFEST}"))
-        raise PrismError(f"models_dir={root}: no trained models of {hw.name} in it (no {folder / hw.name / MANIFEST}; "
-                         f"it holds {', '.join(held) or 'none'}); train them with prism train samples=DIR "
-                         f"hardware={hw.name} models_dir={root}, or leave models_dir out for the shipped models",
-                         field="models_dir")
-    return None
+    return ModelSet.load(folder / hw.models_from, load_hardware(hw.models_from)).with_hardware(hw)
+
+
+def holds_models(folder: Path, hw: HardwareConfig) -> bool:
+    """Whether ``folder`` (a models_dir) holds models :func:`trained_models` loads for ``hw``:
+    its own, or those of the profile it borrows them from (``models_from``)."""
+    return (folder / hw.name / MANIFEST).exists() or bool(hw.models_from
+                                                          and (folder / hw.models_from / MANIFEST).exists())
+
+
+def held_sets(folder: Path) -> list[str]:
+    """The hardware whose saved sets ``folder`` (a models_dir) holds."""
+    return sorted(m.parent.name for m in folder.glob(f"*/{MANIFEST}"))
 
 
 #: What a hardware's predictions rest on, best first: operator samples measured on it,
@@ -321,6 +332,7 @@ class ModelSet:
         self.manifest = manifest or {}
         self.variability = variability  # sigmas fitted on the samples' repeats (variability.json), if any
         self.directory = directory  # the folder they were loaded from (None: built in memory)
+        self.replaced: str | None = None  # what the last save replaced, as prism train reports it
 
     @property
     def where(self) -> str:
@@ -381,6 +393,7 @@ class ModelSet:
 
         directory = Path(directory)
         with whole_folder(directory) as tmp:
+            replaced = replaced_set(directory, len(self.models))  # read before the folder is replaced
             entries = {}
             for (op, pass_), m in sorted(self.models.items()):
                 files = {}
@@ -404,7 +417,7 @@ class ModelSet:
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
             if self.variability is not None:
                 write_variability(tmp, self.variability)
-        self.manifest = manifest
+        self.manifest, self.replaced = manifest, replaced
         return directory
 
     @classmethod
@@ -539,6 +552,31 @@ def check_replaceable(directory: Path) -> None:
         raise PrismError(f"{directory}: holds files that are no saved model set (no {MANIFEST}), and saving one "
                          f"replaces the whole folder, so they would be lost; move them, or save elsewhere "
                          f"(models_dir=)", field=str(directory))
+
+
+def replaced_set(directory: Path, models: int) -> str | None:
+    """What saving a set of ``models`` models in ``directory`` replaces, None where no set is
+    there: the set's models, when and on how many sample rows they were trained, and its
+    calibration, which goes with them (it was fitted to their predictions)."""
+    try:
+        old = json.loads((directory / MANIFEST).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # check_replaceable let the folder through: its manifest is there
+        old = None
+    if not isinstance(old, dict):
+        return f"replaced the set in {directory} (its {MANIFEST} unreadable) by these {models} models"
+    entries, samples = old.get("models"), old.get("samples") if isinstance(old.get("samples"), dict) else {}
+    rows = f"{samples['rows']:,}" if isinstance(samples.get("rows"), int) else "?"
+    text = (f"replaced the set of {len(entries) if isinstance(entries, dict) else '?'} models in {directory}, trained "
+            f"{str(old.get('created', '?'))[:16].replace('T', ' ')} UTC on {rows} sample rows (hash "
+            f"{samples.get('hash', '?')}), by these {models}")
+    if not _is_calibration(old.get("calibration")):
+        return text
+    cal = Calibration(**old["calibration"])
+    return (f"{text}; its calibration (compute_scale {cal.compute_scale:.3g}, op_overhead_us {cal.op_overhead_us:.3g}, "
+            f"tp_overhead_us {cal.tp_overhead_us:.3g}, fitted on {cal.layouts} layouts) is dropped with it: run prism "
+            f"calibrate measured=FILE hardware={directory.name} models_dir={directory.parent} again")
 
 
 def _aside(directory: Path) -> list[Path]:
