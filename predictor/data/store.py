@@ -17,10 +17,12 @@ store at a time (:func:`writer_lock`).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
 import uuid
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -272,17 +274,107 @@ def run_files(path) -> list[Path]:
 
 
 def no_runs(path) -> str:
-    """What a store without a run file holds instead, and how it gets runs: a folder of
-    published tables (data/microbench, data/ett) is imported, not read."""
+    """What a store without a run file holds instead, and the command that gives it runs:
+    an unfinished run is recovered, published tables and traces are imported, a model set
+    is no store at all (its models are read through ``models_dir``)."""
     path = Path(path)
-    tables = [p.suffix for p in path.iterdir() if p.suffix in (".csv", ".json", ".gz")] if path.is_dir() else []
-    if tables:
-        kinds = ", ".join(sorted(set(tables)))
-        return (f"{path} holds no sample runs (.parquet) but {len(tables)} table(s) ({kinds}); "
-                f"import them into a store first, with prism import-microbench (published microbenchmarks, as "
-                f"data/microbench), import-ett or import-trace, e.g. prism import-microbench {path} "
-                f"out=samples/microbench")
+    if not path.is_dir():
+        return f"{path} holds no sample rows; sample again, or give the store (folder) its runs are in"
+    for kind in (_unfinished, _model_set, _model_sets, _stores, _traces, _ett, _tables):
+        advice = kind(path)
+        if advice:
+            return advice
     return f"{path} holds no sample runs (.parquet); fill it with prism sample output_dir={path}"
+
+
+def _unfinished(path: Path) -> str | None:
+    runs = sorted(p.name[1: -len(_PARTS_SUFFIX)] for p in path.glob(f".*{_PARTS_SUFFIX}") if p.is_dir())
+    if not runs:
+        return None
+    one = len(runs) == 1
+    return (f"{path} holds {'an unfinished run' if one else f'{len(runs)} unfinished runs'} ({', '.join(runs)}: "
+            f"its parts, left by a prism sample stopped before it could join them into a run file): run the same "
+            f"prism sample command again (output_dir={path}) to recover {'it' if one else 'them'}; a prism sample "
+            f"still writing into this store is named then")
+
+
+def _model_set(path: Path) -> str | None:
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        return None
+    try:
+        hardware = json.loads(manifest.read_text()).get("hardware") or path.name
+    except (OSError, ValueError, AttributeError):
+        hardware = path.name  # prism train names the set's folder after its hardware
+    models = len(list(path.glob("*.ubj.gz")))
+    return (f"{path} is a trained model set of {hardware} (manifest.json, {models} model files), not a sample "
+            f"store (a folder of runs written by prism sample or prism import-*): give the store instead; these "
+            f"models are read as models_dir={path.parent}, e.g. prism evaluate samples=STORE hardware={hardware} "
+            f"models_dir={path.parent}")
+
+
+def _model_sets(path: Path) -> str | None:
+    sets = sorted(p.name for p in path.iterdir() if (p / "manifest.json").is_file())
+    if not sets:
+        return None
+    return (f"{path} holds trained model sets ({', '.join(sets)}), not sample runs: give a sample store instead "
+            f"(a folder of runs written by prism sample or prism import-*); these models are read as "
+            f"models_dir={path}, e.g. prism predict model=small hardware={sets[0]} models_dir={path}")
+
+
+def _stores(path: Path) -> str | None:
+    stores = sorted(p.name for p in path.iterdir() if p.is_dir() and any(p.glob("*.parquet")))
+    if not stores:
+        return None
+    return (f"{path} holds no runs itself but sample stores in its folders ({', '.join(stores)}); a store holds "
+            f"its runs directly: give one of them, e.g. {path / stores[0]}")
+
+
+def _traces(path: Path) -> str | None:
+    traces = [p for p in sorted(path.iterdir()) if p.name.endswith((".json", ".json.gz")) and _is_trace(p)]
+    if not traces:
+        return None
+    files = " ".join(sorted({f"{path}/*.json.gz" if p.suffix == ".gz" else f"{path}/*.json" for p in traces}))
+    return (f"{path} holds {len(traces)} profiler trace(s), not sample runs; import them into a store first: "
+            f"prism import-trace {files} out=samples/trace hardware=NAME (the profile of the machine traced; a "
+            f"GPU trace names its own, leave it out)")
+
+
+def _is_trace(path: Path) -> bool:
+    """Whether ``path`` starts like a Chrome trace (PyTorch's profiler writes its schema first)."""
+    try:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rt", errors="replace") as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return '"traceEvents"' in head or '"schemaVersion"' in head
+
+
+def _ett(path: Path) -> str | None:
+    """An ETT cluster folder (its operator/ and nccl/ tables), or a folder of them."""
+    def cluster(p: Path) -> bool:
+        return (p / "operator").is_dir() or (p / "nccl").is_dir()
+    if cluster(path):
+        return (f"{path} is an ETT cluster folder (published tables), not a sample store; import it into one "
+                f"first: prism import-ett {path} out=samples/ett")
+    clusters = sorted(p for p in path.iterdir() if p.is_dir() and cluster(p))
+    if not clusters:
+        return None
+    return (f"{path} holds ETT cluster folders ({', '.join(p.name for p in clusters)}), not sample runs; import "
+            f"each into a store first, e.g. prism import-ett {clusters[0]} out=samples/ett")
+
+
+def _tables(path: Path) -> str | None:
+    from predictor.data.importers.microbench import TABLES  # here: that importer imports this module
+    tables = [p.suffix for p in path.iterdir() if p.suffix in (".csv", ".json", ".gz")]
+    if not tables:
+        return None
+    held = f"{path} holds no sample runs (.parquet) but {len(tables)} table(s) ({', '.join(sorted(set(tables)))})"
+    if any((path / name).is_file() for name in TABLES):
+        return (f"{held}, the published microbenchmarks; import them into a store first: prism import-microbench "
+                f"{path} out=samples/microbench")
+    return (f"{held}; a store is written by prism sample or prism import-microbench (published microbenchmarks, "
+            f"as data/microbench), import-ett (an ETT cluster folder) or import-trace (profiler traces)")
 
 
 def read_run_metadata(path) -> dict:
@@ -336,6 +428,19 @@ def _check_rows(f: Path, df: pd.DataFrame) -> None:
                                  f"shape is a positive size: drop those rows or sample again", field=str(f))
 
 
+def _refuse_copied_run(f: Path, df: pd.DataFrame, runs: dict) -> None:
+    """One error where ``f`` holds a run that another file of the store holds (``runs``: run
+    id -> the file read first): a run file copied under another name, whose rows would be
+    counted twice and trained on as twice the evidence."""
+    if "run_id" not in df:
+        return
+    for run_id in df["run_id"].dropna().unique():
+        first = runs.setdefault(run_id, f)
+        if first != f:
+            raise PrismError(f"{first} and {f} both hold run {run_id} (one is a copy of the other): its rows would "
+                             f"be read twice. Remove one copy from {f.parent} and run again", field=str(f))
+
+
 def read_samples(path, ops=None) -> pd.DataFrame:
     """Read every row of a store (a folder of runs, or one file), validated.
 
@@ -347,9 +452,10 @@ def read_samples(path, ops=None) -> pd.DataFrame:
     Raises
     ------
     PrismError
-        naming the file and the problem (unreadable, missing column, unknown op).
+        naming the file and the problem (unreadable, missing column, unknown op, a run two
+        files hold).
     """
-    frames = []
+    frames, runs = [], {}
     for f in run_files(path):
         pf = _open(f)
         missing = [c for c in REQUIRED if c not in pf.schema_arrow.names]
@@ -365,6 +471,7 @@ def read_samples(path, ops=None) -> pd.DataFrame:
         if unknown:
             raise PrismError(f"{f}: column 'op': {unknown_op_message(unknown[0])}", field=str(f))
         _check_rows(f, df)
+        _refuse_copied_run(f, df, runs)
         if ops is not None:
             df = df[df["op"].isin(list(ops))]
         frames.append(df)

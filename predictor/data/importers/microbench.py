@@ -36,10 +36,10 @@ What each source gives, and how it maps onto PRISM's vocabulary:
 
 Each row's ``origin`` is ``microbench:<source>``. Every row the hardware's table rows
 would give but the import leaves out (a failed measurement, a size or latency that is not
-a positive number, a repeated shape, a backward without its forward or gradient GEMMs) is
-counted by reason in the report, so that the rows written and those counted add up. A
-hardware whose tables give no row gets no run (a store of empty runs reads as holding
-none) but one error saying why.
+a positive number, text in a number column, a repeated shape, a backward without its
+forward or gradient GEMMs) is counted by reason in the report, so that the rows written and
+those counted add up. A hardware whose tables give no row gets no run (a store of empty
+runs reads as holding none) but one error saying why.
 """
 from __future__ import annotations
 
@@ -72,6 +72,18 @@ _XLA_DTYPE = {"bf16xbf16->bf16": "bfloat16", "f8e4m3fnxf8e4m3fn->bf16": "float8"
 _XLA_COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather",
                    "reduce-scatter": "reduce_scatter", "all-to-all": "all_to_all"}
 _FLASH_IMPLEMENTATION = "FlashAttention-2"
+#: The tables the importer reads: file -> (its columns of words, its columns of numbers).
+TABLES = {
+    "op_gemm_xla_perf_table.csv": (("device_key", "dtype"),
+                                   ("b", "m", "n", "k", "achieved_flops_per_s", "time_us_derived")),
+    "op_flashattention_tflops.csv": (("gpu", "implementation", "pass_type", "causal"),
+                                     ("head_dim", "n_heads", "seqlen", "batch", "tflops")),
+    "comm_nccl_tests_allreduce.csv": (("system",), ("ranks", "nodes", "size_bytes", "oop_time_us", "ip_time_us")),
+    "comm_xla_collective_perf_table.csv": (("device_key", "opcode", "replica_groups"),
+                                           ("tensor_bytes", "time_us_derived")),
+}
+#: The column :func:`_read` adds: why a row with text in a number column is left out (else null).
+_TEXT = "_text_in"
 _NOT_POSITIVE = "latency missing or not a positive number"
 _BAD_SHAPE = "shape not positive (a size missing, 0 or below)"
 IMPORTER_VERSION = 1
@@ -93,17 +105,27 @@ class MicrobenchReport:
         return "\n".join(lines)
 
 
-def _read(path: Path, needed: tuple[str, ...], sizes: dict) -> pd.DataFrame:
-    """The table at ``path``, its rows counted in ``sizes`` (by file name)."""
+def _read(path: Path, sizes: dict) -> pd.DataFrame:
+    """The table at ``path`` (one of :data:`TABLES`), its rows counted in ``sizes`` (by file
+    name), its number columns read as numbers: a row with text in one is marked in column
+    :data:`_TEXT`, left out with the hardware's rows (:func:`_leave_out_text`), counted."""
     if not path.exists():
         raise PrismError(f"{path}: missing; point the import at the microbench folder "
                          f"(data/microbench)", field=str(path))
     frame = read_csv(path, "restore it from data/microbench (git checkout data/microbench)")
-    missing = [c for c in needed if c not in frame]
+    words, numbers = TABLES[path.name]
+    missing = [c for c in words + numbers if c not in frame]
     if missing:
         raise PrismError(f"{path}: columns {missing} are missing; is this the published layout?", field=str(path))
     sizes[path.name] = len(frame)
-    return frame
+    why = pd.Series(None, index=frame.index, dtype=object)
+    for column in numbers:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        text = values.isna() & frame[column].notna()
+        # a row is counted once, under its first such column
+        why = why.where(why.notna() | ~text, f"{path.name}: text in number column {column!r}")
+        frame[column] = values
+    return frame.assign(**{_TEXT: why})
 
 
 def _leave_out(frame: pd.DataFrame, bad, reason: str, left_out: dict) -> pd.DataFrame:
@@ -111,6 +133,13 @@ def _leave_out(frame: pd.DataFrame, bad, reason: str, left_out: dict) -> pd.Data
     if bad.any():
         left_out[reason] = left_out.get(reason, 0) + int(bad.sum())
     return frame[~np.asarray(bad)]
+
+
+def _leave_out_text(frame: pd.DataFrame, left_out: dict) -> pd.DataFrame:
+    """``frame`` without its rows of text in a number column (:func:`_read`), counted by file and column."""
+    for reason in frame[_TEXT].dropna().unique():
+        frame = _leave_out(frame, (frame[_TEXT] == reason).to_numpy(), reason, left_out)
+    return frame
 
 
 def _positive(values) -> np.ndarray:
@@ -123,8 +152,9 @@ def _positive(values) -> np.ndarray:
 def gemm_rows(table: pd.DataFrame, key: str, hw: HardwareConfig, left_out: dict) -> pd.DataFrame:
     """Forward rows of one device from the XLA GEMM table, and the backward rows they imply;
     each row (forward or backward) left out is counted by reason in ``left_out``."""
-    t = table[(table.device_key == key) & table.dtype.isin(list(_XLA_DTYPE))].copy()
+    t = table[(table.device_key == key) & table.dtype.isin(list(_XLA_DTYPE))]
     shapes = len(t)
+    t = _leave_out_text(t, left_out).copy()  # after the count: its backward row goes too
     t["dtype"] = t.dtype.map(_XLA_DTYPE)
     # before the backward sums: a bad forward row would hide in a plausible backward latency
     t = _leave_out(t, ~_positive(t[["b", "m", "n", "k"]]), _BAD_SHAPE, left_out)
@@ -151,14 +181,14 @@ def gemm_rows(table: pd.DataFrame, key: str, hw: HardwareConfig, left_out: dict)
 def attention_rows(table: pd.DataFrame, gpu: str, left_out: dict) -> pd.DataFrame:
     """FlashAttention-2 forward and backward latencies of one GPU from the TFLOP/s figures;
     a fwd+bwd row left without a backward is counted in ``left_out``."""
-    t = table[(table.gpu == gpu) & (table.implementation == _FLASH_IMPLEMENTATION)].copy()
+    t = _leave_out_text(table[(table.gpu == gpu) & (table.implementation == _FLASH_IMPLEMENTATION)], left_out).copy()
     t["causal"] = t.causal.astype(str).str.lower().isin(["yes", "true", "1"])
     shape = ["batch", "n_heads", "seqlen", "head_dim", "causal"]
     # a repeated shape would pair each of its forward rows with each of its fwd+bwd rows
     t = _leave_out(t, t.duplicated(shape + ["pass_type"]).to_numpy(),
                    "attention shape repeated in the table (its first row kept)", left_out)
     fwd_flops = 4.0 * t.batch * t.n_heads * t.seqlen ** 2 * t.head_dim * np.where(t.causal, 0.5, 1.0)
-    t["latency_us"] = fwd_flops * np.where(t.pass_type == "fwd", 1.0, 3.5) / (t.tflops.astype(float) * 1e12) * 1e6
+    t["latency_us"] = fwd_flops * np.where(t.pass_type == "fwd", 1.0, 3.5) / (t.tflops * 1e12) * 1e6
     both = t[t.pass_type == "fwd"].merge(t[t.pass_type == "fwd+bwd"], on=shape, suffixes=("_f", "_fb"))
     unpaired = int((t.pass_type == "fwd+bwd").sum()) - len(both)
     if unpaired:
@@ -171,17 +201,21 @@ def attention_rows(table: pd.DataFrame, gpu: str, left_out: dict) -> pd.DataFram
                       origin="microbench:flashattention-2")
 
 
-def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict) -> pd.DataFrame:
-    """Intra-node collectives of one system: the XLA table, and nccl-tests where it has the node."""
+def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict, left_out: dict) -> pd.DataFrame:
+    """Intra-node collectives of one system: the XLA table, and nccl-tests where it has the node;
+    a row with text in a number column is counted in ``left_out``."""
     key = keys.get("xla_collectives", keys["xla"])
-    t = xla[(xla.device_key == key) & xla.opcode.isin(list(_XLA_COLLECTIVE))].copy()
+    t = _leave_out_text(xla[(xla.device_key == key) & xla.opcode.isin(list(_XLA_COLLECTIVE))], left_out)
     # an unreadable group size is NaN, left out with the shapes that are not positive
-    size = pd.to_numeric(t.replica_groups.str.extract(r"x\s*(\d+)\s*devices", expand=False))
+    size = pd.to_numeric(t.replica_groups.astype(str).str.extract(r"x\s*(\d+)\s*devices", expand=False))
     frames = [pd.DataFrame({"op": t.opcode.map(_XLA_COLLECTIVE), "message_bytes": t.tensor_bytes,
                             "group_size": size, "latency_us": t.time_us_derived,
                             "origin": "microbench:xla-collectives"})]
     if nccl is not None and "nccl" in keys:
-        n = nccl[nccl.system.str.contains(keys["nccl"], regex=False) & (nccl.nodes == 1)]
+        n = nccl[nccl.system.astype(str).str.contains(keys["nccl"], regex=False)
+                 & (nccl.nodes.isna() | (nccl.nodes == 1))]
+        n = _leave_out_text(n, left_out)  # nodes of text among them: whether the row is one node's is unknown
+        n = n[n.nodes == 1]
         # nccl-tests prints an out-of-place and an in-place average per size; the larger is
         # at times a first-call glitch (68 vs 13.5 us at 32 B), so the smaller is kept.
         frames.append(pd.DataFrame({"op": "all_reduce", "message_bytes": n.size_bytes, "group_size": n.ranks,
@@ -220,20 +254,15 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
                          f"the published microbenchmark tables (data/microbench)", field=str(source_dir))
     left_out: dict = {}
     sizes: dict = {}  # table -> its rows, for the error of an import that yields none
-    frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv",
-                              ("device_key", "b", "m", "n", "k", "dtype", "achieved_flops_per_s", "time_us_derived"),
-                              sizes), keys["xla"], hw, left_out)]
+    frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv", sizes), keys["xla"], hw, left_out)]
     if "xla_collectives" in keys:  # another device's GEMMs (SOURCES): the origin names it
         frames[0]["origin"] = f"microbench:xla-gemm:{keys['xla']}"
     if "flash" in keys:
-        frames.append(attention_rows(_read(source_dir / "op_flashattention_tflops.csv",
-                                           ("gpu", "implementation", "pass_type", "causal", "head_dim", "n_heads",
-                                            "seqlen", "batch", "tflops"), sizes), keys["flash"], left_out))
-    nccl = _read(source_dir / "comm_nccl_tests_allreduce.csv", ("system", "ranks", "nodes", "size_bytes", "oop_time_us",
-                                                                 "ip_time_us"), sizes) if "nccl" in keys else None
-    frames.append(collective_rows(_read(source_dir / "comm_xla_collective_perf_table.csv",
-                                        ("device_key", "opcode", "tensor_bytes", "replica_groups", "time_us_derived"),
-                                        sizes), nccl, keys))
+        frames.append(attention_rows(_read(source_dir / "op_flashattention_tflops.csv", sizes), keys["flash"],
+                                     left_out))
+    nccl = _read(source_dir / "comm_nccl_tests_allreduce.csv", sizes) if "nccl" in keys else None
+    frames.append(collective_rows(_read(source_dir / "comm_xla_collective_perf_table.csv", sizes), nccl, keys,
+                                  left_out))
     rows = pd.concat(frames, ignore_index=True)
     shaped = np.ones(len(rows), bool)
     for op, at in rows.groupby("op").indices.items():
