@@ -294,7 +294,7 @@ def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisCo
 MANY_FAILURES = 1_000_000
 
 
-#: λ(τ + R) past which a run's wall time is past any use (e^50: 5e21 times its work).
+#: Log of the wall-time stretch past which a run is past any use (e^50: 5e21 times its work).
 NO_PROGRESS = 50.0
 
 
@@ -305,9 +305,9 @@ def wall_time_stretch(failures_per_day: float, checkpoint_min: float, restart_mi
     rate = failures_per_day / MINUTES_PER_DAY  # per minute
     if rate <= 0:
         return 1.0, restart_min + checkpoint_min / 2
-    exponent = min(rate * (checkpoint_min + restart_min), NO_PROGRESS)
-    stretch = math.exp(exponent - rate * checkpoint_min) * math.expm1(min(rate * checkpoint_min, exponent)) / (
-        rate * checkpoint_min)
+    x = rate * checkpoint_min  # in logs: e^(λτ) overflows at a failure a second on a million GPUs
+    log_stretch = rate * restart_min + (x if x > 30 else math.log(math.expm1(x))) - math.log(x)
+    stretch = math.exp(min(log_stretch, NO_PROGRESS))
     return stretch, (stretch - 1) / (rate * stretch)
 
 
