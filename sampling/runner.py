@@ -28,12 +28,14 @@ from __future__ import annotations
 import math
 import os
 import platform
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -69,6 +71,33 @@ COLLECTIVE_GRACE_S = 120
 FRAMEWORK_TASK = ("framework",)
 #: The key of the co-run phase (:mod:`sampling.co_run`): one per store and hardware.
 CO_RUN_TASK = ("co-run",)
+#: Set by a Ctrl-C while :func:`_remembered_interrupts` holds; see there.
+_STOP = threading.Event()
+
+
+@contextmanager
+def _remembered_interrupts():
+    """Ctrl-C raises KeyboardInterrupt as ever, and is also remembered. Python drops an
+    exception raised while it runs a destructor or a garbage collector's callback (it prints
+    "Exception ignored in ..."), so a Ctrl-C that lands there would be lost and the run would
+    go on to its end; :func:`_compute_loop` checks before each call. A Ctrl-C the caller
+    ignores (``nohup``) stays ignored."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def interrupt(signum, frame):
+        _STOP.set()
+        raise KeyboardInterrupt
+
+    _STOP.clear()
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _STOP.clear()
 
 
 @dataclass
@@ -228,6 +257,8 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
     last_flush, failed = time.monotonic(), set()
     try:
         for r, task, first, repeats in bar:
+            if _STOP.is_set():
+                raise KeyboardInterrupt
             if time.time() > deadline_wall:
                 return "deadline"
             if task.key in failed:
@@ -346,7 +377,8 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
     with store.writer_lock(output_dir) as note:
         if note:
             print(f"prism sample: note: {note}", file=sys.stderr)
-        return _sample(sc, hw, plan, device, output_dir, progress)
+        with _remembered_interrupts():
+            return _sample(sc, hw, plan, device, output_dir, progress)
 
 
 def _threads_fit(sc: SamplingConfig) -> None:
