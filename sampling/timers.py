@@ -47,6 +47,12 @@ class CpuTimer:
 #: entry and nodes (a ``small`` step's RoPE backward, 256x6x64: 150 us a call, where the
 #: traced step's kernels ran a whole micro-batch's in about 1 ms).
 HOST_LEAD_S = 5e-4
+#: The device's lead before a task's first timed repeat. The repeats are issued without
+#: waiting, so the lead then grows by each repeat's spin less the host's time issuing it;
+#: with HOST_LEAD_S alone at the start, a hiccup of the host of 1.4-4 ms came out as a
+#: device time in 0.47% of an H200's repeats, a third of them the first (stalled shapes in
+#: `samples/h100` had 1.2 us repeats read as 0.5-1.3 ms; benchmarks/bench_timer_stalls.py).
+FIRST_LEAD_S = 5e-3
 #: Spin-kernel cycles per second: at most the fastest data-centre GPU's clock (H100/H200
 #: 1,980 MHz boost), so the lead is at least HOST_LEAD_S on any of them.
 SPIN_HZ = 2.0e9
@@ -58,12 +64,14 @@ class CudaTimer:
     Without the flush a repeat finds its operands in L2 from the previous one, which
     a training step (whose working set dwarfs L2) never does. The flush writes a
     buffer twice the L2 size (Triton's ``do_bench`` does the same). The device is then
-    put :data:`HOST_LEAD_S` behind the host: a step's kernels queue up ahead of a busy
-    device, and the host's own time is sampled apart (``host=True``; the ``dispatch`` op).
+    put :data:`HOST_LEAD_S` behind the host (:data:`FIRST_LEAD_S` before a task's first
+    repeat): a step's kernels queue up ahead of a busy device, and the host's own time is
+    sampled apart (``host=True``; the ``dispatch`` op).
     """
 
-    def __init__(self, l2_bytes: int, device: torch.device):
+    def __init__(self, l2_bytes: int, device: torch.device, first_lead_s: float = FIRST_LEAD_S):
         self.device = device
+        self.first_lead_s = first_lead_s
         self._flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device=device)
 
     def time(self, fn: Callable[[], object], repeats: int, warmup: int, host: bool = False) -> list[float]:
@@ -78,6 +86,7 @@ class CudaTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         torch.cuda.synchronize(self.device)
+        torch.cuda._sleep(int(self.first_lead_s * SPIN_HZ))
         for start, end in zip(starts, ends):
             self._flush.zero_()
             torch.cuda._sleep(int(HOST_LEAD_S * SPIN_HZ))
