@@ -182,11 +182,12 @@ def _done_tasks(output_dir: Path, plan: Plan, hardware: str, by_rank: bool = Fal
     (:func:`_stored_counts`), and the time earlier runs of this plan spent. ``by_rank``:
     the compute tasks' counts per rank that timed them ({rank: Counter}, rows of a
     one-process run counting as rank 0's) and the collective job's under -1."""
-    counts, spent = ({} if by_rank else Counter()), 0.0
+    counts, spent, runs = ({} if by_rank else Counter()), 0.0, {}
     for f in store.run_files(output_dir):
         if store.read_run_metadata(f).get("plan_id") == plan.plan_id:
             spent += float(store.read_run_metadata(f).get("elapsed_s", 0.0))
         df = store.read_samples(f)
+        store.refuse_copied_run(f, df, runs)  # read file by file: a copy would count its repeats and time twice
         df = df[df.hardware == hardware]
         if not by_rank:
             counts.update(_stored_counts(df))

@@ -139,9 +139,9 @@ def test_the_cli_names_the_file_and_column_of_text_it_left_out(tmp_path, capsys)
 # -- 4. a folder without runs: what it is, and the command it needs ---------------------------
 
 def _advice(capsys, folder) -> str:
-    """What prism samples and prism train say of ``folder``: the same advice."""
-    assert main(["samples", str(folder)]) == 0
-    said = capsys.readouterr().out
+    """What prism samples and prism train say of ``folder``: the same advice, as an error."""
+    assert main(["samples", str(folder)]) == 2
+    said = capsys.readouterr().err
     assert main(["train", f"samples={folder}", "hardware=local-cpu", f"models_dir={folder.parent / 'm'}"]) == 2
     assert store.no_runs(folder) in said and store.no_runs(folder) in capsys.readouterr().err
     return store.no_runs(folder)

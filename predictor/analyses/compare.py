@@ -144,6 +144,19 @@ def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) ->
         cdf=p.cdf, nvlink_domain=hw.nvlink_domain)
 
 
+def _price_source(profiles: list[HardwareConfig]) -> str:
+    """Where the profiles' prices come from: conf/hardware's indicative quotes, except where a
+    price is not its profile file's (hardware.price_per_gpu_hour= on the command line, or a
+    profile built by hand): the user's own, which the report must not call a quote."""
+    quoted = "indicative on-demand prices, see conf/hardware"
+    given = [hw.name for hw in profiles if hw.price_per_gpu_hour is not None and (
+        hw.name not in group_options("hardware") or hw.price_per_gpu_hour != load_hardware(hw.name).price_per_gpu_hour)]
+    if not given:
+        return quoted
+    return (f"the price you gave for {', '.join(given)}, not conf/hardware's indicative one"
+            + (f"; the others: {quoted}" if len(given) < len(profiles) else ""))
+
+
 def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None, layout: ParallelConfig,
             gpus: int | None = None, *, models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0,
             train_tokens: float = 1e12, pue: float = 1.0, framework: str = "megatron-core") -> Comparison:
@@ -188,7 +201,7 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
     tp = first.layout["tp"]
     notes = [f"energy = GPU-hours x hardware.power_w (rated board power) x pue={pue:g}: node CPUs and network "
              + ("excluded, cooling too (pue=1.2 would add 20%)" if pue == 1.0 else "excluded, cooling via pue"),
-             "cost = GPU-hours x hardware.price_per_gpu_hour (indicative on-demand prices, see conf/hardware)",
+             f"cost = GPU-hours x hardware.price_per_gpu_hour ({_price_source(profiles)})",
              "step bands are the variability within a run (p5-p95); the median step's 80% interval is the "
              "predictive uncertainty; time, cost and energy bands (p5-p95) hold both; failures and restarts "
              "are excluded (prism variability adds them)"]

@@ -29,7 +29,9 @@ FEW_SHAPES = 4
 OUTPUTS = ("table", "json")
 _OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=h100-sxm, "
                    "model=llama3-8b, sampling=quick) or set any key (sampling.budget_s=60, "
-                   "parallel.tp=8, sampling.ops=[gemm,attention]). --show-config lists every key.")
+                   "parallel.tp=8, parallel.ep=8 for Mixture-of-Experts, hardware.gemm_dtype=fp8 (or nvfp4 on "
+                   "Blackwell) for the GEMMs' precision, sampling.ops=[gemm,attention]). --show-config lists every "
+                   "key.")
 
 
 #: The top-level settings only some verbs read, by verb (output, seed and the config groups are
@@ -66,19 +68,25 @@ def _check_verb_settings(verb: str, settings) -> None:
                              f"{'reads' if len(readers) == 1 else 'read'} it); drop it", field=key)
 
 
-def _load(args):
+def _load(args, hardware: list[str] | None = None):
+    """The checked configuration of ``args``; ``--show-config`` prints it and exits, composed once
+    per profile of ``hardware`` where given (prism compare runs each, not the default one)."""
     from predictor.app.config import check_keys, compose
     overrides = list(args.overrides)
     if args.json and "output=json" not in overrides:
         overrides.append("output=json")
     composition = compose(overrides)
     if args.show_config:
+        shown = [composition] if hardware is None else [compose([*overrides, f"hardware={h}"]) for h in hardware]
         if composition.cfg.get("output") == "json":  # a script's --json: the values, without conf/'s comments
             from omegaconf import OmegaConf
-            print(_json(OmegaConf.to_container(composition.cfg, resolve=True)))
+            values = [OmegaConf.to_container(c.cfg, resolve=True) for c in shown]
+            print(_json(values[0] if hardware is None else values))  # compare's: a list, one a profile
         else:
             from predictor.app.config_text import show_config
-            print(show_config(composition), end="")
+            for i, (name, c) in enumerate(zip(hardware or [None], shown)):
+                head = "" if name is None else f"# prism compare: profile {i + 1} of {len(shown)}, hardware={name}\n"
+                print(("\n" if i else "") + head + show_config(c), end="")
         raise SystemExit(0)
     check_keys(composition)
     _check_verb_settings(args.verb, composition.overrides)
@@ -247,11 +255,13 @@ def _samples(args) -> int:
     if sep and key == "samples" and not os.path.exists(args.path):  # train's way of naming a store
         raise PrismError(f"{args.path}: prism samples takes the folder itself: prism samples {value}", field='path')
     table = summarize(args.path)
+    if not len(table):  # an error, as prism train's of the same store: a script must not read it as a summary
+        raise PrismError(f"{args.path}: no samples; {no_runs(args.path)}", field='path')
     if args.json:
         print(table.to_json(orient="records", indent=2))
     else:
-        print(table.to_string(index=False) if len(table) else f"{args.path}: no samples; {no_runs(args.path)}")
-        if len(table) and table.unusable_rows.sum():
+        print(table.to_string(index=False))
+        if table.unusable_rows.sum():
             print(f"note: {int(table.unusable_rows.sum())} rows have a latency that is not a positive number; "
                   f"prism train refuses them: drop those rows or sample again")
     return 0
@@ -476,18 +486,19 @@ def _variability(args) -> int:
 
 
 def _compare(args) -> int:
-    from predictor.analyses.compare import check_hardware, compare, gpu_profiles
+    from predictor.analyses.compare import check_hardware, compare
     from predictor.app.config import load_config
     from predictor.app.plots import comparison_figure, plot_path
     from predictor.app.render import format_comparison
     from predictor.core.profiles import section
     from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
     names, args.overrides = split_hardware(args.overrides)  # hardware=[a,b] is not a Hydra override
-    cfg = _load(args)
+    names = check_hardware(names)  # None: every GPU profile
+    cfg = _load(args, hardware=names)
     png = plot_path(cfg.plot)
     # each profile composed with the same overrides, so that hardware.* edits apply to every one
     profiles = [section(load_config([*args.overrides, f"hardware={name}"]), "hardware", HardwareConfig)
-                for name in check_hardware(gpu_profiles() if names is None else names)]
+                for name in names]
     c = compare(section(cfg, "model", ModelConfig), profiles, section(cfg, "parallel", ParallelConfig), cfg.gpus,
                 **_settings(cfg, "models_dir", "seed", "train_tokens", "pue", "framework"))
     return _report(cfg, c, format_comparison(c), png, comparison_figure, 6,
@@ -717,6 +728,10 @@ VERBS = {
                     "says so; sample_if_missing=true samples and trains this one first.",
         examples=["prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.tp=8",
                   "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512",
+                  "prism predict model=qwen3-30b-a3b hardware=h100-sxm gpus=64 parallel.ep=8   "
+                  "# MoE: experts over 8 GPUs",
+                  "prism predict model=llama3-70b hardware=b200 gpus=512 parallel.tp=8 hardware.gemm_dtype=nvfp4  "
+                  "# FP4 GEMMs (or fp8, mxfp8)",
                   "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json",
                   "prism predict model=tiny hardware=local-cpu sample_if_missing=true   # this CPU's own models",
                   "prism predict model=gpt3-13b hardware=h100-sxm gpus=64 parallel.tp=8 plot=step.png  "
@@ -757,7 +772,8 @@ VERBS = {
                   "prism compare model=gpt3-13b hardware=[a100-sxm4-80gb,h100-sxm] gpus=64 parallel.tp=8 "
                   "plot=runs/compare.png --json"],
         overrides_help="hardware=[a,b,...] (or one name): the profiles to compare, the first the speed-up's baseline; "
-                       "every other key=value as in prism predict (model=, gpus=, parallel.tp=, train_tokens=), plus "
+                       "every other key=value as in prism predict (model=, gpus=, parallel.tp=, parallel.ep=, "
+                       "hardware.gemm_dtype=fp8 on every profile, train_tokens=), plus "
                        "pue=1.2 (energy overhead) and plot=PATH.png. --show-config lists every key."),
     "search": dict(
         run=_search, help="rank every parallel layout of a GPU count by predicted step time; Pareto fronts",

@@ -125,7 +125,7 @@ def comparison_figure(c: Comparison):
     cdf.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     for ax, attr, title, ylabel in ((days, "time_to_train_days", "time to train",
                                      f"days for {c.train_tokens:.3g} tokens"),
-                                    (cost, "cost_usd", "cost", "USD (indicative prices)")):
+                                    (cost, "cost_usd", "cost", "USD (hardware.price_per_gpu_hour)")):
         x = range(len(c.results))
         bands = [getattr(r, attr) for r in c.results]
         mid = [b["p50"] if b else 0.0 for b in bands]

@@ -428,7 +428,7 @@ def _check_rows(f: Path, df: pd.DataFrame) -> None:
                                  f"shape is a positive size: drop those rows or sample again", field=str(f))
 
 
-def _refuse_copied_run(f: Path, df: pd.DataFrame, runs: dict) -> None:
+def refuse_copied_run(f: Path, df: pd.DataFrame, runs: dict) -> None:
     """One error where ``f`` holds a run that another file of the store holds (``runs``: run
     id -> the file read first): a run file copied under another name, whose rows would be
     counted twice and trained on as twice the evidence."""
@@ -471,7 +471,7 @@ def read_samples(path, ops=None) -> pd.DataFrame:
         if unknown:
             raise PrismError(f"{f}: column 'op': {unknown_op_message(unknown[0])}", field=str(f))
         _check_rows(f, df)
-        _refuse_copied_run(f, df, runs)
+        refuse_copied_run(f, df, runs)
         if ops is not None:
             df = df[df["op"].isin(list(ops))]
         frames.append(df)

@@ -217,7 +217,11 @@ def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict, le
         n = _leave_out_text(n, left_out)  # nodes of text among them: whether the row is one node's is unknown
         n = n[n.nodes == 1]
         # nccl-tests prints an out-of-place and an in-place average per size; the larger is
-        # at times a first-call glitch (68 vs 13.5 us at 32 B), so the smaller is kept.
+        # at times a first-call glitch (68 vs 13.5 us at 32 B), so the smaller is kept. A row
+        # missing one has no smaller to keep: the other alone may be the glitch, so it is left out.
+        for column in ("oop_time_us", "ip_time_us"):
+            n = _leave_out(n, ~_positive(n[column]), f"comm_nccl_tests_allreduce.csv: {column!r} missing or not a "
+                           f"positive number (the smaller of oop_time_us and ip_time_us is the sample)", left_out)
         frames.append(pd.DataFrame({"op": "all_reduce", "message_bytes": n.size_bytes, "group_size": n.ranks,
                                     "latency_us": n[["oop_time_us", "ip_time_us"]].min(axis=1),
                                     "origin": "microbench:nccl-tests"}))
