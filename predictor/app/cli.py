@@ -340,13 +340,14 @@ def _import_microbench(args) -> int:
 def _hardware_and_samples(cfg):
     from predictor.core.profiles import section
     from predictor.core.specs import HardwareConfig
-    from predictor.data.store import no_runs, read_samples
+    from predictor.data.store import no_runs, read_samples, refuse_mixed_threads
     if not cfg.samples:
         raise PrismError("samples: required, e.g. samples=samples/cpu (a folder of runs or one .parquet file)",
                          field='samples')
     hw, samples = section(cfg, "hardware", HardwareConfig), read_samples(cfg.samples)
     if samples.empty:
         raise PrismError(f"samples={cfg.samples}: {no_runs(cfg.samples)}", field='samples')
+    refuse_mixed_threads(cfg.samples, hw.name)
     return hw, samples
 
 
@@ -490,15 +491,31 @@ def _compare(args) -> int:
     from predictor.app.config import load_config
     from predictor.app.plots import comparison_figure, plot_path
     from predictor.app.render import format_comparison
+    from predictor.core.precision import check_gemm_dtype
     from predictor.core.profiles import section
     from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
     names, args.overrides = split_hardware(args.overrides)  # hardware=[a,b] is not a Hydra override
+    every = names is None
     names = check_hardware(names)  # None: every GPU profile
     cfg = _load(args, hardware=names)
     png = plot_path(cfg.plot)
     # each profile composed with the same overrides, so that hardware.* edits apply to every one
-    profiles = [section(load_config([*args.overrides, f"hardware={name}"]), "hardware", HardwareConfig)
-                for name in names]
+    profiles, left_out = [], []
+    for name in names:
+        try:
+            hw = section(load_config([*args.overrides, f"hardware={name}"]), "hardware", HardwareConfig)
+            check_gemm_dtype(hw.name, hw.gemm_dtype, hw.peak_flops)
+            profiles.append(hw)
+        except PrismError as exc:  # hardware.gemm_dtype=fp8 over every profile: the cards without it step aside
+            if not every or exc.field != "hardware.gemm_dtype":
+                raise
+            left_out.append(name)
+    if left_out:
+        if not profiles:
+            raise PrismError("hardware.gemm_dtype: no GPU profile has its peak; name the profiles to compare, "
+                             "e.g. hardware=[h100-sxm,b200]", field="hardware.gemm_dtype")
+        print(f"prism compare: note: left out {', '.join(left_out)}, without a peak at hardware.gemm_dtype; "
+              f"hardware=[...] names the profiles to compare", file=sys.stderr)
     c = compare(section(cfg, "model", ModelConfig), profiles, section(cfg, "parallel", ParallelConfig), cfg.gpus,
                 **_settings(cfg, "models_dir", "seed", "train_tokens", "pue", "framework"))
     return _report(cfg, c, format_comparison(c), png, comparison_figure, 6,
@@ -934,6 +951,10 @@ def _flags_first(argv: list[str]) -> list[str]:
     return verb + [a for a in rest if a.startswith("-")] + [a for a in rest if not a.startswith("-")]
 
 
+def _wants_json(args) -> bool:
+    return bool(getattr(args, "json", False)) or "output=json" in getattr(args, "overrides", ())
+
+
 def main(argv=None) -> int:
     # PRISM's arrays are small: the BLAS thread pools numpy and scipy start (OpenBLAS, a
     # thread per core each) only cost start-up and shutdown, 0.1 s of a 0.6 s prism predict
@@ -945,12 +966,13 @@ def main(argv=None) -> int:
         return args.run(args)
     except PrismError as exc:
         print(f"prism {args.verb}: error: {exc}", file=sys.stderr)
-        if getattr(args, "json", False) or "output=json" in getattr(args, "overrides", ()):
-            # a script reading stdout as JSON (prism ... --json | jq) gets the error too, not nothing
+        if _wants_json(args):  # a script reading stdout as JSON (prism ... --json | jq) gets the error too
             print(json.dumps({"error": str(exc), "field": exc.field}))
         return 2
     except KeyboardInterrupt:
         print(f"prism {args.verb}: interrupted", file=sys.stderr)
+        if _wants_json(args):
+            print(json.dumps({"error": "interrupted", "field": None}))
         return 130
     except BrokenPipeError:  # the reader left (prism ... | head): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush stays quiet

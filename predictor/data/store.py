@@ -383,6 +383,30 @@ def read_run_metadata(path) -> dict:
     return json.loads(meta.get(METADATA_KEY, b"{}"))
 
 
+def thread_counts(path, hardware: str) -> dict[int, Path]:
+    """The ``sampling.threads`` of the store's runs of ``hardware`` that record one (imported
+    runs do not): thread count -> the first run file sampled at it. An op's time at one
+    count is not its time at another, so a store holds one (:func:`refuse_mixed_threads`)."""
+    counts: dict[int, Path] = {}
+    for f in run_files(path):
+        meta = read_run_metadata(f)
+        if meta.get("hardware") == hardware and meta.get("threads") is not None:
+            counts.setdefault(int(meta["threads"]), f)
+    return counts
+
+
+def refuse_mixed_threads(path, hardware: str, key: str = "samples") -> None:
+    """One error naming a run of each count where ``path`` holds runs of ``hardware`` sampled
+    at different ``sampling.threads``: trained together, the gap between the counts (tens of
+    times for a GEMM) would be read as the op's variability."""
+    counts = thread_counts(path, hardware)
+    if len(counts) > 1:
+        runs = ", ".join(f"sampling.threads={n} ({f.name})" for n, f in sorted(counts.items()))
+        raise PrismError(f"{key}={path}: holds runs of {hardware} sampled at different thread counts: {runs}; an op's "
+                         f"time at one count is not its time at another. Keep one count's runs in this folder (move "
+                         f"the others to a folder of their own) and train each apart", field=key)
+
+
 def _open(path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)

@@ -6,11 +6,14 @@ import pandas as pd
 
 from predictor.core.ops import OPS
 from predictor.data import store
+from predictor.latency.co_run import without_co_run
 
 
 def summarize(path) -> pd.DataFrame:
     """One row per (hardware, op, pass, dtype): shapes, rows, repeats per shape, latency range,
-    and the rows whose latency is not a positive number (``prism train`` refuses them).
+    and the rows whose latency is not a positive number (``prism train`` refuses them): the
+    rows ``prism train`` fits, so not the co-run phase's (each task's twins timed alone and
+    beside a neighbour, which give only its slowdown).
 
     Examples
     --------
@@ -18,7 +21,7 @@ def summarize(path) -> pd.DataFrame:
          hardware        op pass    dtype  shapes  rows  min_repeats  p50_us_min  p50_us_max
     0   local-cpu      gemm  bwd  float32      24   240           10       12.3     20451.0
     """
-    df = store.read_samples(path)
+    df = without_co_run(store.read_samples(path))
     out = []
     for (hw, op, pass_, dtype), g in df.groupby(["hardware", "op", "pass", "dtype"], sort=True):
         per_shape = g.groupby(list(OPS[op].shape), dropna=False)["latency_us"]
