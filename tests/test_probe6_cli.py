@@ -82,3 +82,12 @@ def test_an_interrupted_verb_still_answers_json_on_stdout(monkeypatch, capsys):
     monkeypatch.setattr(search, "search", interrupted)
     assert main(["search", "model=tiny", "hardware=local-cpu", "gpus=2", "--json"]) == 130
     assert json.loads(capsys.readouterr().out) == {"error": "interrupted", "field": None}
+
+
+def test_compare_says_where_a_power_figure_holds_the_cpu(capsys):
+    """GH200's power_w is its whole module's (Grace CPU included) where the note said node CPUs
+    were excluded from every profile's energy."""
+    assert main(["compare", "model=llama3-8b", "gpus=64", "parallel.tp=8", "hardware=[h100-sxm,gh200]", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("gh200: hardware.power_w=1000 W is the whole module's") for n in notes)
+    assert not any(n.startswith("h100-sxm: hardware.power_w") for n in notes)

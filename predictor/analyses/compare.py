@@ -205,6 +205,9 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
              "step bands are the variability within a run (p5-p95); the median step's 80% interval is the "
              "predictive uncertainty; time, cost and energy bands (p5-p95) hold both; failures and restarts "
              "are excluded (prism variability adds them)"]
+    notes += [f"{hw.name}: hardware.power_w={hw.power_w:g} W is the whole module's, its CPU included (no GPU-only "
+              f"figure is published), so its energy holds what the others' leave out" for hw in profiles
+              if hw.power_includes_cpu and hw.power_w]
     notes += [f"{hw.name}: {note}" for hw in profiles if (note := tp_span_note(tp, hw))]
     notes += [f"{r.hardware}: needs {r.memory_gib:.1f} GiB per GPU of {r.capacity_gib:.0f}: does not fit"
               for r in results if not r.fits]

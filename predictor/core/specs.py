@@ -290,9 +290,14 @@ class HardwareConfig:
     # a GPU with the same compute die (H200 = H100's GH100), so the models' efficiency
     # relative to the roofline floor carries over; the floor is this profile's.
     models_from: str | None = None
+    # Whether power_w is a whole module's, its CPU included (GH200's datasheet gives only the
+    # module's 450-1000 W), where the other profiles' are the GPU board's: compare says so
+    # beside the energy it reckons from it.
+    power_includes_cpu: bool = False
 
     def __post_init__(self):
         check_name("hardware.name", self.name, folder=True)
+        check_switch("hardware.power_includes_cpu", self.power_includes_cpu)
         for key, kind in (("device", DeviceSpec), ("memory", MemorySpec), ("node", NodeSpec),
                           ("network", NetworkSpec), ("variability", VariabilitySpec), ("host", HostSpec),
                           ("peak_flops", dict)):
