@@ -23,8 +23,11 @@ DESIGN.md, "Analyses". Four studies of one layout, each built on the composer
    parallel gradient reduction makes every replica wait for the slowest one each step, so
    what matters is how many slow GPUs each pipeline stage holds; which replica or tp group
    they sit in does not (a tp group lies within a node whenever tp <= gpus_per_node). The
-   placements compared: all in the first, last or middle stage; spread over stages in the
-   same dp replica; spread over stages and replicas.
+   placements compared: packed from the first, last or middle stage (all in that stage
+   while it holds them, else filling as few stages as they can, every stage at the most);
+   spread over stages (``slow_nodes // pp`` in each, the rest evenly apart) in the same dp
+   replica, or over stages and replicas. Any count up to the job's nodes has placements
+   that hold that many slow nodes; a kind the layout cannot hold is left out with a note.
 4. **Time to train with failures.** The run's productive days (its mean step, as
    ``prism predict``: per-step jitter averages out, what persists does not) plus
    interruptions over the whole run, its restarts and redone work included. With failures
@@ -37,7 +40,8 @@ DESIGN.md, "Analyses". Four studies of one layout, each built on the composer
    work whose means make up the difference. Where λτ and λR are small this is the familiar
    λ x productive time interruptions of R plus uniform [0, τ) work each; where a failure
    comes every few minutes against half-hour checkpoints the job hardly progresses, and the
-   report says so. Goodput = productive / total.
+   report says so; past a stretch of e^50 (:data:`NO_PROGRESS`) it does not finish, and
+   the report gives no days. Goodput = productive / total.
 """
 from __future__ import annotations
 
@@ -235,29 +239,95 @@ def attribution(work: Workload, models, cache: QuantileCache, draws: int, seed: 
             "components": _variance_drops(work, models, cache, draws, seed, {c: (c,) for c in COMPONENTS})}
 
 
+#: The named kinds of placement of :func:`placements`, in report order.
+PLACEMENT_KINDS = ("first", "last", "middle", "spread over stages, same dp replica",
+                   "spread over stages and dp replicas")
+
+
+def _placement_kinds(mesh: Mesh, k: int) -> dict[str, list[int] | None]:
+    """Each kind of :data:`PLACEMENT_KINDS` as the node indices of its ``k`` slow nodes;
+    None where the layout cannot hold that kind (a stage with too few free nodes for it).
+
+    Packed ("first", "last", "middle"): the stages' nodes in turn from that stage outwards,
+    so ``k`` slow nodes fill as few stages as they can (one stage while it holds them, every
+    stage when they fill them all); always possible, as the stages' nodes cover the job's.
+    Spread: ``k // pp`` slow nodes in every stage and the rest in stages evenly apart from
+    the first to the last, in the same dp replica (a stage's first nodes) or in different
+    ones; a node a stage shares with another one already chosen is passed over."""
+    nodes = math.ceil(mesh.world_size / mesh.gpus_per_node)
+    if k == nodes:  # every node slow: every kind is the same placement
+        return dict.fromkeys(PLACEMENT_KINDS, list(range(nodes)))
+    nodes_of = {s: mesh.stage_nodes(s) for s in range(mesh.pp)}
+    mid = mesh.pp // 2
+    orders = {"first": range(mesh.pp), "last": range(mesh.pp - 1, -1, -1),
+              "middle": sorted(range(mesh.pp), key=lambda s: (abs(s - mid), s))}
+    out: dict[str, list[int] | None] = {}
+    for kind, order in orders.items():
+        packed = list(dict.fromkeys(n for s in order for n in nodes_of[s]))[:k]
+        out[kind] = packed if len(packed) == k else None
+    extra = k % mesh.pp  # stages holding one slow node more than the others, evenly apart
+    more = [round(i * (mesh.pp - 1) / max(extra - 1, 1)) for i in range(extra)]
+    stages = [s for s in range(mesh.pp) for _ in range(k // mesh.pp + more.count(s))]
+
+    def spread(preferred) -> list[int] | None:
+        chosen: list[int] = []
+        for i, s in enumerate(stages):
+            ring, j = nodes_of[s], preferred(i, s)
+            free = [ring[(j + t) % len(ring)] for t in range(len(ring)) if ring[(j + t) % len(ring)] not in chosen]
+            if not free:
+                return None
+            chosen.append(free[0])
+        return chosen
+
+    out[PLACEMENT_KINDS[3]] = spread(lambda i, s: stages[:i].count(s))
+    out[PLACEMENT_KINDS[4]] = spread(lambda i, s: i)
+    return out
+
+
+def _placement_name(mesh: Mesh, kind: str, chosen: list[int]) -> str:
+    """How the report names a placement of ``kind``: packed ones by the stages they fill."""
+    nodes = math.ceil(mesh.world_size / mesh.gpus_per_node)
+    if len(chosen) == nodes:
+        return "every node"
+    if kind not in ("first", "last", "middle"):
+        return kind
+    start = {"first": 0, "last": mesh.pp - 1, "middle": mesh.pp // 2}[kind]
+    if set(chosen) <= set(mesh.stage_nodes(start)):
+        return f"all in stage {start} ({kind})"
+    slow = [s for s, n in enumerate(mesh.gpus_per_stage_on(chosen)) if n]
+    if len(slow) == mesh.pp:
+        return f"packed in all {mesh.pp} stages ({kind})"
+    return f"packed in stages {slow[0]}-{slow[-1]} ({kind})"
+
+
 def placements(mesh: Mesh, k: int) -> dict[str, list[int]]:
-    """Named placements of ``k`` slow nodes (node indices); those the layout cannot hold
-    (a stage with fewer than ``k`` nodes) and repeats of an earlier one are left out."""
+    """Named placements of ``k`` slow nodes (node indices), one per kind of
+    :data:`PLACEMENT_KINDS` the layout can hold (:func:`placement_note` names those it
+    cannot); a repeat of an earlier one's nodes is left out. Every ``k`` up to the job's
+    nodes has at least one (the packed kinds always fit)."""
     if k == 0:
         return {}
-    nodes_of = {s: mesh.stage_nodes(s) for s in range(mesh.pp)}
-    # k stages evenly apart from the first to the last (repeating when k > pp)
-    spread = [round(i * (mesh.pp - 1) / max(k - 1, 1)) for i in range(k)]
-
-    def pick(stage: int, j: int):
-        return nodes_of[stage][j] if j < len(nodes_of[stage]) else None
-
-    options = {f"all in stage {s} ({where})": [pick(s, j) for j in range(k)]
-               for where, s in (("first", 0), ("last", mesh.pp - 1), ("middle", mesh.pp // 2))}
-    options["spread over stages, same dp replica"] = [pick(s, spread[:i].count(s)) for i, s in enumerate(spread)]
-    options["spread over stages and dp replicas"] = [pick(s, i % len(nodes_of[s])) for i, s in enumerate(spread)]
     out, seen = {}, set()
-    for name, chosen in options.items():
-        key = frozenset(chosen)
-        if None not in key and len(key) == k and key not in seen:
-            out[name] = chosen
-            seen.add(key)
+    for kind, chosen in _placement_kinds(mesh, k).items():
+        if chosen is None or frozenset(chosen) in seen:
+            continue
+        out[_placement_name(mesh, kind, chosen)] = chosen
+        seen.add(frozenset(chosen))
     return out
+
+
+def placement_note(mesh: Mesh, k: int) -> str | None:
+    """The kinds of placement of ``k`` slow nodes the layout cannot hold, in one line; None
+    where it holds every kind."""
+    missing = [kind if kind in PLACEMENT_KINDS[3:] else f"packed from the {kind} stage"
+               for kind, chosen in _placement_kinds(mesh, k).items() if k and chosen is None]
+    if not missing:
+        return None
+    sizes = sorted({len(mesh.stage_nodes(s)) for s in range(mesh.pp)})
+    span = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    return (f"analysis.slow_nodes={k}: placement{'s' * (len(missing) > 1)} {', '.join(repr(m) for m in missing)} "
+            f"left out: a stage spans {span} node(s) ({mesh.gpus_per_stage} GPUs per stage, "
+            f"{mesh.gpus_per_node} per node), too few free nodes for {k} slow nodes placed that way")
 
 
 def slow_node_count(work: Workload, a: AnalysisConfig) -> int:
@@ -294,48 +364,73 @@ def place_slow_nodes(work: Workload, models, cache: QuantileCache, a: AnalysisCo
 MANY_FAILURES = 1_000_000
 
 
-#: Log of the wall-time stretch past which a run is past any use (e^50: 5e21 times its work).
+#: Log of the wall-time stretch past which a run is past any use (e^50: 5e21 times its work):
+#: :func:`wall_time_stretch` calls it infinite, and the run does not finish.
 NO_PROGRESS = 50.0
 
 
 def wall_time_stretch(failures_per_day: float, checkpoint_min: float, restart_min: float) -> tuple[float, float]:
     """Wall time over productive time of a run failing ``failures_per_day``, checkpointing
     every ``checkpoint_min`` and restarting in ``restart_min`` (module docstring, Daly 2006),
-    and the minutes each failure costs on average (its restart and its lost work)."""
+    and the minutes each failure costs on average (its restart and its lost work).
+
+    Past e^:data:`NO_PROGRESS` the stretch is ``math.inf`` (the run does not finish) and each
+    failure costs the whole time between failures; below it the stretch grows with the
+    failure rate, uncapped."""
     rate = failures_per_day / MINUTES_PER_DAY  # per minute
     if rate <= 0:
         return 1.0, restart_min + checkpoint_min / 2
     x = rate * checkpoint_min  # in logs: e^(λτ) overflows at a failure a second on a million GPUs
     log_stretch = rate * restart_min + (x if x > 30 else math.log(math.expm1(x))) - math.log(x)
-    stretch = math.exp(min(log_stretch, NO_PROGRESS))
+    if log_stretch > NO_PROGRESS:
+        return math.inf, 1 / rate
+    stretch = math.exp(log_stretch)
     return stretch, (stretch - 1) / (rate * stretch)
 
 
 def progress_note(hw: HardwareConfig, gpus: int) -> str | None:
-    """A note where failures come so often that the run hardly progresses."""
+    """A note where failures come so often that the run hardly progresses, or does not
+    finish (:data:`NO_PROGRESS`), naming what would help."""
     var = hw.variability
     rate = var.interruptions_per_gpu_day * gpus / MINUTES_PER_DAY
     stretch = wall_time_stretch(var.interruptions_per_gpu_day * gpus, var.checkpoint_interval_min,
                                 var.restart_cost_min)[0]
     if stretch < 2:
         return None
-    return (f"a failure every {1 / rate:.3g} min on {gpus:,} GPUs against checkpoints every "
-            f"{var.checkpoint_interval_min:g} min and {var.restart_cost_min:g} min restarts: each checkpoint "
-            f"interval's work takes {stretch:.3g} times its length (its attempts fail and are redone); checkpoint "
-            f"more often (hardware.variability.checkpoint_interval_min) or run on fewer GPUs")
+    fix = ("checkpoint more often (hardware.variability.checkpoint_interval_min), restart faster "
+           "(hardware.variability.restart_cost_min) or run on fewer GPUs")
+    head = (f"a failure every {1 / rate:.3g} min on {gpus:,} GPUs against checkpoints every "
+            f"{var.checkpoint_interval_min:g} min and {var.restart_cost_min:g} min restarts: ")
+    if math.isinf(stretch):
+        return (head + f"the run does not finish (each checkpoint interval's work would take more than "
+                f"e^{NO_PROGRESS:g} = {math.exp(NO_PROGRESS):.3g} times its length, its attempts failing and "
+                f"redone); {fix}")
+    return (head + f"each checkpoint interval's work takes {stretch:.3g} times its length (its attempts fail and "
+            f"are redone); {fix}")
 
 
 def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus: int, runs: int,
                   seed: int) -> dict:
     """Days to train with interruptions and restarts, over ``runs`` Monte Carlo runs.
 
-    ``run_step_s`` are draws of the run's mean step time (:func:`run_step_draws`).
+    ``run_step_s`` are draws of the run's mean step time (:func:`run_step_draws`). Where
+    failures stretch the wall time past e^:data:`NO_PROGRESS` the run does not finish:
+    ``days`` and ``interruptions`` are None and goodput 0 (no huge number that reads as a
+    time).
     """
     rng = np.random.default_rng(seed)
     var = hw.variability
     productive = rng.choice(run_step_s, size=runs) * steps / SECONDS_PER_DAY
     stretch, per_failure_min = wall_time_stretch(var.interruptions_per_gpu_day * gpus, var.checkpoint_interval_min,
                                                  var.restart_cost_min)
+    band = (0.05, 0.5, 0.95)
+
+    def quantiles(x):
+        return {f"p{round(q * 100)}": float(v) for q, v in zip(band, np.quantile(x, band))}
+
+    if math.isinf(stretch):  # past NO_PROGRESS: no days, no count of interruptions, no goodput to speak of
+        return {"days": None, "productive_days": quantiles(productive), "interruptions": None,
+                "goodput": dict.fromkeys(quantiles(productive), 0.0)}
     expected = var.interruptions_per_gpu_day * gpus * productive * stretch
     if expected.max() < MANY_FAILURES:
         failures = rng.poisson(expected)
@@ -349,11 +444,6 @@ def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus
     else:  # a sum of n uniforms on [0, c) without drawing each: mean n·c/2, variance n·c²/12 (central limit)
         lost_work = np.clip(rng.normal(failures * c / 2, np.sqrt(failures / 12) * c), 0, failures * c)
     total = productive + (failures * restart + lost_work) / MINUTES_PER_DAY
-    band = (0.05, 0.5, 0.95)
-
-    def quantiles(x):
-        return {f"p{round(q * 100)}": float(v) for q, v in zip(band, np.quantile(x, band))}
-
     return {"days": quantiles(total), "productive_days": quantiles(productive),
             "interruptions": quantiles(failures), "goodput": quantiles(productive / total)}
 
@@ -412,5 +502,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         predictive=predictive_report(doubt),
         time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
         | {"train_tokens": steps * work.tokens_per_step},
-        settings=asdict(a), notes=[n for n in [scales_note(par, a.scales, gpus), progress_note(hardware, gpus)] if n],
+        settings=asdict(a),
+        notes=[n for n in [scales_note(par, a.scales, gpus), placement_note(work.mesh, a.slow_nodes),
+                           progress_note(hardware, gpus)] if n],
         elapsed_s=time.perf_counter() - t0)

@@ -205,9 +205,13 @@ def format_variability(r: VariabilityReport) -> str:
     lines.append(f"  worst / best placement: {r.placement_spread:.3f}   (placements with the same slow GPUs per stage "
                  f"coincide: the dp gradient reduction makes every replica wait for the slowest)")
     t = r.time_to_train
-    lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {duration_band(t['days'])}, "
-              f"productive {duration(t['productive_days']['p50'])}, "
-              f"{_whole(t['interruptions']['p50'])} interruptions, goodput {t['goodput']['p50']:.1%}"]
+    if t["days"] is None:  # failures stretch it past any use (analyses.variability.NO_PROGRESS): the note says why
+        lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: does not finish "
+                  f"(productive {duration(t['productive_days']['p50'])}; see the note)"]
+    else:
+        lines += ["", f"train {t['train_tokens']:.3g} tokens with failures and restarts: {duration_band(t['days'])}, "
+                  f"productive {duration(t['productive_days']['p50'])}, "
+                  f"{_whole(t['interruptions']['p50'])} interruptions, goodput {t['goodput']['p50']:.1%}"]
     lines += [f"note  {n}" for n in r.notes] + [f"({r.elapsed_s:.1f} s)"]
     return "\n".join(lines)
 
