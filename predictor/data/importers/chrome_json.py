@@ -26,10 +26,11 @@ _CHUNK = 1 << 22  # characters read at a time
 _MAX_VALUE = 1 << 26  # an event or metadata value larger than this is not a profiler trace
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class TraceStream:
-    """The events of one Chrome-trace JSON file (plain or ``.gz``), read incrementally.
+    """The events of one Chrome-trace JSON file (plain or gzip-compressed), read incrementally.
 
     Examples
     --------
@@ -53,7 +54,9 @@ class TraceStream:
         if self.path.stat().st_size == 0:
             raise PrismError(f"{self.path}: an empty file; export the trace again (prof.export_chrome_trace)",
                              field=str(self.path))
-        opener = gzip.open if self.path.suffix == ".gz" else open
+        with open(self.path, "rb") as head:
+            packed = head.read(2) == _GZIP_MAGIC  # gzipped traces are often saved under a .json name
+        opener = gzip.open if packed or self.path.suffix == ".gz" else open
         try:
             with opener(self.path, "rb") as raw:
                 self._raw, self._decode = raw, codecs.getincrementaldecoder("utf-8")("strict")
@@ -118,7 +121,9 @@ class TraceStream:
         try:
             text = self._decode.decode(data, final=not data)
         except UnicodeDecodeError as exc:
-            raise PrismError(f"{self.path}: not UTF-8 text ({exc.reason} at byte {self.bytes_read}); "
+            # exc.object is the decoder's held-back bytes and this chunk: the last bytes read
+            at = self.bytes_read - len(exc.object) + exc.start
+            raise PrismError(f"{self.path}: not UTF-8 text ({exc.reason} at byte {at:,}); "
                              f"not a PyTorch profiler trace", field=str(self.path)) from None
         except (OSError, EOFError) as exc:  # a broken .gz
             raise PrismError(f"{self.path}: cannot be decompressed ({exc}); it is truncated or corrupt",

@@ -34,8 +34,8 @@ NCCL_sampling/sampling_controller.py), not on the slowest rank as PRISM's own sa
 
 Data decisions (documented in the run metadata too):
 
-- A sample file of a known function that cannot be parsed or lacks a column is an error
-  (nothing is written): a silently missing operator would bias everything trained on it.
+- A sample file of a known function that cannot be parsed, lacks a column or holds no row
+  is an error (nothing is written): a silently missing operator would bias everything trained on it.
   A file of a function PRISM has no op for, and a non-CSV file, is skipped with a reason.
 - A row whose shape is missing, non-numeric, non-integer, not positive, or violates
   ETT's own divisibility rules (h % mp, dim % h, dim % mp) is skipped; so is a pass whose
@@ -327,7 +327,11 @@ def _cluster_dir(path) -> Path:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    return read_csv(path, "restore the file from the ETT artifact or move it out of the folder")
+    restore = "restore the file from the ETT artifact or move it out of the folder"
+    df = read_csv(path, restore)
+    if df.empty:  # its function would be missing from the run without a word
+        raise PrismError(f"{path}: only its header line, no rows; {restore}", field=str(path))
+    return df
 
 
 def _require(df: pd.DataFrame, path: Path, columns, function: str) -> None:
@@ -517,8 +521,8 @@ def import_ett(path, out_dir) -> ImportReport:
     ------
     PrismError
         for a path that is not a cluster folder, a GPU no hardware profile matches, a
-        sample file that cannot be parsed or lacks a column, or a run of that id already
-        in ``out_dir`` (nothing is written or overwritten then).
+        sample file that cannot be parsed, lacks a column or holds no row, or a run of that
+        id already in ``out_dir`` (nothing is written or overwritten then).
 
     Examples
     --------

@@ -39,7 +39,8 @@ would give but the import leaves out (a failed measurement, a size or latency th
 a positive number, text in a number column, a repeated shape, a backward without its
 forward or gradient GEMMs) is counted by reason in the report, so that the rows written and
 those counted add up. A hardware whose tables give no row gets no run (a store of empty
-runs reads as holding none) but one error saying why.
+runs reads as holding none) but one error saying why; so does one whose tables include one
+cut to its header line (its ops would be missing from the run without a word).
 """
 from __future__ import annotations
 
@@ -257,7 +258,7 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
         raise PrismError(f"{source_dir}: {'a file' if source_dir.exists() else 'no such folder'}; give the folder of "
                          f"the published microbenchmark tables (data/microbench)", field=str(source_dir))
     left_out: dict = {}
-    sizes: dict = {}  # table -> its rows, for the error of an import that yields none
+    sizes: dict = {}  # table -> its rows, for the errors of an empty table and of an import that yields none
     frames = [gemm_rows(_read(source_dir / "op_gemm_xla_perf_table.csv", sizes), keys["xla"], hw, left_out)]
     if "xla_collectives" in keys:  # another device's GEMMs (SOURCES): the origin names it
         frames[0]["origin"] = f"microbench:xla-gemm:{keys['xla']}"
@@ -267,6 +268,13 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     nccl = _read(source_dir / "comm_nccl_tests_allreduce.csv", sizes) if "nccl" in keys else None
     frames.append(collective_rows(_read(source_dir / "comm_xla_collective_perf_table.csv", sizes), nccl, keys,
                                   left_out))
+    empty = [name for name, n in sizes.items() if not n]
+    if empty:  # every table read gives this hardware an op; one cut to its header would drop it unsaid
+        held, fix = (("they hold only their headers", source_dir) if len(empty) > 1 else
+                     ("it holds only its header line", source_dir / empty[0]))
+        raise PrismError(f"{source_dir}: no rows for hardware={hardware} in {', '.join(empty)}: {held}; nothing "
+                         f"written. The import needs every table it reads: restore data/microbench "
+                         f"(git checkout data/microbench)", field=str(fix))
     rows = pd.concat(frames, ignore_index=True)
     shaped = np.ones(len(rows), bool)
     for op, at in rows.groupby("op").indices.items():
@@ -274,8 +282,7 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     rows = _leave_out(rows, ~shaped, _BAD_SHAPE, left_out)
     rows = _leave_out(rows, ~_positive(rows.latency_us), _NOT_POSITIVE, left_out).copy()
     if rows.empty:  # a run of no rows would be a store that reads as holding none
-        why = ("they hold only their headers" if not any(sizes.values()) else
-               f"none of their {sum(sizes.values())} rows is a usable one of {hardware}'s (keys "
+        why = (f"none of their {sum(sizes.values())} rows is a usable one of {hardware}'s (keys "
                f"{', '.join(sorted(set(keys.values())))})"
                + "".join(f"; left out: {v} rows, {k}" for k, v in left_out.items()))
         raise PrismError(f"{source_dir}: no rows for hardware={hardware} in {', '.join(sizes)}: {why}; nothing "

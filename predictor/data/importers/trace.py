@@ -265,7 +265,7 @@ class _Frame:
 class TraceReport:
     """What :func:`import_trace` wrote, and what it could not map."""
 
-    run_file: str | None
+    run_file: str
     run_id: str
     hardware: str
     device_name: str
@@ -287,7 +287,7 @@ class TraceReport:
     elapsed_s: float = 0.0
 
     def table(self) -> str:
-        lines = [f"run file       {self.run_file or '(nothing written)'}",
+        lines = [f"run file       {self.run_file}",
                  f"hardware       {self.hardware}  (device {self.device_name}, {self.kind} trace)",
                  f"read           {self.files} file(s), {self.trace_mb:.1f} MB, {self.events:,} events "
                  f"({self.elapsed_s:.1f} s)",
@@ -383,6 +383,8 @@ class _TraceReader:
         self.unknown_ops: Counter = Counter()
         self.unknown_ms: Counter = Counter()
         self.skipped: Counter = Counter()
+        self.shapeless: Counter = Counter()  # calls of FORWARD ops without "Input Dims"
+        self.shaped = 0  # calls of FORWARD ops with them
         self.steps: list[dict] = []  # {tid, start, end, attributed_us, compute_instances}
         self.events = 0
         self.metadata: dict = {}
@@ -426,11 +428,21 @@ class _TraceReader:
             raise PrismError(f"{self.path}: a Chrome trace without PyTorch operator events (cpu_op); not a "
                              f"PyTorch profiler trace, or one recorded without ProfilerActivity.CPU",
                              field=str(self.path))
+        if self.shapeless and not self.shaped:  # its compute calls would all be unknown ops, none a row
+            calls = ", ".join(f"{n} x{c}" for n, c in self.shapeless.most_common(4))
+            raise PrismError(f"{self.path}: recorded without shapes (no Input Dims on its {calls}), and a sample "
+                             f"is a call of a known shape; record the trace again with "
+                             f"torch.profiler.profile(..., record_shapes=True)", field=str(self.path))
         return stream.metadata
 
     def _cpu_event(self, e: dict) -> None:
         name, args = e.get("name", ""), e.get("args") or {}
         ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        if name in FORWARD:
+            if "Input Dims" in args:
+                self.shaped += 1
+            else:
+                self.shapeless[name] += 1
         stack = self.stacks[(e.get("pid"), e.get("tid"))]
         while stack and stack[-1].end <= ts:
             stack.pop()
@@ -721,6 +733,12 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     if framework:
         frames.append(pd.DataFrame(framework))
     rows = pd.concat(frames, ignore_index=True)
+    if rows.empty:  # a run of no rows would be a store that reads as holding none
+        unknown = ", ".join(f"{u['name']} x{u['calls']}" for u in _by_time(unknown_ops, unknown_ms)[:6]) or "none"
+        raise PrismError(f"{', '.join(map(str, paths))}: no call of an op PRISM recognises (unknown ops, by time: "
+                         f"{unknown}" + "".join(f"; skipped {n} {reason}" for reason, n in skipped.items())
+                         + "); nothing written. Trace training steps of a PyTorch model (its aten::linear, "
+                         "scaled_dot_product_attention, layer_norm, ... calls are the samples)", field=str(paths[0]))
     step_us = np.array([s["end"] - s["start"] for s in steps])
     attributed = np.array([s["attributed_us"] for s in steps])
     instances = np.array([s["compute_instances"] for s in steps])
@@ -728,27 +746,25 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     share = float(attributed.sum() / step_us.sum()) if len(steps) else None
     overhead = framework_us_per_call(step_us - profiler_us, attributed, instances) if kind == "cpu" else None
     run_id = f"trace-{store.new_run_id(hardware)}"  # two imports within a second get two runs
-    run_file = None
-    if len(rows):
-        rows = rows.assign(hardware=hardware, device_name=device_name, world_size=world, run_id=run_id,
-                           host=str(metadata.get("host_name") or ""), origin="trace",
-                           timestamp=pd.Timestamp.now(tz="UTC"), backend=str(
-                               (metadata.get("distributedInfo") or {}).get("backend") or ""))
-        rows["repeat"] = rows.groupby(["op", "pass", "dtype"] + [c for c in store.SHAPE_COLUMNS
-                                                                 if c in rows], dropna=False).cumcount()
-        meta = {"importer": "trace", "importer_version": IMPORTER_VERSION, "hardware": hardware,
-                "files": [str(p) for p in paths], "fingerprints": fingerprints,
-                "event_fingerprints": events, "kind": kind,
-                "profiler_cost_us": profiler_cost_us,
-                "steps": len(steps), "step_us": step_us.tolist(), "profiler_us": profiler_us.tolist(),
-                "disturbed_steps": disturbed,
-                "attributed_us": attributed.tolist(), "compute_instances": instances.tolist(),
-                "op_overhead_us": overhead}
-        run_file = str(store.write_run(rows, out, run_id, meta))
+    rows = rows.assign(hardware=hardware, device_name=device_name, world_size=world, run_id=run_id,
+                       host=str(metadata.get("host_name") or ""), origin="trace",
+                       timestamp=pd.Timestamp.now(tz="UTC"), backend=str(
+                           (metadata.get("distributedInfo") or {}).get("backend") or ""))
+    rows["repeat"] = rows.groupby(["op", "pass", "dtype"] + [c for c in store.SHAPE_COLUMNS
+                                                             if c in rows], dropna=False).cumcount()
+    meta = {"importer": "trace", "importer_version": IMPORTER_VERSION, "hardware": hardware,
+            "files": [str(p) for p in paths], "fingerprints": fingerprints,
+            "event_fingerprints": events, "kind": kind,
+            "profiler_cost_us": profiler_cost_us,
+            "steps": len(steps), "step_us": step_us.tolist(), "profiler_us": profiler_us.tolist(),
+            "disturbed_steps": disturbed,
+            "attributed_us": attributed.tolist(), "compute_instances": instances.tolist(),
+            "op_overhead_us": overhead}
+    run_file = str(store.write_run(rows, out, run_id, meta))
     return TraceReport(
         run_file=run_file, run_id=run_id, hardware=hardware, device_name=device_name, files=len(paths),
         trace_mb=sum(p.stat().st_size for p in paths) / 1e6, events=sum(r.events for r in readers),
-        rows=len(rows), rows_per_op=dict(Counter(rows["op"])) if len(rows) else {}, kind=kind,
+        rows=len(rows), rows_per_op=dict(Counter(rows["op"])), kind=kind,
         steps=len(steps), step_ms_median=float(np.median(step_us) / 1e3) if len(steps) else None,
         disturbed_steps=disturbed, attributed_share=share,
         profiler_cost_us=profiler_cost_us if kind == "cpu" else None,
