@@ -91,3 +91,13 @@ def test_compare_says_where_a_power_figure_holds_the_cpu(capsys):
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any(n.startswith("gh200: hardware.power_w=1000 W is the whole module's") for n in notes)
     assert not any(n.startswith("h100-sxm: hardware.power_w") for n in notes)
+
+
+def test_a_tp_above_the_kv_heads_is_priced_with_a_note_that_megatron_refuses_it(capsys):
+    """tp=16 on Llama 3 8B's 8 KV heads was predicted without a word under the default
+    framework, Megatron-Core, whose TransformerConfig refuses it."""
+    assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.tp=16", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("parallel.tp=16 exceeds model.num_kv_heads=8" in n and "1, 2, 4, 8" in n for n in notes)
+    assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.tp=8", "--json"]) == 0
+    assert not any("num_kv_heads" in n for n in json.loads(capsys.readouterr().out)["notes"])

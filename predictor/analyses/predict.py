@@ -14,7 +14,14 @@ import numpy as np
 
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
-from predictor.core.layout import framework_note, idle_note, report_layout, resolve_layout, split_note
+from predictor.core.layout import (
+    framework_note,
+    idle_note,
+    kv_replication_note,
+    report_layout,
+    resolve_layout,
+    split_note,
+)
 from predictor.core.mesh import tp_span_note
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws, check_number
@@ -255,6 +262,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
         basis=basis, tier=tier,
         notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), split_note(model, par),
+                           kv_replication_note(model, par),
                            idle_note(model, layout, par), framework_note(layout, framework),
                            tp_span_note(par.tp, hardware), _modules_note(par), _batch_note(layout, par),
                            _memory_precision_note(hardware)] if n],

@@ -334,6 +334,18 @@ def idle_note(model: ModelConfig, given: ParallelConfig, par: ParallelConfig) ->
     return "; ".join(idle) + " (the same prediction as without)" if idle else None
 
 
+def kv_replication_note(model: ModelConfig, par: ParallelConfig) -> str | None:
+    """Where tp exceeds the KV heads, each rank holds a copy of one (workload.layers), a layout
+    Megatron-Core's TransformerConfig has refused in its releases ("num_query_groups must be
+    a multiple of tensor_model_parallel_size"): the user should know the layout may not run."""
+    if model.num_kv_heads >= par.tp:
+        return None
+    return (f"parallel.tp={par.tp} exceeds model.num_kv_heads={model.num_kv_heads}: priced with each rank holding a "
+            f"copy of one KV head; Megatron-Core's TransformerConfig refuses this layout in its releases "
+            f"(num_query_groups must be a multiple of tensor_model_parallel_size): check the framework takes it, "
+            f"or pick tp among {_divisors(model.num_kv_heads)}")
+
+
 def split_note(model: ModelConfig, par: ParallelConfig) -> str | None:
     """How the layers split where pp·vpp does not divide them (:func:`layers_per_stage`):
     over the stages, and with vpp > 1 over a stage's model chunks, which the interleaved
