@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
+from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.analyses.predict import (
     MAX_GPUS,
     SECONDS_PER_DAY,
@@ -70,6 +70,7 @@ from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, ch
 from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
 from predictor.latency.artifacts import evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache
+from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload, decompose
 
 MINUTES_PER_DAY = 1440.0
@@ -409,6 +410,19 @@ def progress_note(hw: HardwareConfig, gpus: int) -> str | None:
             f"are redone); {fix}")
 
 
+def basis_note(doubt: Doubt, full: np.ndarray) -> str | None:
+    """Where the doubt about the median step leans off the composed median by over 2%: the
+    time to train here rests on the composed steps, ``prism predict``'s leans with the doubt,
+    and the two would read apart without a word."""
+    composed, leaned = float(np.median(full)), float(doubt.quantiles_s[list(DEFAULT_QUANTILES).index(0.5)])
+    if abs(leaned / composed - 1) <= 0.02:
+        return None
+    return (f"time to train here rests on the composed step ({composed:.4g} s at its median), as every figure above; "
+            f"prism predict's takes in the doubt about the median step, whose median is {leaned:.4g} s "
+            f"({leaned / composed - 1:+.0%}), so its time to train reads that much "
+            f"{'longer' if leaned > composed else 'shorter'}")
+
+
 def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus: int, runs: int,
                   seed: int) -> dict:
     """Days to train with interruptions and restarts, over ``runs`` Monte Carlo runs.
@@ -504,5 +518,5 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         | {"train_tokens": steps * work.tokens_per_step},
         settings=asdict(a),
         notes=[n for n in [scales_note(par, a.scales, gpus), placement_note(work.mesh, a.slow_nodes),
-                           progress_note(hardware, gpus)] if n],
+                           progress_note(hardware, gpus), basis_note(doubt, full)] if n],
         elapsed_s=time.perf_counter() - t0)
