@@ -19,15 +19,26 @@ from predictor.core.errors import PrismError
 
 def write_atomically(path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` to write a temporary sibling of ``path``, then rename it over
-    ``path``; on any error (or an interrupt) the temporary file is removed and ``path``
-    is left as it was."""
+    ``path``; on any error (or an interrupt) while writing, the temporary file is removed
+    and ``path`` is left as it was. Where only the rename fails (``path`` immutable, or
+    another user's in a sticky folder), one :class:`PrismError` names the temporary file,
+    which is kept: what was written may have taken a long run to measure."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         write(tmp)
-        os.replace(tmp, path)
-    finally:
+    except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise PrismError(f"{path}: cannot be replaced ({exc.strerror or exc}); what was to be written is kept in "
+                         f"{tmp}: make {path} writable (or remove it) and run mv {tmp} {path}, or move it to another "
+                         f"name", field=str(path)) from None
+    except BaseException:  # an interrupt before the rename: nothing to keep
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from predictor.core.errors import PrismError
-from predictor.core.files import write_atomically
+from predictor.core.files import writable, write_atomically
 from predictor.core.ops import COLLECTIVE_OPS, DTYPE_BYTES, HOST_OPS, OPS, dtype_bytes
 from predictor.core.profiles import REPO_ROOT, as_hardware, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
@@ -155,6 +155,46 @@ def floor_fingerprint(hw: HardwareConfig) -> str:
                        "inter": [hw.network.inter_node.bandwidth, hw.network.inter_node.latency_us]},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _floor_figures(hw: HardwareConfig) -> dict[str, object]:
+    """The figures :func:`floor_fingerprint` hashes, by their key in a hardware profile."""
+    intra, inter = hw.network.intra_node, hw.network.inter_node
+    return {**{f"peak_flops.{k}": v for k, v in hw.peak_flops.items()}, "memory.bandwidth": hw.memory.bandwidth,
+            "network.intra_node.bandwidth": intra.bandwidth, "network.intra_node.latency_us": intra.latency_us,
+            "network.inter_node.bandwidth": inter.bandwidth, "network.inter_node.latency_us": inter.latency_us}
+
+
+def _stale(path: Path, hw: HardwareConfig, what: str, figures: Callable[[HardwareConfig], dict],
+           trained_on: Callable[[HardwareConfig], bool]) -> PrismError:
+    """The error for models trained on other hardware figures (``figures``) than ``hw``'s.
+    The manifest keeps only their hash, so the profile as saved tells the cause apart: where
+    it still gives the trained hash (``trained_on``), ``hw``'s own settings moved off it
+    (hardware.*=... on the command line), and the fix is to drop them; else the profile was
+    edited since the training."""
+    try:
+        profile = load_hardware(hw.name)
+    except PrismError:  # a profile built in code, with no conf/hardware file of its name
+        return PrismError(f"{path}: {what} changed since these models were trained: a hardware.* setting on the "
+                          f"command line, or conf/hardware/{hw.name}.yaml edited; drop the setting, or retrain with "
+                          f"prism train", field=str(path))
+
+    def shown(value) -> str:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    now, saved = figures(hw), figures(profile)
+    moved = [k for k in sorted(set(now) | set(saved)) if now.get(k) != saved.get(k)]
+    given = [f"hardware.{k}={shown(now.get(k))}" for k in moved]
+    settings = ", ".join(f"{g} (the profile: {shown(saved.get(k))})" for g, k in zip(given, moved))
+    if trained_on(profile):
+        return PrismError(f"{path}: {what} changed on the command line since these models were trained: these "
+                          f"hardware.* settings differ from the profile they were trained with "
+                          f"(conf/hardware/{hw.name}.yaml): {settings}; drop them from the command line, or "
+                          f"retrain with them (prism train samples=DIR hardware={hw.name} {' '.join(given)})",
+                          field=str(path))
+    return PrismError(f"{path}: {what} of conf/hardware/{hw.name}.yaml changed since these models were trained"
+                      + (f", and the command line sets {settings}" if moved else "")
+                      + "; retrain with prism train", field=str(path))
 
 
 def data_hash(rows: pd.DataFrame) -> str:
@@ -449,12 +489,12 @@ class ModelSet:
             raise PrismError(f"{path}: made for hardware {manifest.get('hardware')!r}, not {hw.name!r}; "
                              f"retrain with prism train", field=str(path))
         if manifest["floor_fingerprint"] != floor_fingerprint(hw):
-            raise PrismError(f"{path}: conf/hardware/{hw.name}.yaml changed (peak, bandwidth or network) "
-                             f"since these models were trained; retrain with prism train", field=str(path))
+            raise _stale(path, hw, "the peak, bandwidth or network figures", _floor_figures,
+                         lambda profile: floor_fingerprint(profile) == manifest["floor_fingerprint"])
         ops = {entry["op"] for entry in manifest["models"].values()}
         if ops & set(HOST_OPS) and manifest.get("host_floor") != host_fingerprint(hw, ops):
-            raise PrismError(f"{path}: the host block of conf/hardware/{hw.name}.yaml changed since these models "
-                             f"were trained; retrain with prism train", field=str(path))
+            raise _stale(path, hw, "the host block", lambda h: {f"host.{k}": v for k, v in vars(h.host).items()},
+                         lambda profile: host_fingerprint(profile, ops) == manifest.get("host_floor"))
         models = {}
         for key, entry in manifest["models"].items():
             boosters = {}
@@ -544,7 +584,8 @@ def booster(data: bytes) -> xgb.Booster:
 def check_replaceable(directory: Path) -> None:
     """Refuse ``directory`` as the place of a set unless it is missing, empty or a set saved
     before (its manifest): saving replaces the whole folder, so anything else there (the
-    sample store itself, with ``prism train samples=samples/cpu models_dir=samples``) would be lost."""
+    sample store itself, with ``prism train samples=samples/cpu models_dir=samples``) would be lost.
+    A folder that cannot be written in is refused too, before the training rather than after it."""
     if directory.exists() and not directory.is_dir():
         raise PrismError(f"{directory}: a file, where the set's folder goes; move it, or save elsewhere "
                          f"(models_dir=)", field=str(directory))
@@ -552,6 +593,8 @@ def check_replaceable(directory: Path) -> None:
         raise PrismError(f"{directory}: holds files that are no saved model set (no {MANIFEST}), and saving one "
                          f"replaces the whole folder, so they would be lost; move them, or save elsewhere "
                          f"(models_dir=)", field=str(directory))
+    if directory.is_dir():  # the save renames it aside: one it cannot write in (immutable) it cannot rename
+        writable("models_dir", directory, folder=True)
 
 
 def replaced_set(directory: Path, models: int) -> str | None:
@@ -618,14 +661,20 @@ def whole_folder(directory: Path) -> Iterator[Path]:
     try:
         yield tmp
         replacing = directory.exists()
-        if replacing:
-            os.rename(directory, old)
         try:
-            os.rename(tmp, directory)
-        except BaseException:
             if replacing:
-                os.rename(old, directory)
-            raise
+                os.rename(directory, old)
+            try:
+                os.rename(tmp, directory)
+            except BaseException:
+                if replacing:
+                    os.rename(old, directory)
+                raise
+        except OSError as exc:  # a set left aside by a failed rename back is put back by the next load
+            raise PrismError(f"{directory}: cannot be replaced ({exc.strerror or exc}), so the new set is not "
+                             f"saved and {'the set there is kept' if replacing else 'nothing was written'}; make "
+                             f"{directory} and its folder writable, or save elsewhere (models_dir=)",
+                             field=str(directory)) from None
         if replacing:
             shutil.rmtree(old)
     finally:
