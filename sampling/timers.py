@@ -49,8 +49,8 @@ class CpuTimer:
 HOST_LEAD_S = 5e-4
 #: The device's lead before a task's first timed repeat. The repeats are issued without
 #: waiting, so the lead then grows by each repeat's spin less the host's time issuing it;
-#: with HOST_LEAD_S alone at the start, a hiccup of the host of 1.4-4 ms came out as a
-#: device time in 0.47% of an H200's repeats, a third of them the first (stalled shapes in
+#: with HOST_LEAD_S alone at the start, a hiccup of the host (up to 3.1 ms over) came out as a
+#: device time in 0.47% of an H200's repeats, 30 of 72 a task's first (stalled shapes in
 #: `samples/h100` had 1.2 us repeats read as 0.5-1.3 ms; benchmarks/bench_timer_stalls.py).
 FIRST_LEAD_S = 5e-3
 #: Spin-kernel cycles per second: at most the fastest data-centre GPU's clock (H100/H200

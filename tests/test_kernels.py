@@ -107,7 +107,7 @@ def test_cpu_timer_flushes_l2_before_each_repeat():
 def test_the_cuda_timer_puts_the_device_its_first_lead_behind_before_the_first_repeat(monkeypatch):
     """The stream a CUDA timing issues, recorded without a GPU: the device is drained, then
     given FIRST_LEAD_S of spin before the first repeat, HOST_LEAD_S before each (a host hiccup
-    of a few ms read as device time in 0.47% of an H200's repeats with the short lead alone)."""
+    of up to 3 ms read as device time in 0.47% of an H200's repeats with the short lead alone)."""
     from sampling import timers
     issued = []
 
@@ -130,4 +130,4 @@ def test_the_cuda_timer_puts_the_device_its_first_lead_behind_before_the_first_r
     assert timer.time(lambda: issued.append("op"), repeats=2, warmup=0) == [1.0, 1.0]
     first, each = timers.FIRST_LEAD_S, timers.HOST_LEAD_S
     assert issued == ["sync", first, each, "event", "op", "event", each, "event", "op", "event", "sync"]
-    assert timers.FIRST_LEAD_S >= 4e-3  # over the host hiccups seen (1.4-4 ms)
+    assert timers.FIRST_LEAD_S >= 4e-3  # over the host hiccups seen (up to 3.1 ms)
