@@ -9,11 +9,9 @@ kept). Nothing is written until every rank has finished; Ctrl-C, SIGTERM or
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import stat
 import sys
 import tempfile
 import time
@@ -177,17 +175,6 @@ def _output(out, mc: MeasureConfig) -> Path:
             why = str(exc).split(": ", 1)[-1]  # read_measurements names the file as measured=
             raise PrismError(f"out={path}: exists and is no measurement file to add to ({why}); give a new file "
                              f"name or move it away", field="out") from None
-        # the rows are written beside it and renamed over it after the run: a file that cannot be
-        # replaced must be found out now, not once the steps are measured
-        try:
-            with open(path, "ab"):  # nothing appended: opening for a write is the test
-                pass
-            folder = path.parent.stat()
-            if folder.st_mode & stat.S_ISVTX and os.geteuid() not in (0, path.stat().st_uid, folder.st_uid):
-                raise PermissionError(errno.EPERM, "another user's file in a sticky folder")
-        except OSError as exc:
-            raise PrismError(f"out={path}: exists and cannot be replaced ({exc.strerror or exc}); make it writable "
-                             f"(chmod, chattr -i, or ask its owner) or give a new file name", field="out") from None
     if mc.trace_dir:
         writable("measure.trace_dir", mc.trace_dir, folder=True)
     return path

@@ -184,8 +184,9 @@ def _done_tasks(output_dir: Path, plan: Plan, hardware: str, by_rank: bool = Fal
     one-process run counting as rank 0's) and the collective job's under -1."""
     counts, spent, runs = ({} if by_rank else Counter()), 0.0, {}
     for f in store.run_files(output_dir):
-        if store.read_run_metadata(f).get("plan_id") == plan.plan_id:
-            spent += float(store.read_run_metadata(f).get("elapsed_s", 0.0))
+        meta = store.read_run_metadata(f)
+        if meta.get("plan_id") == plan.plan_id:
+            spent += float(meta.get("elapsed_s", 0.0))
         df = store.read_samples(f)
         store.refuse_copied_run(f, df, runs)  # read file by file: a copy would count its repeats and time twice
         df = df[df.hardware == hardware]
@@ -382,18 +383,6 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
             return _sample(sc, hw, plan, device, output_dir, progress)
 
 
-def _check_threads(output_dir: Path, hardware: str, threads: int) -> None:
-    """Refuse to resume into a store whose runs of ``hardware`` were sampled at another
-    ``sampling.threads``: their tasks would read as done, and a new one's rows would be
-    trained with theirs (:func:`predictor.data.store.refuse_mixed_threads`)."""
-    other = {n: f for n, f in store.thread_counts(output_dir, hardware).items() if n != threads}
-    if other:
-        n, f = min(other.items())
-        raise PrismError(f"output_dir={output_dir}: holds runs of {hardware} sampled at sampling.threads={n} "
-                         f"({f.name}); an op's time at sampling.threads={threads} is another measurement. Sample "
-                         f"into another output_dir, or set sampling.threads={n} to resume this one", field="output_dir")
-
-
 def _threads_fit(sc: SamplingConfig) -> None:
     """Refuse more compute threads than cores this process may use: threads sharing a core
     time each other, not the op (``prism measure`` refuses the same of its ranks)."""
@@ -407,7 +396,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
             progress: bool) -> SamplingReport:
     """The tasks of ``plan`` not yet in ``output_dir``, measured and stored as a new run."""
     recovered = [str(p) for p in store.recover_unfinished(output_dir)]
-    _check_threads(output_dir, hw.name, sc.threads)
+    store.refuse_mixed_threads(output_dir, hw.name, "output_dir", threads=sc.threads)
     counts, spent = _done_tasks(output_dir, plan, hw.name)
     done = _complete(counts, sc)
     todo_compute = [t for t in plan.compute if t.key not in done]

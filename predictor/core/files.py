@@ -4,9 +4,11 @@ never half of one."""
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import socket
+import stat
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -154,4 +156,20 @@ def writable(key: str, path, folder: bool = False, create: bool = True) -> Path:
     except OSError as exc:
         raise PrismError(f"{key}={path}: cannot write in {target} ({exc.strerror or exc}); choose a writable folder",
                          field=key) from None
+    if not folder and path.exists():
+        _replaceable(key, path)
     return path
+
+
+def _replaceable(key: str, path: Path) -> None:
+    """Refuse an existing ``path`` that a write's rename could not replace (immutable, or
+    another user's file in a sticky folder): found out before the work, not after it."""
+    try:
+        with open(path, "ab"):  # nothing appended: opening for a write is the test
+            pass
+        folder = path.parent.stat()
+        if folder.st_mode & stat.S_ISVTX and os.geteuid() not in (0, path.stat().st_uid, folder.st_uid):
+            raise PermissionError(errno.EPERM, "another user's file in a sticky folder")
+    except OSError as exc:
+        raise PrismError(f"{key}={path}: exists and cannot be replaced ({exc.strerror or exc}); make it writable "
+                         f"(chmod, chattr -i, or ask its owner) or give a new file name", field=key) from None

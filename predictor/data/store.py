@@ -395,12 +395,20 @@ def thread_counts(path, hardware: str) -> dict[int, Path]:
     return counts
 
 
-def refuse_mixed_threads(path, hardware: str, key: str = "samples") -> None:
+def refuse_mixed_threads(path, hardware: str, key: str = "samples", threads: int | None = None) -> None:
     """One error naming a run of each count where ``path`` holds runs of ``hardware`` sampled
     at different ``sampling.threads``: trained together, the gap between the counts (tens of
-    times for a GEMM) would be read as the op's variability."""
+    times for a GEMM) would be read as the op's variability. With ``threads`` (a run about to
+    resume into ``path``), a run at any other count is refused: its tasks would read as done."""
     counts = thread_counts(path, hardware)
-    if len(counts) > 1:
+    if threads is not None:
+        other = {n: f for n, f in counts.items() if n != threads}
+        if other:
+            n, f = min(other.items())
+            raise PrismError(f"{key}={path}: holds runs of {hardware} sampled at sampling.threads={n} ({f.name}); an "
+                             f"op's time at sampling.threads={threads} is another measurement. Sample into another "
+                             f"{key}, or set sampling.threads={n} to resume this one", field=key)
+    elif len(counts) > 1:
         runs = ", ".join(f"sampling.threads={n} ({f.name})" for n, f in sorted(counts.items()))
         raise PrismError(f"{key}={path}: holds runs of {hardware} sampled at different thread counts: {runs}; an op's "
                          f"time at one count is not its time at another. Keep one count's runs in this folder (move "
