@@ -13,6 +13,7 @@ from predictor.data.published import (
     row_workload,
     single_node_runs,
 )
+from predictor.data.runs_table import framework_family
 
 H100_SETS = ("torchtitan", "megatronlm_readme_h100", "neusight_dist")
 
@@ -49,6 +50,14 @@ def test_single_node_runs_are_in_the_table_layout(reference_data):
     table = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv", nrows=1)
     assert len(runs) == 7 and set(runs.columns) - {"measured_s"} <= set(table.columns)
     assert (runs.measured_s == runs.iter_time_s).all()
+
+
+@pytest.mark.parametrize("cell, family", [
+    ("Megatron-DeepSpeed (vTrain data/README.md)", "megatron-lm"),  # a fork of Megatron-LM, not of Core
+    ("Megatron LM", "megatron-lm"), ("Megatron-LM (2021)", "megatron-lm"), ("Megatron-Core r0.8.0", "megatron-core"),
+    ("Megatron-LM via HF Accelerate MegatronLMPlugin", "accelerate"), ("NeMo 2.0", "megatron-core")])
+def test_framework_cells_read_as_their_family(cell, family):
+    assert framework_family(cell) == family
 
 
 def test_a_rate_without_a_known_flop_count_is_refused():

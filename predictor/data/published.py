@@ -115,7 +115,7 @@ def single_node_runs(e2e_dir, n: int | None = None) -> pd.DataFrame:
         "heads": raw.heads, "kv_heads": np.nan, "ffn": np.nan, "vocab": np.nan, "seq_len": raw.seq_len,
         "gbs": raw.gbs, "mbs": raw.mbs, "tp": raw.tp, "pp": raw.pp, "dp": raw.dp, "cp": np.nan, "vp": np.nan,
         "seq_parallel": np.nan, "recompute": raw.recompute, "zero_or_distopt": np.nan,
-        "framework": "Megatron-LM (vTrain single-node validation)", "gpu": "A100", "num_gpus": raw.num_gpus,
+        "framework": "Megatron-DeepSpeed (vTrain data/README.md)", "gpu": "A100", "num_gpus": raw.num_gpus,
         "gpus_per_node": 8, "inter_node": np.nan, "intra_node": np.nan, "iter_time_s": raw.iter_time_ms / 1e3,
         "measured_s": raw.iter_time_ms / 1e3})
 

@@ -376,13 +376,14 @@ def asks_default(text: str) -> bool:
 
 def framework_family(text: str) -> str:
     """torchtitan, accelerate (Megatron-LM under HF Accelerate), megatron-lm (before
-    Megatron-Core), megatron-core, or "" (not recognised) for a framework cell."""
+    Megatron-Core; also Microsoft's Megatron-DeepSpeed, a fork of it with its kernels),
+    megatron-core, or "" (not recognised) for a framework cell."""
     low = text.lower()
     if "torchtitan" in low:
         return "torchtitan"
     if "accelerate" in low:
         return "accelerate"
-    if "megatron-lm" in low and "core" not in low:
+    if re.search(r"megatron[- ]?(lm|deepspeed)", low) and "core" not in low:
         return "megatron-lm"
     return "megatron-core" if re.search(r"megatron|nemo|mcore", low) else ""
 
