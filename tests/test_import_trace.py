@@ -18,7 +18,7 @@ from predictor.core.profiles import REPO_ROOT, load_model, section
 from predictor.core.specs import HardwareConfig, ParallelConfig, RegressorConfig
 from predictor.data import store
 from predictor.data.importers.chrome_json import TraceStream
-from predictor.data.importers.trace import import_trace
+from predictor.data.importers.trace import FLOOR_US, import_trace
 from predictor.engine.compose import compose
 from predictor.latency.artifacts import train
 from predictor.workload.decompose import decompose
@@ -121,6 +121,19 @@ def test_the_recorded_profiler_cost_comes_off_every_cpu_timing(traces, imported,
     assert (rows.groupby(key).latency_us.sum() <= raw_rows.groupby(key).latency_us.sum()).all()
     assert rows[rows.op == "gemm"].latency_us.sum() < raw_rows[raw_rows.op == "gemm"].latency_us.sum()
     assert raw.op_overhead_us > report.op_overhead_us
+
+
+def test_a_call_under_the_profilers_mean_cost_is_kept_at_the_floor(traces, imported, tmp_path):
+    """On a busy CPU a short call can measure less than its events' mean recording cost; it
+    was dropped, with its framework calls from the dispatch rows' count."""
+    _, rows, _ = imported
+    busy = import_trace(traces, tmp_path, hardware="local-cpu", profiler_cost_us=1e4)
+    busy_rows = pd.read_parquet(busy.run_file)
+    key = ["op", "pass"]
+    compute = busy_rows[busy_rows.op != "dispatch"]
+    assert compute.groupby(key).size().equals(rows[rows.op != "dispatch"].groupby(key).size())
+    assert 0 < sum(busy.floored.values()) <= (compute.latency_us <= FLOOR_US).sum()
+    assert "(kept)" in busy.table()
 
 
 def test_the_steps_framework_time_becomes_dispatch_rows_the_composer_reads_back(imported):

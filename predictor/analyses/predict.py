@@ -151,13 +151,20 @@ def _attention_note(given: ParallelConfig, work: Workload, framework: str) -> st
             f"(set parallel.attention=flash, cudnn or unfused to choose)")
 
 
-def _modules_note(par: ParallelConfig) -> str | None:
-    """What the memory figure leaves out of ``parallel.recompute_modules``."""
-    if not par.recompute_modules:
-        return None
-    return (f"memory: selective recompute frees the attention core's activations only (Korthikanti et al. 2022); "
-            f"what recomputing {par.recompute_modules} frees besides is not taken off (the step time does count "
-            f"its recompute)")
+def _modules_note(model: ModelConfig, par: ParallelConfig) -> str | None:
+    """The ``parallel.recompute_modules`` this model has none of (nothing to recompute), and
+    what the memory figure leaves out (mla_up_proj)."""
+    listed = [m.strip() for m in par.recompute_modules.split(",") if m.strip()]
+    has = {"moe": model.num_experts > 0, "moe_act": model.num_experts > 0,
+           "shared_experts": model.shared_expert_ffn_hidden_size > 0, "mla_up_proj": model.kv_lora_rank > 0}
+    absent = [m for m in listed if not has.get(m, True)]
+    notes = []
+    if absent:
+        notes.append(f"parallel.recompute_modules: {model.name} has no {', '.join(absent)} to recompute "
+                     f"(nothing of {'it' if len(absent) == 1 else 'them'} in the step time or the memory)")
+    if "mla_up_proj" in listed and "mla_up_proj" not in absent:
+        notes.append("memory: what recomputing mla_up_proj frees is not taken off (the step time counts its recompute)")
+    return "; ".join(notes) or None
 
 
 def _memory_precision_note(hw: HardwareConfig) -> str | None:
@@ -264,7 +271,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
         notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), split_note(model, par),
                            kv_replication_note(model, par),
                            idle_note(model, layout, par), framework_note(layout, framework),
-                           tp_span_note(par.tp, hardware), _modules_note(par), _batch_note(layout, par),
+                           tp_span_note(par.tp, hardware), _modules_note(model, par), _batch_note(layout, par),
                            _memory_precision_note(hardware)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),

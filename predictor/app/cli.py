@@ -21,6 +21,7 @@ from importlib import import_module
 
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
+from predictor.core.specs import check_number
 from predictor.data.runs_table import schema_help
 
 #: Shapes below which a trained model is reported as thin (prism train's note).
@@ -162,6 +163,12 @@ def _settings(cfg, *keys) -> dict:
     """The top-level settings ``keys`` of ``cfg`` as keyword arguments of an analysis; a
     setting left null keeps the analysis' default."""
     return {key: cfg[key] for key in keys if cfg.get(key) is not None}
+
+
+def _seed(cfg) -> int:
+    """``seed``, checked before any work: validate and calibrate read it after minutes of it."""
+    check_number("seed", cfg.seed, integer=True, zero=True)
+    return cfg.seed
 
 
 def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
@@ -600,7 +607,7 @@ def _validate_published(cfg) -> int:
     from predictor.app.render import format_published_validation
     from predictor.data.published import measured_step_s
     from predictor.data.runs_table import read_table
-    png = plot_path(cfg.plot)
+    png, seed = plot_path(cfg.plot), _seed(cfg)
     table = read_table(cfg.published)
     rows = pd.DataFrame(table.rows, columns=[h.strip().lower() for h in table.header])
     # the figures a measured step is worked out from, as numbers (a bad cell: no step)
@@ -619,7 +626,7 @@ def _validate_published(cfg) -> int:
         raise PrismError(f"published={cfg.published}: no row states a measured step (iter_time_s, "
                          f"iter_time_s_derived, or tflops_per_gpu of a known source); add one", field="published")
     source = with_step["set_id"] if "set_id" in with_step else "table"
-    result = validate_published(with_step.assign(source=source), seed=int(cfg.seed))
+    result = validate_published(with_step.assign(source=source), seed=seed)
     if len(with_step) < len(rows):
         result.skipped["no measured step"] = int(len(rows) - len(with_step))
     return _report(cfg, result, format_published_validation(result), png, reliability_figure, 13,
@@ -644,10 +651,11 @@ def _validate(args) -> int:
                              f"{why}", field=key)
     if cfg.published:
         return _validate_published(cfg)
+    seed = _seed(cfg)
     hw, frame = _measured(cfg)
     png = plot_path(cfg.out, "out") if cfg.out else default_plot_path(cfg.measured, ".cdf.png", "out")
     models = trained_models(hw, cfg.models_dir)
-    result = validate(frame, hw, models, seed=int(cfg.seed))
+    result = validate(frame, hw, models, seed=seed)
     save_figure(cdf_figure(result), png)
     if cfg.output == "json":
         print(_json([s.to_dict() for s in result.scores]))
@@ -668,13 +676,14 @@ def _calibrate(args) -> int:
         raise PrismError("models_dir: unset; prism calibrate stores its fit in the manifest of the models it "
                          "calibrates, so name them: models_dir=runs/models (where prism train writes) or "
                          "models_dir=models (the shipped set, tracked by git)", field="models_dir")
+    seed = _seed(cfg)
     hw, frame = _measured(cfg)
     directory = models_dir(cfg.models_dir) / hw.name
     models = ModelSet.load(directory, hw)
     writable("models_dir", directory, folder=True)  # its manifest takes the fit: found out before fitting
     models.manifest.pop("calibration", None)  # fit against the operator samples alone
     cal = fit_calibration(frame, hw, models)
-    held_out = validate(frame, hw, models, seed=int(cfg.seed),
+    held_out = validate(frame, hw, models, seed=seed,
                         calibrations=cross_validate(frame, hw, models, start=cal))
     models.save_calibration(directory, cal)
     payload = {"calibration": cal.to_dict(), "stored_in": str(directory), "leave_one_out": held_out.summary(),

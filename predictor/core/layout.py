@@ -69,6 +69,15 @@ def check_recompute_modules(par: ParallelConfig) -> None:
                          f"recompute=selective or leave recompute_modules empty", field=key)
 
 
+def selective_modules(recompute: str, modules: str) -> frozenset[str]:
+    """The modules selective recompute re-runs in the backward: ``modules`` (the
+    comma-separated ``parallel.recompute_modules``) or, empty, Megatron's default, the
+    attention core; none under another ``recompute``."""
+    if recompute != "selective":
+        return frozenset()
+    return frozenset(m.strip() for m in modules.split(",") if m.strip()) or frozenset({"core_attn"})
+
+
 def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = None,
                     seq: int | None = None) -> None:
     """Raise :class:`PrismError` naming the field if ``par`` cannot run ``model``.

@@ -47,7 +47,12 @@ s = seq/cp, b = micro-batch, h = hidden, a = heads, t = tp:
 * TP with SP                          ``s·b·h·(34/t + 5·a·s/(h·t))``
 * selective recompute                 drops the ``5·a·s/(h·t)`` term (attention scores);
   torchtitan's per-op policy (``per_op``) is counted alike, an upper bound: it also frees
-  the outputs it recomputes (norms, activations, every second projection)
+  the outputs it recomputes (norms, activations, every second projection). With
+  ``parallel.recompute_modules`` (Megatron-Core's --recompute-modules) each module frees what
+  it recomputes: core_attn the scores; layernorm the two norms' outputs (the QKV and FFN
+  inputs, ``4·sbh``); mlp the FFN's inside (``4·ffn/h`` or SwiGLU's 6), keeping its input;
+  moe a MoE layer's FFN half (:func:`moe_activation_bytes`); moe_act the experts' activation
+  output; shared_experts theirs. mla_up_proj frees nothing here (the note says so).
 * full recompute                      ``2·s·b·h`` (the layer input; ÷t with SP)
 
 :func:`layer_activation_bytes` rebuilds these from the paper's itemised list (Sec. 4.1) so
@@ -106,7 +111,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from predictor.core.errors import PrismError
-from predictor.core.layout import RECOMPUTES, SHARDINGS, layers_per_stage, validate_layout
+from predictor.core.layout import RECOMPUTES, SHARDINGS, layers_per_stage, selective_modules, validate_layout
 from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.workload.layers import (
     expert_parameters,
@@ -206,14 +211,18 @@ def moe_activation_bytes(model: ModelConfig, par: ParallelConfig, seq: int, micr
     routed token-expert pair, sized at the busiest rank's load), the experts' fc1 output and
     activation output as a dense FFN of moe_ffn/etp stores (6 B per width element with
     SwiGLU, 4 with GeLU), and the shared experts as a dense TP-split FFN. Full recompute
-    keeps none of it."""
-    if par.recompute == "full":
+    keeps none of it, nor selective recompute of ``moe``; of ``moe_act``, the experts'
+    activation output (2 B per width element); of ``shared_experts``, theirs."""
+    modules = selective_modules(par.recompute, par.recompute_modules)
+    if par.recompute == "full" or "moe" in modules:
         return 0.0
     t_r = routed_tokens(model, par, micro_batch, seq)
     pairs = t_r * model.top_k * par.etp * routing_imbalance(model, par, t_r)
     width = moe_ffn(model) / par.etp
     per_width = 6 if model.activation == "swiglu" else 4
-    shared = micro_batch * seq / par.cp * per_width * model.shared_expert_ffn_hidden_size / par.tp
+    shared = 0.0 if "shared_experts" in modules else \
+        micro_batch * seq / par.cp * per_width * model.shared_expert_ffn_hidden_size / par.tp
+    per_width -= 2 if "moe_act" in modules else 0
     return 4 * t_r * model.num_experts + pairs * (2 * model.hidden_size + per_width * width) + shared
 
 
@@ -236,9 +245,10 @@ def model_state_bytes(params: float, shard_group: int = 1, sharding: str = "none
 def layer_activation_bytes(model: ModelConfig, seq: int, micro_batch: int, tp: int = 1,
                            sequence_parallel: bool = False, recompute: str = "none",
                            flash_attention: bool = True, cp: int = 1,
-                           dropout: bool | None = None) -> float:
+                           dropout: bool | None = None, modules: str = "") -> float:
     """Activation bytes one transformer layer stores for one micro-batch on one GPU
-    (Korthikanti et al. 2022, Table 2, generalised as the module docstring explains)."""
+    (Korthikanti et al. 2022, Table 2, generalised as the module docstring explains);
+    ``modules``: selective recompute's ``parallel.recompute_modules``."""
     if recompute not in RECOMPUTES:
         raise PrismError(f"parallel.recompute={recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}",
                          field='parallel.recompute')
@@ -252,12 +262,15 @@ def layer_activation_bytes(model: ModelConfig, seq: int, micro_batch: int, tp: i
     heads = model.num_heads / t
     kv = model.num_kv_heads / t if model.num_kv_heads >= t else 1
     ffn = model.ffn_hidden_size / t
-    replicated = (4 + 2 + 2 + (2 if drop else 0)) * h          # norm inputs, QKV input, FFN input, masks
+    recomputed = selective_modules(recompute, modules)
+    norm_outputs = 0 if "layernorm" in recomputed else 2 + 2
+    replicated = (4 + norm_outputs + (2 if drop else 0)) * h    # norm inputs, QKV and FFN inputs, masks
     sharded = 4 * heads * hd + 4 * kv * hd                      # Q + context, K + V
-    sharded += (6 if model.activation == "swiglu" else 4) * ffn  # GeLU in/out or SwiGLU fc1 out + product
+    if "mlp" not in recomputed:
+        sharded += (6 if model.activation == "swiglu" else 4) * ffn  # GeLU in/out or SwiGLU fc1 out + product
     per_token = replicated / rep_div + sharded
     scores = 0.0
-    if flash_attention or recompute in ("selective", "per_op"):
+    if flash_attention or recompute == "per_op" or "core_attn" in recomputed:
         if flash_attention:
             per_token += 4 * heads                              # fp32 log-sum-exp per head and token
     else:
@@ -302,7 +315,7 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
     group = par.dp * par.cp
     vocab = padded_vocab(model.vocab_size, tp, vocab_multiple)
     act_layer = layer_activation_bytes(model, seq, b, tp, par.sequence_parallel, par.recompute,
-                                       flash_attention, par.cp, drop)
+                                       flash_attention, par.cp, drop, par.recompute_modules)
     if par.recompute == "full":  # one layer is re-materialised at a time in the backward pass
         working = layer_activation_bytes(model, seq, b, tp, par.sequence_parallel, "none",
                                          True, par.cp, drop)
@@ -311,7 +324,8 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
     params = stage_parameters(model, par, vocab_multiple)
     moe, experts = moe_layers_per_stage(model, par.pp, par.vpp), stage_expert_parameters(model, par)
     if model.num_experts:  # a MoE layer stores its router's, experts' and shared experts' instead of the FFN's
-        dense_ffn = 0.0 if par.recompute == "full" else \
+        mlp_recomputed = "mlp" in selective_modules(par.recompute, par.recompute_modules)
+        dense_ffn = 0.0 if par.recompute == "full" or mlp_recomputed else \
             s * b * (6 if model.activation == "swiglu" else 4) * model.ffn_hidden_size / tp
         act_moe = act_layer - dense_ffn + moe_activation_bytes(model, par, seq, b)
         expert_dp = par.tp * par.cp * par.dp // (par.ep * par.etp)  # predictor.core.mesh.Mesh.expert_dp

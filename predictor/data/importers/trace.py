@@ -66,7 +66,11 @@ step's. ``prism measure`` measures that cost per event on the machine it traces
 (:func:`sampling.tracing.profiler_cost_us`) and writes it into each trace
 (``prism_profiler_cost_us``); the importer takes it off every call per event recorded
 inside it, and off the framework time per event recorded outside the calls. For other
-traces give it as ``profiler_cost_us=`` (the report says when it is not known).
+traces give it as ``profiler_cost_us=`` (the report says when it is not known). The cost is
+a mean: on a busy CPU a short call with events inside can measure less than their mean
+cost. Such a call is kept at :data:`FLOOR_US` (counted in the report), not dropped: a
+dropped call would leave its op's cheapest calls out of the samples and its framework
+calls out of the ``dispatch`` rows' count.
 """
 from __future__ import annotations
 
@@ -107,6 +111,10 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: slowed at once, would enter the samples as each call's own spread, which the composer sums
 #: as independent and centred on the mean. It is left out and named in the report.
 DISTURBED_STEP = 2.0
+#: The least time a CPU call is kept at once the profiler's cost is taken off: about what
+#: PyTorch's cheapest eager call takes on a CPU (samples/local-cpu dispatch fwd: 2.7 us per
+#: call, module calls 5.8-6.5 us: conf/hardware/a100-sxm4-80gb.yaml, host.dispatch_us).
+FLOOR_US = 1.0
 _GLOO = re.compile(r"^gloo:(\w+)$")
 _COLLECTIVES = {  # c10d / gloo collective names -> vocabulary
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
@@ -284,6 +292,7 @@ class TraceReport:
     unknown_ops: list[dict] = field(default_factory=list)  # {name, calls, total_ms}
     unknown_kernels: list[dict] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    floored: dict[str, int] = field(default_factory=dict)  # "op pass" -> calls kept at FLOOR_US
     elapsed_s: float = 0.0
 
     def table(self) -> str:
@@ -313,6 +322,9 @@ class TraceReport:
                 lines.append(f"{title:<14} {total} calls of {len(items)} kinds, by time: {shown}")
         for reason, n in self.skipped.items():
             lines.append(f"skipped        {n} {reason}")
+        if self.floored:
+            lines.append(f"at {FLOOR_US:g} us       " + ", ".join(f"{n} {what}" for what, n in self.floored.items())
+                         + " calls: shorter than the profiler's mean cost of the events inside them (kept)")
         return "\n".join(lines)
 
 
@@ -715,7 +727,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     hosts = {r.metadata.get("host_name") for r in readers}
     # GPUs per host from the profile; a CPU job traced on one host has every rank there
     ranks_per_host = profile.node.gpus_per_node if kind == "gpu" or len(hosts) > 1 else world
-    unknown_ops, unknown_ms, unknown_kernels, unknown_kernel_ms, skipped = (Counter() for _ in range(5))
+    unknown_ops, unknown_ms, unknown_kernels, unknown_kernel_ms, skipped, floored = (Counter() for _ in range(6))
     frames, steps = [], []
     main_steps = [_main_thread_steps(reader) for reader in readers]
     odd = {id(s) for s in disturbed_steps([s for own in main_steps for s in own])}
@@ -724,7 +736,8 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         windows = [(s["start"], s["end"]) for s in own if id(s) in odd]
         disturbed += [{"file": reader.path.name, "step": s["number"], "ms": (s["end"] - s["start"]) / 1e3}
                       for s in own if id(s) in odd]
-        frames.append(_rows(reader, kind, ranks_per_host, cost, unknown_kernels, unknown_kernel_ms, skipped, windows))
+        frames.append(_rows(reader, kind, ranks_per_host, cost, unknown_kernels, unknown_kernel_ms, skipped, floored,
+                            windows))
         unknown_ops.update(reader.unknown_ops)
         unknown_ms.update(reader.unknown_ms)
         skipped.update(reader.skipped)
@@ -769,7 +782,7 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
         disturbed_steps=disturbed, attributed_share=share,
         profiler_cost_us=profiler_cost_us if kind == "cpu" else None,
         op_overhead_us=overhead, unknown_ops=_by_time(unknown_ops, unknown_ms),
-        unknown_kernels=_by_time(unknown_kernels, unknown_kernel_ms), skipped=dict(skipped),
+        unknown_kernels=_by_time(unknown_kernels, unknown_kernel_ms), skipped=dict(skipped), floored=dict(floored),
         elapsed_s=time.monotonic() - start)
 
 
@@ -832,9 +845,10 @@ def _by_time(calls: Counter, ms: Counter) -> list[dict]:
 
 
 def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, unknown_kernels: Counter,
-          unknown_kernel_ms: Counter, skipped: Counter, disturbed: list[tuple]) -> pd.DataFrame:
+          unknown_kernel_ms: Counter, skipped: Counter, floored: Counter, disturbed: list[tuple]) -> pd.DataFrame:
     """One row per (instance, pass) of one rank's trace; GPU latencies from its kernels, CPU
-    ones less ``cost_us`` per profiler event recorded inside the call. Instances begun within a
+    ones less ``cost_us`` per profiler event recorded inside the call (at least
+    :data:`FLOOR_US`, counted in ``floored`` by op and pass). Instances begun within a
     ``disturbed`` (start, end) window, on any thread, are left out (:func:`disturbed_steps`)."""
     if kind == "gpu":
         for ext, name, dur in reader.kernels:
@@ -869,14 +883,17 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, 
             shape["group_size"] = group
         if "group_size" in shape:
             shape.update(_topology(shape["group_size"], inst.ranks, ranks_per_host))
-        latencies = inst.gpu_us if kind == "gpu" else {
-            p: us - cost_us * inst.nested[p] for p, us in inst.cpu_us.items()}
-        for pass_, us in latencies.items():
-            if us > 0:
-                rows.append({"op": inst.op, "pass": pass_, "dtype": inst.dtype or "float32",
-                             "latency_us": us, **shape})
-            else:
+        measured = inst.gpu_us if kind == "gpu" else inst.cpu_us
+        for pass_, us in measured.items():
+            if not us > 0:
                 skipped[f"{inst.op} {pass_} calls without time"] += 1
+                continue
+            if kind == "cpu" and cost_us * inst.nested[pass_] > us - FLOOR_US:
+                floored[f"{inst.op} {pass_}"] += 1
+                us = min(us, FLOOR_US)
+            elif kind == "cpu":
+                us -= cost_us * inst.nested[pass_]
+            rows.append({"op": inst.op, "pass": pass_, "dtype": inst.dtype or "float32", "latency_us": us, **shape})
     return pd.DataFrame(rows, columns=["op", "pass", "dtype", "latency_us"] if not rows else None)
 
 
