@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.analyses.predict import predict
-from predictor.core.profiles import load_hardware, load_model
+from predictor.analyses.compare import compare
+from predictor.analyses.predict import predict, steps_to_train
+from predictor.analyses.variability import ops_above_noise
+from predictor.app.cli import main, split_hardware
+from predictor.app.render import _percent
+from predictor.core.profiles import REPO_ROOT, load_hardware, load_model
 from predictor.core.specs import ParallelConfig
 from predictor.workload.memory import layer_activation_bytes, memory_per_gpu
 
@@ -48,3 +52,90 @@ def test_a_module_the_model_lacks_is_noted_not_claimed():
     assert moe.memory_gib["activations"] == pytest.approx(base.memory_gib["activations"])
     note = next(n for n in moe.notes if "recompute_modules" in n)
     assert "no moe to recompute" in note and "does count" not in note
+
+
+def _error(capsys, verb: str) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith(f"prism {verb}: error:") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("verb", ["calibrate", "validate"])
+@pytest.mark.parametrize("seed", ["abc", "true", "1.5", "-1"])
+def test_calibrate_and_validate_check_the_seed_before_any_work(tmp_path, capsys, verb, seed):
+    """calibrate fitted for 20 s, then crashed on int('abc'); seed=true was stored as 1."""
+    measured = REPO_ROOT / "measurements" / "local-cpu-suite-GG.parquet"
+    assert main([verb, f"measured={measured}", "hardware=local-cpu", f"models_dir={tmp_path}", f"seed={seed}"]) == 2
+    assert "seed=" in _error(capsys, verb)
+
+
+def test_search_names_etp_on_a_dense_model(capsys):
+    """It blamed the global batch ("a multiple of 64"), which was one."""
+    assert main(["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.etp=2"]) == 2
+    assert "parallel.etp=2: llama3-8b has no experts" in _error(capsys, "search")
+
+
+def test_context_parallel_offers_only_degrees_the_gpus_hold(capsys):
+    job = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.tp=8"]
+    assert main([*job, "parallel.cp=2", "model.seq_length=8194"]) == 2  # 17 and 241 split 8194 but not 64 GPUs
+    assert "pick cp=1 (no context parallelism)" in _error(capsys, "predict")
+    # 8190 tokens cut into 2·cp chunks for cp = 3, 5, 7, 9, 13, ...; 96 GPUs at tp=8 hold cp=3 of them
+    assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=96", "parallel.tp=8", "parallel.cp=2",
+                 "model.seq_length=8190"]) == 2
+    assert "pick cp among 3 (or 1, none)" in _error(capsys, "predict")
+
+
+@pytest.mark.parametrize("level, text", [(0.95, "95%"), (0.995, "99.5%"), (0.004, "0.4%"), (0.9999, "99.99%"),
+                                         (1 / 3, "33.3%")])
+def test_a_confidence_level_is_never_rounded_to_certainty(level, text):
+    assert _percent(level) == text
+
+
+def test_a_run_takes_whole_steps():
+    assert steps_to_train(1, 4096) == 1 and steps_to_train(8192, 4096) == 2 and steps_to_train(8193, 4096) == 3
+    hw = load_hardware("h100-sxm")
+    p = predict(load_model("llama3-8b"), hw, ParallelConfig(tp=8), draws=50, train_tokens=1)
+    assert p.time_to_train_days["p50"] * 86400 >= 0.5 * p.step_time_s["p50"]  # one step, less any doubt below it
+
+
+def test_sharding_with_one_replica_is_noted():
+    p = predict(load_model("llama3-8b"), load_hardware("h100-sxm"), ParallelConfig(tp=8, sharding="zero3"), draws=50)
+    assert any("parallel.sharding=zero3: nothing to shard at dp·cp=1" in n for n in p.notes)
+
+
+def test_cudnn_attention_is_refused_on_a_cpu(capsys):
+    assert main(["predict", "model=tiny", "hardware=local-cpu", "parallel.attention=cudnn"]) == 2
+    assert "parallel.attention=cudnn: cuDNN's fused attention runs on NVIDIA GPUs" in _error(capsys, "predict")
+
+
+def test_compare_over_every_profile_leaves_out_those_whose_nodes_cannot_hold_the_job(capsys):
+    c = compare(load_model("llama3-8b"), None, ParallelConfig(tp=4), 12, draws=50, leave_out=True)
+    names = [r.hardware for r in c.results]
+    assert "gb200-nvl72" in names and "h100-sxm" not in names
+    assert any(n.startswith("left out h100-sxm: 12 GPUs are no whole number") for n in c.notes)
+    assert main(["compare", "model=llama3-8b", "gpus=12", "parallel.tp=4", "hardware=[h100-sxm,gh200]"]) == 2
+    assert "gpus=12: not a whole number of nodes" in _error(capsys, "compare")  # profiles the user named
+
+
+def test_compare_says_a_profile_named_twice_is_compared_once(capsys):
+    split_hardware(["hardware=[b200,h100-sxm,h100-sxm]", "hardware=b200"])
+    assert "h100-sxm, b200 named more than once, compared once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override", ["hardware.price_per_gpu_hour=1e30", "hardware.power_w=1e30",
+                                      "hardware.power_w=0.001", "hardware.memory.capacity_gib=1e-9"])
+def test_price_power_and_capacity_have_plausible_ranges(capsys, override):
+    assert main(["predict", "model=tiny", "hardware=h100-sxm", override]) == 2
+    assert f"{override.split('=')[0]}=" in _error(capsys, "predict")
+
+
+def test_op_shares_of_the_variance_are_shown_above_the_draws_noise_only():
+    """Ops whose holds moved 0.07% of the variance were shown as 73% and 26%, and reordered
+    with the seed."""
+    ops = [{"name": "gemm/fwd", "share": 0.73, "variance_drop": 0.0025},
+           {"name": "all_reduce/step", "share": 0.26, "variance_drop": 0.0009},
+           {"name": "gemm/bwd", "share": 0.0, "variance_drop": -0.0030}]
+    assert ops_above_noise(ops, 10) == ([], pytest.approx(0.0030))
+    ops[0]["variance_drop"] = 0.6
+    shown, _ = ops_above_noise(ops, 10)
+    assert [o["name"] for o in shown] == ["gemm/fwd"]

@@ -24,13 +24,15 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from predictor.analyses.predict import Prediction, predict
+from predictor.analyses.predict import Prediction, check_gpus, predict
 from predictor.core.errors import PrismError
+from predictor.core.layout import resolve_layout
 from predictor.core.mesh import tp_span_note
-from predictor.core.profiles import CONF_DIR, group_options, load_hardware, read_yaml
+from predictor.core.profiles import CONF_DIR, as_layout, group_options, load_hardware, read_yaml
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import DRAWS
 from predictor.latency.artifacts import TIERS
+from predictor.workload.decompose import check_whole_nodes
 
 BAND = ("p5", "p50", "p95")
 #: What each evidence tier (:data:`predictor.latency.artifacts.TIERS`) means for a column.
@@ -159,7 +161,8 @@ def _price_source(profiles: list[HardwareConfig]) -> str:
 
 def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None, layout: ParallelConfig,
             gpus: int | None = None, *, models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0,
-            train_tokens: float = 1e12, pue: float = 1.0, framework: str = "megatron-core") -> Comparison:
+            train_tokens: float = 1e12, pue: float = 1.0, framework: str = "megatron-core",
+            leave_out: bool = False) -> Comparison:
     """Predict one job on several hardware profiles.
 
     Parameters
@@ -178,6 +181,10 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
         its prediction.
     pue : float
         Power usage effectiveness (1 to 3), the factor of the energy on the GPUs' board power.
+    leave_out : bool
+        Leave out, with a note, the profiles whose nodes cannot hold the job's GPUs (12 GPUs
+        are no whole number of 8-GPU nodes) rather than refuse the comparison: for a list the
+        user did not choose (every GPU profile).
 
     Returns
     -------
@@ -193,6 +200,18 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
     t0 = time.perf_counter()
     profiles = [load_hardware(h) if isinstance(h, str) else h for h in check_hardware(hardware)]
     pue = check_pue(pue)
+    unfit = []
+    if leave_out:
+        total = gpus or resolve_layout(as_layout(layout), None).world_size
+        for hw in profiles:
+            try:
+                check_whole_nodes(check_gpus(total), hw)
+            except PrismError as exc:
+                unfit.append((hw, exc))
+        if len(unfit) == len(profiles):
+            raise unfit[0][1]
+        left = {id(hw) for hw, _ in unfit}
+        profiles = [hw for hw in profiles if id(hw) not in left]
     predictions = [predict(model, hw, layout, gpus, models_dir=models_dir, draws=draws, seed=seed,
                            train_tokens=train_tokens, framework=framework) for hw in profiles]
     baseline = predictions[0].step_time_s["p50"]
@@ -209,6 +228,8 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
               f"figure is published), so its energy holds what the others' leave out" for hw in profiles
               if hw.power_includes_cpu and hw.power_w]
     notes += [f"{hw.name}: {note}" for hw in profiles if (note := tp_span_note(tp, hw))]
+    notes += [f"left out {hw.name}: {first.gpus} GPUs are no whole number of its {hw.node.gpus_per_node}-GPU nodes"
+              for hw, _ in unfit]
     notes += [f"{r.hardware}: needs {r.memory_gib:.1f} GiB per GPU of {r.capacity_gib:.0f}: does not fit"
               for r in results if not r.fits]
     tiers = {r.tier for r in results}

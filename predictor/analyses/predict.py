@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -80,6 +81,12 @@ def predictive_report(doubt: Doubt) -> dict:
             "interval_s": {f"{round((hi - lo) * 100)}%": [q[lo], q[hi]] for lo, hi in ((0.25, 0.75), (0.1, 0.9),
                                                                                         (0.05, 0.95))},
             "extrapolating": doubt.extrapolating, "learned_from": doubt.learned_from}
+
+
+def steps_to_train(train_tokens: float, tokens_per_step: float) -> int:
+    """Steps of a run of ``train_tokens``: whole steps, so a budget under one step's tokens
+    still takes a step (train_tokens=1 took 3.7 microseconds of a 0.8 s step)."""
+    return max(1, math.ceil(train_tokens / tokens_per_step))
 
 
 def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
@@ -241,7 +248,7 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     tokens = work.tokens_per_step
     median = step["p50"]
     peak = hardware.mfu_peak
-    steps = train_tokens / tokens
+    steps = steps_to_train(train_tokens, tokens)
     # a run's mean step: the persistent variability times the doubt about its median
     doubt_draws = doubt.draws(np.random.default_rng(seed + 1), draws)
     run_mean = run_step_draws(dist.draws, persistent) * doubt_draws

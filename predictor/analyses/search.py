@@ -61,7 +61,7 @@ import numpy as np
 from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
 from predictor.analyses.predict import check_gpus, predictive_report
 from predictor.core.errors import PrismError
-from predictor.core.layout import AXES, resolve_layout, validate_layout
+from predictor.core.layout import AXES, refuse_experts_of_dense, resolve_layout, validate_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import compose
@@ -368,6 +368,7 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
         raise PrismError(f"{', '.join(fixed)}: search enumerates {', '.join(SEARCHED)} itself; leave them out "
                          f"(prism predict scores one layout; parallel.global_batch_size fixes the batch)",
                          field=fixed[0].split("=")[0])
+    refuse_experts_of_dense(model, base)  # etp is not searched: every layout would be refused for it
     batch = base.global_batch_size or resolve_layout(base, gpus).global_batch_size
     base = replace(base, attention=attention_kernel(base.attention, framework, hardware))  # once, not per layout
     # tp is searched inside one NVLink domain: a node, or a whole NVL72 rack of 4-GPU nodes

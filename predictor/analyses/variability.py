@@ -61,6 +61,7 @@ from predictor.analyses.predict import (
     check_train_tokens,
     predictive_report,
     run_step_draws,
+    steps_to_train,
 )
 from predictor.core.errors import PrismError
 from predictor.core.layout import report_layout, resolve_layout
@@ -238,6 +239,19 @@ def attribution(work: Workload, models, cache: QuantileCache, draws: int, seed: 
     keys = sorted({f"{c.op}/{c.pass_}" for c in workload_calls(work)})
     return {"ops": _variance_drops(work, models, cache, draws, seed, {k: (f"residual:{k}",) for k in keys}),
             "components": _variance_drops(work, models, cache, draws, seed, {c: (c,) for c in COMPONENTS})}
+
+
+def ops_above_noise(ops: list[dict], top: int) -> tuple[list[dict], float]:
+    """The first ``top`` of :func:`attribution`'s ops whose own (residual) spread drops the
+    step-time variance by more than the draws' noise, and that noise: the largest rise any
+    op's hold shows (a hold cannot add variance, so a rise is noise, and a drop no larger may
+    be). Ops on priors carry no variability (their doubt is the predictive uncertainty's)."""
+    noise = max([-o["variance_drop"] for o in ops] + [0.0])
+    return [o for o in ops if o["variance_drop"] > max(noise, MIN_VARIANCE_DROP)][:top], noise
+
+
+#: An op's drop in the step-time variance below this share is not shown, noise or not.
+MIN_VARIANCE_DROP = 0.0005
 
 
 #: The named kinds of placement of :func:`placements`, in report order.
@@ -501,7 +515,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     full = dist.draws
     persistent = compose(work, models, draws=a.draws, seed=seed, cache=cache, hold=PER_STEP).draws
     doubt = doubt_of(work, dist, evidence_tier(models, dist.evidence.values()), framework, shipped_model())
-    steps = train_tokens / work.tokens_per_step
+    steps = steps_to_train(train_tokens, work.tokens_per_step)
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(
         model=model.name, hardware=hardware.name, gpus=gpus,
@@ -515,7 +529,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         placements=placed, placement_spread=max(medians) / min(medians) if medians else 1.0,
         predictive=predictive_report(doubt),
         time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
-        | {"train_tokens": steps * work.tokens_per_step},
+        | {"train_tokens": train_tokens},
         settings=asdict(a),
         notes=[n for n in [scales_note(par, a.scales, gpus), placement_note(work.mesh, a.slow_nodes),
                            progress_note(hardware, gpus), basis_note(doubt, full)] if n],

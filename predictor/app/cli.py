@@ -186,14 +186,19 @@ def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
     rest : list of str
         The other overrides, unchanged.
     """
-    names, rest = None, []
+    names, rest, repeated = None, [], []
     for text in overrides:
         key, sep, value = text.partition("=")
         if key.lstrip("+~") != "hardware" or not sep:
             rest.append(text)
             continue
         names = names or []
+        given = [n.strip().strip("'\"") for n in value.strip().removeprefix("[").removesuffix("]").split(",")]
+        repeated += [n for i, n in enumerate(given) if n and (n in names or n in given[:i])]
         names += [n for n in hardware_names(value) if n not in names]
+    if repeated:
+        print(f"prism compare: note: {', '.join(dict.fromkeys(repeated))} named more than once, compared once",
+              file=sys.stderr)
     return names, rest
 
 
@@ -524,7 +529,7 @@ def _compare(args) -> int:
         print(f"prism compare: note: left out {', '.join(left_out)}, without a peak at hardware.gemm_dtype; "
               f"hardware=[...] names the profiles to compare", file=sys.stderr)
     c = compare(section(cfg, "model", ModelConfig), profiles, section(cfg, "parallel", ParallelConfig), cfg.gpus,
-                **_settings(cfg, "models_dir", "seed", "train_tokens", "pue", "framework"))
+                **_settings(cfg, "models_dir", "seed", "train_tokens", "pue", "framework"), leave_out=every)
     return _report(cfg, c, format_comparison(c), png, comparison_figure, 6,
                    "none (plot=compare.png draws the step-time CDFs and the time and cost bands)")
 

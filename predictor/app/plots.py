@@ -191,13 +191,15 @@ def variability_figure(r: VariabilityReport):
               ylim=(-0.02, 1.02), title="P(step >= (1 + x) nominal) versus scale")
     scale.legend(fontsize=8)
 
-    ops, comps = r.attribution["ops"][:r.settings["top_ops"]], r.attribution["components"]
+    from predictor.analyses.variability import ops_above_noise
+    ops, comps = ops_above_noise(r.attribution["ops"], r.settings["top_ops"])[0], r.attribution["components"]
     names = [f"op {o['name']}" for o in ops] + [f"component {c['name']}" for c in comps]
-    values = [o["share"] for o in ops] + [c["share"] for c in comps]
+    values = [o["variance_drop"] for o in ops] + [c["share"] for c in comps]
     colors = ["tab:blue"] * len(ops) + ["tab:orange"] * len(comps)
     shares.barh(names[::-1], values[::-1], color=colors[::-1])
     shares.tick_params(axis="y", labelsize=8)
-    shares.set(xlabel="share of step-time variance (held at its median; ops and components each sum to 1)",
+    shares.set(xlabel="share of step-time variance, held at its median\n(components sum to 1; ops: of the whole, "
+                      "above the draws' noise)",
                title="what drives the spread")
 
     labels = [f"{p['placement']}\n{p['slow_gpus_per_stage']}" for p in r.placements[1:]]

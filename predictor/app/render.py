@@ -15,6 +15,28 @@ if TYPE_CHECKING:  # for the annotations only: a verb imports the analysis it ru
     from predictor.analyses.variability import VariabilityReport
 
 
+def _percent(level: float) -> str:
+    """A probability as a percentage with the digits it needs: 0.995 is 99.5%, never 100%, and
+    1/3 is 33.3% (within 0.05 points)."""
+    for digits in range(0, 9):
+        text = f"{level * 100:.{digits}f}"
+        if 0 < float(text) < 100 and abs(float(text) - level * 100) <= 0.05:
+            return text + "%"
+    return f"{level * 100:g}%"
+
+
+def _op_shares(ops: list[dict], top: int) -> str:
+    """The ops above the draws' noise (:func:`~predictor.analyses.variability.ops_above_noise`),
+    each as a share of the whole step-time variance."""
+    from predictor.analyses.variability import ops_above_noise
+    shown, noise = ops_above_noise(ops, top)
+    if not shown:
+        return (f"none above the draws' noise (the ops' own spread, held one at a time, moves the variance by "
+                f"{noise:.2%} or less)")
+    return "  ".join(f"{o['name']} {o['variance_drop']:.1%}" for o in shown) + \
+        f"   (of the whole variance; noise {noise:.2%})"
+
+
 def format_prediction(p: Prediction) -> str:
     """The prediction as ``prism predict`` prints it."""
     s = p.step_time_s
@@ -26,7 +48,7 @@ def format_prediction(p: Prediction) -> str:
         + f"   (variability within a run: p95/p50 {s['jitter_p95_over_p50']:.3f})",
         format_predictive(p.predictive),
         f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}",
-        f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.0f} (stage "
+        f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.4g} (stage "
         f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
         f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f}, "
         f"workspace {p.memory_gib['workspace']:.1f})"
@@ -43,7 +65,7 @@ def format_prediction(p: Prediction) -> str:
         lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
     if p.confidence:
         c = p.confidence
-        lines.append(f"with {c['level']:.0%} confidence   step <= {_short(c['step_time_s'])} s, "
+        lines.append(f"with {_percent(c['level'])} confidence   step <= {_short(c['step_time_s'])} s, "
                      f"train in <= {duration(c['time_to_train_days'])} (variability and predictive uncertainty; "
                      f"no failures: see prism variability)")
     lines.append(f"evidence        {p.tier}")
@@ -192,11 +214,9 @@ def format_variability(r: VariabilityReport) -> str:
     rows = [[f"{row['gpus']:,}", f"{row['dp']:,}", _short(row["nominal_s"]), _short(row["p50_s"]), _short(row["p95_s"]),
              *(f"{p:.3f}" for p in row["p_slowdown"].values())] for row in r.scales]
     lines += _right_aligned([head, *rows], [8, 6, 8, 8, 8] + [9] * len(thresholds))
-    # ops on priors carry no variability (their doubt is the predictive uncertainty's): listed only if they vary
-    top = [o for o in r.attribution["ops"] if o["share"] >= 0.005][:r.settings["top_ops"]]
     lines += ["", "share of step-time variance (hold one at its median; drop in variance, normalised)",
               "  components  " + "  ".join(f"{c['name']} {c['share']:.0%}" for c in r.attribution["components"]),
-              "  ops         " + "  ".join(f"{o['name']} {o['share']:.0%}" for o in top)]
+              "  ops         " + _op_shares(r.attribution["ops"], r.settings["top_ops"])]
     lines += ["", f"{r.settings['slow_nodes']} slow nodes (x{r.settings['slow_factor']} compute): "
               "median step per placement"]
     for p in r.placements:

@@ -144,8 +144,10 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
         # Load-balanced context parallelism cuts the causal sequence into 2·cp equal chunks and gives
         # rank r chunks r and 2·cp-1-r (Megatron-Core's get_batch_on_this_cp_rank views it as
         # [2·cp, seq/(2·cp)]; Transformer Engine's attention with cp needs each rank's tokens even)
-        fits = [d for d in range(2, min(seq // 2, 1 << 12) + 1) if seq % (2 * d) == 0]
-        pick = f"cp among {', '.join(map(str, fits))}" if fits else "cp=1"
+        total = gpus or par.world_size  # a cp the job's GPUs do not split into tp·pp·cp is no fix either
+        fits = [d for d in range(2, min(seq // 2, 1 << 12) + 1)
+                if seq % (2 * d) == 0 and total % (par.tp * par.pp * d) == 0]
+        pick = f"cp among {', '.join(map(str, fits))} (or 1, none)" if fits else "cp=1 (no context parallelism)"
         raise PrismError(f"parallel.cp={par.cp}: the sequence of {seq} tokens (model.seq_length) does not cut into "
                          f"2·cp = {2 * par.cp} equal chunks, as load-balanced context parallelism cuts it; pick "
                          f"{pick}, or a model.seq_length that is a multiple of {2 * par.cp}", field='parallel.cp')
@@ -163,6 +165,16 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
 
 
 
+def refuse_experts_of_dense(model: ModelConfig, par: ParallelConfig) -> None:
+    """A dense model (no experts) takes no expert parallelism: ep and etp stay 1."""
+    if model.num_experts or (par.ep == 1 and par.etp == 1):
+        return
+    axis = "ep" if par.ep > 1 else "etp"
+    raise PrismError(f"parallel.{axis}={getattr(par, axis)}: {model.name} has no experts (model.num_experts=0); "
+                     f"expert parallelism splits the experts of a Mixture-of-Experts model; set "
+                     f"parallel.{axis}=1", field=f"parallel.{axis}")
+
+
 def _validate_experts(model: ModelConfig, par: ParallelConfig) -> None:
     """Expert parallelism as Megatron-Core maps it (megatron/core/parallel_state.py,
     ``expert_decoder_rank_generator``): the experts' own mesh etp·ep·expert_dp spans the
@@ -170,11 +182,7 @@ def _validate_experts(model: ModelConfig, par: ParallelConfig) -> None:
     divide tp·cp·dp and expert_dp = tp·cp·dp / (ep·etp); ep must divide the experts."""
     name, ep, etp = model.name, par.ep, par.etp
     check_number("parallel.etp", etp, integer=True)
-    if not model.num_experts:
-        axis = "ep" if ep > 1 else "etp"
-        raise PrismError(f"parallel.{axis}={getattr(par, axis)}: {name} has no experts (model.num_experts=0); "
-                         f"expert parallelism splits the experts of a Mixture-of-Experts model; set "
-                         f"parallel.{axis}=1", field=f"parallel.{axis}")
+    refuse_experts_of_dense(model, par)
     if model.num_experts % ep:
         raise PrismError(f"parallel.ep={ep}: does not divide model.num_experts={model.num_experts} of {name}; "
                          f"pick ep among {_divisors(model.num_experts)}", field="parallel.ep")
@@ -329,6 +337,8 @@ def idle_note(model: ModelConfig, given: ParallelConfig, par: ParallelConfig) ->
         asked = [f"parallel.{k}=true" for k in ("sequence_parallel", "overlap_tp_comm") if getattr(given, k) is True]
         if asked:  # Megatron turns sequence parallelism off there (arguments.py)
             idle.append(f"{', '.join(asked)}: off at tp=1, where no tensor-parallel collective runs")
+    if par.dp * par.cp == 1 and given.sharding != "none":  # states shard over the dp·cp replicas
+        idle.append(f"parallel.sharding={given.sharding}: nothing to shard at dp·cp=1, one copy of the states")
     if not model.num_experts or par.ep == 1:
         asked = [f"parallel.{k}=true" for k in ("overlap_ep_comm", "moe_force_balance") if getattr(given, k) is True]
         asked += [f"parallel.moe_dispatcher={given.moe_dispatcher}"] * (given.moe_dispatcher != "alltoall")

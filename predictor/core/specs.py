@@ -321,7 +321,7 @@ class HardwareConfig:
         check_unit("hardware.memory.bandwidth", self.memory.bandwidth, 1e9, 1e15,
                    "bytes/s, e.g. 3.35e+12 for 3.35 TB/s")
         check_number("hardware.memory.capacity_gib", self.memory.capacity_gib)
-        check_unit("hardware.memory.capacity_gib", self.memory.capacity_gib, 0, 1e6, "GiB, e.g. 80")
+        check_unit("hardware.memory.capacity_gib", self.memory.capacity_gib, 1e-4, 1e6, "GiB, e.g. 80")
         check_number("hardware.memory.l2_bytes", self.memory.l2_bytes, integer=True, zero=True)
         check_number("hardware.node.gpus_per_node", self.node.gpus_per_node, integer=True)
         if self.node.nvlink_domain is not None:
@@ -350,9 +350,13 @@ class HardwareConfig:
                            "microseconds, e.g. 5.0 for 5 us (5e-06 is 5 us in seconds)")
             if link.nics_per_node is not None:
                 check_number(f"hardware.network.{side}.nics_per_node", link.nics_per_node, integer=True)
-        for key in ("price_per_gpu_hour", "power_w"):
-            if getattr(self, key) is not None:  # null: unknown, and left out of cost and energy
+        # null: unknown, and left out of cost and energy; the ranges hold every card's list price
+        # and board power (a GB200 superchip's 2,700 W for two GPUs), a thousandfold either side
+        for key, low, high, unit in (("price_per_gpu_hour", 1e-3, 1e3, "USD per GPU-hour, e.g. 2.49"),
+                                     ("power_w", 1.0, 1e4, "watts per GPU, e.g. 700")):
+            if getattr(self, key) is not None:
                 check_number(f"hardware.{key}", getattr(self, key))
+                check_unit(f"hardware.{key}", getattr(self, key), low, high, unit)
         spread = self.variability
         for key in ("spatial_cv", "temporal_cv", "comm_regime_cv", "interruptions_per_gpu_day", "restart_cost_min"):
             check_number(f"hardware.variability.{key}", getattr(spread, key), zero=True)

@@ -491,6 +491,10 @@ def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) 
     ``hw``: unfused for Megatron-LM before Core; Transformer Engine's for Megatron-Core, which
     is cuDNN's on compute capability 9.0 and later (:mod:`predictor.latency.attention_backends`);
     FlashAttention-2 otherwise (torch SDPA's choice changes with a version PRISM is not told)."""
+    if attention == "cudnn" and hw.device.kind != "gpu":
+        raise PrismError(f"parallel.attention=cudnn: cuDNN's fused attention runs on NVIDIA GPUs, and hardware="
+                         f"{hw.name} is a {hw.device.kind.upper()}; use auto, flash (SDPA's) or unfused",
+                         field="parallel.attention")
     if attention != "auto":
         return attention
     family = _family(framework)
@@ -529,25 +533,32 @@ def vocab_multiple(framework: str | None) -> int:
     return 1 if (framework or "").lower() in EAGER_FRAMEWORKS else VOCAB_MULTIPLE
 
 
+def check_whole_nodes(gpus: int, hw: HardwareConfig) -> None:
+    """A job of several nodes holds whole ones: refuse ``gpus`` that leave a part of one."""
+    per_node = hw.node.gpus_per_node
+    if gpus > per_node and gpus % per_node:
+        nodes, rest = divmod(gpus, per_node)
+        raise PrismError(f"gpus={gpus}: not a whole number of nodes of {per_node} GPUs (hardware.node.gpus_per_node "
+                         f"of {hw.name}): {nodes} node{'s' * (nodes > 1)} and {rest} GPU{'s' * (rest > 1)} of another; "
+                         f"choose a multiple of {per_node}, or at most {per_node} GPUs", field="gpus")
+
+
 def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus: int | None = None,
               seq: int | None = None, framework: str | None = None) -> Workload:
     """The operator calls of one training step of ``model`` laid out as ``par`` on ``hw``;
     ``framework`` (a family of ``predict``'s ``framework``) picks the host calls' table."""
     seq = seq or model.seq_length
     par = with_default_batch(par)
-    if par.attention == "auto":
-        par = replace(par, attention=attention_kernel(par.attention, framework, hw))
+    kernel = attention_kernel(par.attention, framework, hw)
+    if kernel != par.attention:
+        par = replace(par, attention=kernel)
     recompute = framework_recompute(par.recompute, _family(framework))[0]
     if recompute != par.recompute:  # a copy only where the framework reads it otherwise: a search decomposes thousands
         par = replace(par, recompute=recompute)
     gpus = gpus or par.world_size
     validate_layout(model, par, gpus, seq)
+    check_whole_nodes(gpus, hw)
     per_node = hw.node.gpus_per_node
-    if gpus > per_node and gpus % per_node:  # a job of several nodes holds whole ones
-        nodes, rest = divmod(gpus, per_node)
-        raise PrismError(f"gpus={gpus}: not a whole number of nodes of {per_node} GPUs (hardware.node.gpus_per_node "
-                         f"of {hw.name}): {nodes} node{'s' * (nodes > 1)} and {rest} GPU{'s' * (rest > 1)} of another; "
-                         f"choose a multiple of {per_node}, or at most {per_node} GPUs", field="gpus")
     mesh = Mesh.of(par, per_node, hw.node.nvlink_domain)
     tp_topo, cp_topo, dp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "dp", "pp"))
     dp_group = mesh.grad_group
