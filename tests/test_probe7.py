@@ -2,15 +2,22 @@
 user's probe of predict, compare, search and calibrate found missing."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
+from predictor.analyses.batch import predict_batch
 from predictor.analyses.compare import compare
 from predictor.analyses.predict import predict, steps_to_train
 from predictor.analyses.variability import ops_above_noise
 from predictor.app.cli import main, split_hardware
 from predictor.app.render import _percent
+from predictor.core.errors import PrismError
 from predictor.core.profiles import REPO_ROOT, load_hardware, load_model
 from predictor.core.specs import ParallelConfig
+from predictor.latency.artifacts import models_dir
 from predictor.workload.memory import layer_activation_bytes, memory_per_gpu
 
 
@@ -139,3 +146,42 @@ def test_op_shares_of_the_variance_are_shown_above_the_draws_noise_only():
     ops[0]["variance_drop"] = 0.6
     shown, _ = ops_above_noise(ops, 10)
     assert [o["name"] for o in shown] == ["gemm/fwd"]
+
+
+def _set_copy(tmp_path, hw: str = "local-cpu") -> Path:
+    root = tmp_path / "models"
+    shutil.copytree(models_dir() / hw, root / hw)
+    return root
+
+
+def test_train_refuses_to_replace_a_set_that_holds_files_no_set_writes(tmp_path, capsys):
+    """A sample run written into a set's folder was deleted by the next train there."""
+    root = _set_copy(tmp_path)
+    run = root / "local-cpu" / "local-cpu-20261128T080019-001c6f.parquet"
+    shutil.copy(REPO_ROOT / "measurements" / "local-cpu-suite-GG.parquet", run)
+    assert main(["train", "samples=samples/local-cpu", "hardware=local-cpu", f"models_dir={root}"]) == 2
+    assert f"{run.name}, which no set writes" in _error(capsys, "train") and run.is_file()
+
+
+def test_a_set_s_own_folder_is_refused_as_models_dir_and_as_a_sample_store(tmp_path, capsys):
+    root = _set_copy(tmp_path)
+    set_folder = root / "local-cpu"
+    for verb in (["train", "samples=samples/local-cpu"], ["predict", "model=tiny"]):
+        assert main([*verb, "hardware=local-cpu", f"models_dir={set_folder}"]) == 2
+        assert f"give models_dir={root}" in _error(capsys, verb[0])
+    assert not (set_folder / "local-cpu").exists()
+    assert main(["sample", "hardware=local-cpu", "sampling.budget_s=5", f"output_dir={set_folder}"]) == 2
+    assert "a saved model set's folder" in _error(capsys, "sample")
+
+
+def test_predict_batch_does_not_resume_rows_of_models_retrained_in_the_same_folder(tmp_path):
+    rows = pd.read_csv(REPO_ROOT / "data" / "e2e" / "e2e_training_visible.csv")
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    rows[rows.gpu.str.startswith("A100")].head(2).to_csv(src, index=False)
+    root = _set_copy(tmp_path, "a100-sxm4-80gb")
+    assert predict_batch(src, out, draws=20, models_root=root).predicted == 2
+    assert predict_batch(src, out, draws=20, models_root=root).resumed == 2
+    manifest = root / "a100-sxm4-80gb" / "manifest.json"  # retrained: another manifest in the same place
+    manifest.write_text(manifest.read_text().replace('"created": "', '"created": "2', 1))
+    with pytest.raises(PrismError, match="models' fingerprint"):
+        predict_batch(src, out, draws=20, models_root=root)

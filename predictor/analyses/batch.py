@@ -46,7 +46,7 @@ from tqdm import tqdm
 from predictor.analyses.doubt import doubt_of, family, shipped_model
 from predictor.analyses.rows import RowLookups
 from predictor.core.errors import PrismError
-from predictor.core.files import held_lock, write_atomically
+from predictor.core.files import MANIFEST, held_lock, write_atomically
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, row_hardware, spec_column
@@ -228,8 +228,18 @@ def _key(index: int, cells: list[str], settings: dict) -> str:
 #: The settings a run has where they are not given, by their names in a key; a key holds the
 #: settings only hashed, so an earlier run's are found among this run's with some of these.
 DEFAULT_SETTINGS = {"draws": DRAWS, "seed": 0, "models": ""}
-#: How the command line names each setting.
-SETTING_NAMES = {"draws": "draws", "seed": "seed", "models": "models_dir"}
+#: How the command line names each setting ("trained": which models were there, retrained or not).
+SETTING_NAMES = {"draws": "draws", "seed": "seed", "models": "models_dir", "trained": "models' fingerprint"}
+
+
+def models_fingerprint(models_root) -> str:
+    """What identifies the models a run reads: a hash of every set's manifest under
+    ``models_root`` (the shipped ``models/`` where unset), so that rows predicted before a
+    set was retrained in the same folder are not resumed as this run's."""
+    digest = hashlib.sha256()
+    for manifest in sorted(models_dir(models_root).glob(f"*/{MANIFEST}")):
+        digest.update(manifest.parent.name.encode() + manifest.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _setting(name: str, value) -> str:
@@ -244,6 +254,8 @@ def _earlier_settings(key: str, cells: list[str], settings: dict) -> dict | None
     for size in range(1, len(changed) + 1):
         for names in itertools.combinations(changed, size):
             earlier = {**settings, **{name: DEFAULT_SETTINGS[name] for name in names}}
+            if "models" in names:  # the models of that folder, as they are now
+                earlier["trained"] = models_fingerprint(earlier["models"])
             if _key(index, cells, earlier) == key:
                 return earlier
     return None
@@ -255,10 +267,11 @@ def _other_settings(out: Path, rows: list[list[str]], cells: list[list[str]], se
     earlier = _earlier_settings(key, cells[int(key.partition(":")[0])], settings)
     if earlier is None:
         how = ("other settings than this run's " + ", ".join(_setting(n, v) for n, v in settings.items())
-               + " (a row's pred_key holds them, hashed)")
+               + " (a row's pred_key holds them, hashed; retraining a set of models changes their fingerprint)")
     else:
+        moved = earlier["models"] != settings["models"]  # another folder: its own fingerprint goes without saying
         how = "; ".join(f"{_setting(n, earlier[n])}, where this run has {_setting(n, v)}"
-                        for n, v in settings.items() if earlier[n] != v)
+                        for n, v in settings.items() if earlier[n] != v and not (n == "trained" and moved))
     return PrismError(f"out={out}: holds {len(rows)} row(s) of this table predicted with {how}, which this run would "
                       f"replace; write to another out=, or delete {out} to predict them again with these settings",
                       field="out")
@@ -352,7 +365,7 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
     _check_models(table, models_root)
     keep = [i for i, name in enumerate(table.header) if name.strip().lower() not in OUTPUT_COLUMNS]
     header = [table.header[i] for i in keep] + list(OUTPUT_COLUMNS)
-    settings = {"draws": draws, "seed": seed, "models": models_root or ""}
+    settings = {"draws": draws, "seed": seed, "models": models_root or "", "trained": models_fingerprint(models_root)}
     cells = [[row[i] for i in keep] for row in table.rows]
     keys = [_key(i, c, settings) for i, c in enumerate(cells)]
     lock = out.with_name(f".{out.name}.lock")

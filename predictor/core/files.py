@@ -18,6 +18,10 @@ from pathlib import Path
 
 from predictor.core.errors import PrismError
 
+#: The file that makes a folder a saved set of models (:mod:`predictor.latency.artifacts`):
+#: saving a set replaces its whole folder, so nothing else may be written there.
+MANIFEST = "manifest.json"
+
 
 def write_atomically(path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` to write a temporary sibling of ``path``, then rename it over

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
-from predictor.core.files import checked_path, held_lock, writable, write_atomically
+from predictor.core.files import MANIFEST, checked_path, held_lock, writable, write_atomically
 from predictor.core.ops import DTYPE_BYTES, OPS, SHAPE_COLUMNS, unknown_op_message
 
 METADATA_KEY = b"prism"
@@ -182,6 +182,9 @@ def store_folder(out, key: str = "out") -> Path:
     if path.suffix.lower() == ".parquet":
         raise PrismError(f"{key}={out}: names a run file, but {key} is the store, the folder the run's file is "
                          f"written into; give the folder, e.g. {key}={path.parent}", field=key)
+    if (path / MANIFEST).is_file():  # the next prism train into it would replace the folder, runs and all
+        raise PrismError(f"{key}={out}: a saved model set's folder ({MANIFEST}), which prism train replaces whole; "
+                         f"write samples into a store of their own, e.g. {key}=samples", field=key)
     return path
 
 

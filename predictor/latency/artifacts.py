@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from predictor.core.errors import PrismError
-from predictor.core.files import writable, write_atomically
+from predictor.core.files import MANIFEST, writable, write_atomically
 from predictor.core.ops import COLLECTIVE_OPS, DTYPE_BYTES, HOST_OPS, OPS, dtype_bytes
 from predictor.core.profiles import REPO_ROOT, as_hardware, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
@@ -47,7 +47,6 @@ from predictor.latency.variability_profile import MeasuredVariability, read_vari
 if TYPE_CHECKING:  # pandas, scikit-learn and joblib are imported where used: prism predict needs none
     import pandas as pd
 
-MANIFEST = "manifest.json"
 #: 2: boosters gzip-compressed (:data:`BOOSTER_FORMAT`); 1 (uncompressed ``.ubj``) is refused.
 FORMAT_VERSION = 2
 BOOSTER_FORMAT = "ubj.gz"
@@ -75,6 +74,9 @@ def models_dir(configured=None) -> Path:
         listing = "; ".join(f"{folder} ({', '.join(held)})" for folder, held in _model_folders(path.parent))
         raise PrismError(f"models_dir={configured}: no such folder. Folders of trained models: {listing}. "
                          f"Name one of them, or leave models_dir out to use the shipped models", field="models_dir")
+    if (path / MANIFEST).is_file():  # models_dir/<hardware> is the set: one level too deep
+        raise PrismError(f"models_dir={configured}: the folder of one hardware's set ({MANIFEST}); models_dir holds "
+                         f"one such folder per hardware: give models_dir={path.parent}", field="models_dir")
     return path
 
 
@@ -589,12 +591,28 @@ def check_replaceable(directory: Path) -> None:
     if directory.exists() and not directory.is_dir():
         raise PrismError(f"{directory}: a file, where the set's folder goes; move it, or save elsewhere "
                          f"(models_dir=)", field=str(directory))
+    if (directory.parent / MANIFEST).is_file():  # models_dir named a set: the next save there would take this one
+        raise PrismError(f"models_dir={directory.parent}: the folder of one hardware's set ({MANIFEST}); models_dir "
+                         f"holds one such folder per hardware: give models_dir={directory.parent.parent}",
+                         field="models_dir")
     if directory.is_dir() and not (directory / MANIFEST).is_file() and any(directory.iterdir()):
         raise PrismError(f"{directory}: holds files that are no saved model set (no {MANIFEST}), and saving one "
                          f"replaces the whole folder, so they would be lost; move them, or save elsewhere "
                          f"(models_dir=)", field=str(directory))
+    foreign = sorted(p.name for p in directory.iterdir() if not _set_file(p)) if directory.is_dir() else []
+    if foreign:  # a sample run or a set saved one folder too deep: the swap would take them with it
+        shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+        raise PrismError(f"{directory}: a saved model set that also holds {shown}, which no set writes; saving "
+                         f"replaces the whole folder, so they would be lost; move them out first", field=str(directory))
     if directory.is_dir():  # the save renames it aside: one it cannot write in (immutable) it cannot rename
         writable("models_dir", directory, folder=True)
+
+
+def _set_file(path: Path) -> bool:
+    """Whether ``path`` is a file a saved set writes: its manifest or a booster
+    (``<op>__<pass>.ubj.gz``, ``.quantiles.ubj.gz``, the variability's), or a hidden one the
+    tools leave (a lock or a temporary file)."""
+    return path.name.startswith(".") or (path.is_file() and (path.name == MANIFEST or path.name.endswith(".ubj.gz")))
 
 
 def replaced_set(directory: Path, models: int) -> str | None:
