@@ -357,8 +357,8 @@ def test_a_trace_with_non_finite_times_is_refused(tmp_path, key):
     timed[1][key] = float("inf")
     path = tmp_path / "corrupt.json"
     path.write_text(json.dumps(doc))  # json writes NaN and Infinity, and reads them back
-    with pytest.raises(PrismError, match=f"corrupt.json: non-finite times .*: {key} in {len(timed[::5]) + 1:,} events"
-                       ) as err:
+    with pytest.raises(PrismError, match=f"corrupt.json: non-finite or impossible times .*: {key} in "
+                                         f"{len(timed[::5]) + 1:,} events") as err:
         import_trace([path], tmp_path / "out")
     assert err.value.field == str(path) and not (tmp_path / "out").exists()
 

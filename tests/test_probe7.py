@@ -2,6 +2,7 @@
 user's probe of predict, compare, search and calibrate found missing."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from predictor.app.render import _percent
 from predictor.core.errors import PrismError
 from predictor.core.profiles import REPO_ROOT, load_hardware, load_model
 from predictor.core.specs import ParallelConfig
+from predictor.data.importers.trace import import_trace
 from predictor.latency.artifacts import models_dir
 from predictor.workload.memory import layer_activation_bytes, memory_per_gpu
 
@@ -185,3 +187,51 @@ def test_predict_batch_does_not_resume_rows_of_models_retrained_in_the_same_fold
     manifest.write_text(manifest.read_text().replace('"created": "', '"created": "2', 1))
     with pytest.raises(PrismError, match="models' fingerprint"):
         predict_batch(src, out, draws=20, models_root=root)
+
+
+# -- traces with bytes and times no profiler writes ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def linear_trace(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    layer, x = torch.nn.Linear(16, 8), torch.randn(4, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        layer(x).sum().backward()
+    path = tmp_path_factory.mktemp("traces") / "rank0.json"
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_a_byte_order_mark_and_a_plain_file_named_gz_are_read(linear_trace, tmp_path):
+    """The mark read as 'not a JSON object (near byte 0)'; plain JSON named .json.gz as BadGzipFile."""
+    want = import_trace([linear_trace], tmp_path / "plain", hardware="local-cpu").rows_per_op
+    marked, named = tmp_path / "bom.json", tmp_path / "plain.json.gz"
+    marked.write_bytes(b"\xef\xbb\xbf" + linear_trace.read_bytes())
+    named.write_bytes(linear_trace.read_bytes())
+    assert import_trace([marked], tmp_path / "a", hardware="local-cpu").rows_per_op == want
+    assert import_trace([named], tmp_path / "b", hardware="local-cpu").rows_per_op == want
+
+
+def _edited(trace: Path, out: Path, edit) -> Path:
+    doc = json.loads(trace.read_text())
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e.get("name") == "aten::linear":
+            edit(e)
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_negative_or_impossible_durations_are_refused(linear_trace, tmp_path):
+    """A negative dur fed the framework-time rows 3-5x too much; a dur of 1e20 us was stored
+    and the calls 'covered 46638814640639896%' of the step."""
+    negative = _edited(linear_trace, tmp_path / "neg.json", lambda e: e.update(dur=-5))
+    with pytest.raises(PrismError, match=r"dur < 0 in 1 events, first at event \d+ \('aten::linear'\)"):
+        import_trace([negative], tmp_path / "a", hardware="local-cpu")
+    huge = _edited(linear_trace, tmp_path / "huge.json", lambda e: e.update(dur=1e20))
+    with pytest.raises(PrismError, match="dur over an hour in 1 events"):
+        import_trace([huge], tmp_path / "c", hardware="local-cpu")
+    missing = _edited(linear_trace, tmp_path / "nots.json", lambda e: e.pop("ts"))
+    with pytest.raises(PrismError, match="'aten::linear'\\) is malformed: it lacks its 'ts' field"):
+        import_trace([missing], tmp_path / "b", hardware="local-cpu")
+    assert not list(tmp_path.glob("*/*.parquet"))

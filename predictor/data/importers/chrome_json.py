@@ -55,11 +55,11 @@ class TraceStream:
             raise PrismError(f"{self.path}: an empty file; export the trace again (prof.export_chrome_trace)",
                              field=str(self.path))
         with open(self.path, "rb") as head:
-            packed = head.read(2) == _GZIP_MAGIC  # gzipped traces are often saved under a .json name
-        opener = gzip.open if packed or self.path.suffix == ".gz" else open
+            packed = head.read(2) == _GZIP_MAGIC  # the bytes say, not the name: .json gzipped, .gz plain
+        opener = gzip.open if packed else open
         try:
-            with opener(self.path, "rb") as raw:
-                self._raw, self._decode = raw, codecs.getincrementaldecoder("utf-8")("strict")
+            with opener(self.path, "rb") as raw:  # utf-8-sig: an editor's byte-order mark is read past
+                self._raw, self._decode = raw, codecs.getincrementaldecoder("utf-8-sig")("strict")
                 self._buf, self._pos, self._eof = "", 0, False
                 yield from self._document()
         except (gzip.BadGzipFile, EOFError, UnicodeDecodeError) as exc:  # a damaged or truncated file

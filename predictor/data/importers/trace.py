@@ -111,6 +111,9 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: slowed at once, would enter the samples as each call's own spread, which the composer sums
 #: as independent and centred on the mean. It is left out and named in the report.
 DISTURBED_STEP = 2.0
+#: No recorded event lasts longer (us): a trace covers a few steps, and one op of an hour is
+#: a corrupt duration, not a slow call.
+MAX_EVENT_US = 3.6e9
 #: The least time a CPU call is kept at once the profiler's cost is taken off: about what
 #: PyTorch's cheapest eager call takes on a CPU (samples/local-cpu dispatch fwd: 2.7 us per
 #: call, module calls 5.8-6.5 us: conf/hardware/a100-sxm4-80gb.yaml, host.dispatch_us).
@@ -323,7 +326,7 @@ class TraceReport:
         for reason, n in self.skipped.items():
             lines.append(f"skipped        {n} {reason}")
         if self.floored:
-            lines.append(f"at {FLOOR_US:g} us       " + ", ".join(f"{n} {what}" for what, n in self.floored.items())
+            lines.append(f"{f'at {FLOOR_US:g} us':<15}" + ", ".join(f"{n} {what}" for what, n in self.floored.items())
                          + " calls: shorter than the profiler's mean cost of the events inside them (kept)")
         return "\n".join(lines)
 
@@ -418,6 +421,8 @@ class _TraceReader:
                 # json reads NaN and Infinity; no profiler writes them, and a NaN time fails every
                 # comparison, so the calls around it vanish from the rows without a word
                 bad = [k for k in ("ts", "dur") if not math.isfinite(float(e.get(k, 0.0)))]
+                dur = float(e.get("dur", 0.0))
+                bad += ["dur < 0"] * (dur < 0) + ["dur over an hour"] * (MAX_EVENT_US < dur < math.inf)  # nor these
                 if bad:
                     non_finite.update(bad)
                     first_bad = first_bad or (self.events, e.get("name"))
@@ -428,13 +433,16 @@ class _TraceReader:
                     saw_op = True
                     self._cpu_event(e)
             except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-                raise PrismError(f"{self.path}: event {self.events} ({e.get('name')!r}) is malformed ({exc!r}); "
-                                 f"export the trace again with torch.profiler (export_chrome_trace)",
-                                 field=str(self.path)) from None
+                what = (f"is malformed: it lacks its {exc.args[0]!r} field" if isinstance(exc, KeyError) else
+                        f"is malformed: a field of the wrong type or form ({exc})")
+                raise PrismError(f"{self.path}: event {self.events} ({e.get('name')!r}) {what}; a profiler event "
+                                 f"has a name, numeric ts and dur (us) and args; export the trace again with "
+                                 f"torch.profiler (export_chrome_trace)", field=str(self.path)) from None
         if non_finite:
             counts = " and ".join(f"{k} in {n:,} events" for k, n in sorted(non_finite.items()))
-            raise PrismError(f"{self.path}: non-finite times (NaN or Infinity): {counts}, first at event "
-                             f"{first_bad[0]} ({first_bad[1]!r}); the trace is corrupt, export it again with "
+            raise PrismError(f"{self.path}: non-finite or impossible times (NaN, Infinity, dur < 0 or over an hour): "
+                             f"{counts}, first "
+                             f"at event {first_bad[0]} ({first_bad[1]!r}); the trace is corrupt, export it again with "
                              f"torch.profiler (export_chrome_trace)", field=str(self.path))
         if not saw_op:
             raise PrismError(f"{self.path}: a Chrome trace without PyTorch operator events (cpu_op); not a "
@@ -757,6 +765,10 @@ def import_trace(paths, out, hardware: str | None = None, profiler_cost_us: floa
     instances = np.array([s["compute_instances"] for s in steps])
     profiler_us = cost * np.array([s["loose_events"] for s in steps], dtype=float)
     share = float(attributed.sum() / step_us.sum()) if len(steps) else None
+    if share is not None and share > 1.01:  # calls nest in their step: more time in them than in it is corruption
+        raise PrismError(f"{', '.join(map(str, paths))}: the recognised calls last {share:.3g} times the profiled "
+                         f"steps they lie in; their durations (dur) are corrupt: export the trace again with "
+                         f"torch.profiler (export_chrome_trace)", field=str(paths[0]))
     overhead = framework_us_per_call(step_us - profiler_us, attributed, instances) if kind == "cpu" else None
     run_id = f"trace-{store.new_run_id(hardware)}"  # two imports within a second get two runs
     rows = rows.assign(hardware=hardware, device_name=device_name, world_size=world, run_id=run_id,
