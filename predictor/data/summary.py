@@ -7,13 +7,15 @@ import pandas as pd
 from predictor.core.ops import OPS
 from predictor.data import store
 from predictor.latency.co_run import without_co_run
+from predictor.latency.collective_gap import is_gap_row
 
 
 def summarize(path) -> pd.DataFrame:
     """One row per (hardware, op, pass, dtype): shapes, rows, repeats per shape, latency range,
-    and the rows whose latency is not a positive number (``prism train`` refuses them): the
-    rows ``prism train`` fits, so not the co-run phase's (each task's twins timed alone and
-    beside a neighbour, which give only its slowdown).
+    and the rows whose latency is not a positive number (``prism train`` refuses them; the
+    range is of the others): the rows ``prism train`` fits, so not the co-run phase's (each
+    task's twins timed alone and beside a neighbour, which give only its slowdown) nor the
+    collective gap curve's.
 
     Examples
     --------
@@ -22,11 +24,14 @@ def summarize(path) -> pd.DataFrame:
     0   local-cpu      gemm  bwd  float32      24   240           10       12.3     20451.0
     """
     df = without_co_run(store.read_samples(path))
+    df = df[~is_gap_row(df)]  # the collective gap curve's: timed after a shorter gap, they train no model
     out = []
     for (hw, op, pass_, dtype), g in df.groupby(["hardware", "op", "pass", "dtype"], sort=True):
-        per_shape = g.groupby(list(OPS[op].shape), dropna=False)["latency_us"]
-        medians = per_shape.median()
         unusable = ~(g["latency_us"] > 0) | ~np.isfinite(g["latency_us"])  # NaN fails the first test
+        per_shape = g.groupby(list(OPS[op].shape), dropna=False)["latency_us"]
+        medians = g[~unusable].groupby(list(OPS[op].shape), dropna=False)["latency_us"].median()
+        if medians.empty:  # every row unusable: no range to show
+            medians = pd.Series([np.nan])
         out.append({"hardware": hw, "op": op, "pass": pass_, "dtype": dtype,
                     "shapes": len(medians), "rows": len(g), "min_repeats": int(per_shape.size().min()),
                     "p50_us_min": round(float(medians.min()), 1),
