@@ -221,7 +221,7 @@ def test_bad_rows_are_skipped_with_reasons_and_odd_files_listed(tmp_path):
     df = store.read_samples(report.run_file)
     assert report.rows_per_function == {"linear1": 4, "allreduce": 2}
     reasons = " | ".join(f"{s['file']}: {s['rows']} {s['reason']}" for s in report.skipped_rows)
-    assert "B_dur(us): missing, zero or negative" in reasons                # the 0 backward
+    assert "B_dur(us): missing, zero, negative or over an hour" in reasons                # the 0 backward
     assert "dim not divisible by mp" in reasons                             # mp 3
     assert "column mp: missing, non-numeric" in reasons                     # 'x'
     assert "differ from the file name" in reasons                           # nodes 2 in a _1_2 file

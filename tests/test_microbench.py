@@ -193,8 +193,10 @@ def test_every_row_left_out_is_counted_by_reason(tmp_path):
 
     clean = import_microbench(MICROBENCH, "b200", tmp_path / "clean")
     damaged = import_microbench(_copy(tmp_path, damage), "b200", tmp_path / "damaged")
-    assert clean.left_out == {}
-    assert sum(damaged.rows.values()) + sum(damaged.left_out.values()) == sum(clean.rows.values())
+    # the shipped table's GEMMs of a dtype outside the vocabulary (mixed e4m3 x e5m2 fp8), counted
+    assert list(clean.left_out) == [next(k for k in clean.left_out if k.startswith("gemm dtype outside"))]
+    assert sum(damaged.rows.values()) + sum(damaged.left_out.values()) - sum(clean.left_out.values()) == \
+        sum(clean.rows.values())
     assert damaged.left_out["shape not positive (a size missing, 0 or below)"] == 20
     assert damaged.left_out["latency missing or not a positive number"] == 20
     assert damaged.left_out["gemm backward: its forward or a gradient GEMM (m, k, n / k, n, m) left out"] > 40
@@ -209,4 +211,5 @@ def test_a_repeated_gemm_shape_is_counted_not_a_crash(tmp_path):
         return frame
 
     report = import_microbench(_copy(tmp_path, repeat), "b200", tmp_path / "out")
-    assert report.left_out == {"gemm shape repeated in the table (its first row kept)": 2}
+    assert {k: v for k, v in report.left_out.items() if not k.startswith("gemm dtype outside")} == {
+        "gemm shape repeated in the table (its first row kept)": 2}

@@ -16,9 +16,13 @@ from predictor.analyses.variability import ops_above_noise
 from predictor.app.cli import main, split_hardware
 from predictor.app.render import _percent
 from predictor.core.errors import PrismError
-from predictor.core.profiles import REPO_ROOT, load_hardware, load_model
+from predictor.core.profiles import DATA_DIR, REPO_ROOT, load_hardware, load_model
 from predictor.core.specs import ParallelConfig
+from predictor.data import store
+from predictor.data.importers.ett import import_ett
+from predictor.data.importers.microbench import import_microbench
 from predictor.data.importers.trace import import_trace
+from predictor.data.summary import summarize
 from predictor.latency.artifacts import models_dir
 from predictor.workload.memory import layer_activation_bytes, memory_per_gpu
 
@@ -235,3 +239,58 @@ def test_negative_or_impossible_durations_are_refused(linear_trace, tmp_path):
     with pytest.raises(PrismError, match="'aten::linear'\\) is malformed: it lacks its 'ts' field"):
         import_trace([missing], tmp_path / "b", hardware="local-cpu")
     assert not list(tmp_path.glob("*/*.parquet"))
+
+
+# -- importers that dropped files and rows without a word ----------------------------------------
+
+GEMM = "op_gemm_xla_perf_table.csv"
+A100 = "NVIDIAA100-SXM4-80GB"
+
+
+def test_microbench_counts_gemms_of_an_unknown_dtype_and_refuses_a_table_without_the_device(tmp_path):
+    folder = shutil.copytree(DATA_DIR / "microbench", tmp_path / "microbench")
+    table = pd.read_csv(folder / GEMM)
+    h100 = table.device_key == table.device_key[table.device_key.str.contains("90", na=False)].iloc[0]
+    base = import_microbench(folder, "h100-sxm", tmp_path / "a")
+    table.loc[h100, "dtype"] = "int4xint4->int4"
+    table.to_csv(folder / GEMM, index=False)
+    odd = import_microbench(folder, "h100-sxm", tmp_path / "b")
+    assert odd.rows.get("gemm/fwd", 0) == 0 and any("gemm dtype outside" in k for k in odd.left_out)
+    assert sum(odd.left_out.values()) > sum(base.left_out.values())
+    table[~h100].to_csv(folder / GEMM, index=False)
+    gone = import_microbench(folder, "h100-sxm", tmp_path / "c")
+    assert any(k.startswith("gemm: none, the table has no row of device_key=") for k in gone.left_out)
+
+
+def test_ett_names_a_sample_file_it_cannot_read_a_missing_folder_and_hour_long_times(tmp_path):
+    root = tmp_path / "Mini"
+    (root / "operator").mkdir(parents=True)
+    (root / "operator" / f"{A100}_linear1_fp16.csv").write_text(
+        "mp,b,l,dim,F_dur(us),B_dur(us)\n1,2,1024,2048,100.0,200.0\n1,4,1024,2048,1e15,400.0\n")
+    (root / "operator" / f"{A100}_linear2_fp16.csv").mkdir()  # a folder under a sample file's name
+    report = import_ett(root, tmp_path / "out")
+    skipped = {s["file"]: s["reason"] for s in report.skipped_files}
+    assert "not a readable file" in skipped[f"operator/{A100}_linear2_fp16.csv"]
+    assert skipped["nccl/"].startswith("missing")
+    assert any("over an hour" in s["reason"] and s["rows"] == 1 for s in report.skipped_rows)
+
+
+def test_prism_samples_counts_the_rows_train_fits(tmp_path, capsys):
+    """all_reduce showed 500 rows where train fits 300: the gap curve's rows were counted."""
+    rows = store.read_samples(REPO_ROOT / "samples" / "local-cpu")
+    gap = rows[rows.op == "all_reduce"].head(20).assign(origin="collective_gap:500")
+    folder = tmp_path / "s"
+    store.write_run(pd.concat([rows[rows.op == "all_reduce"], gap]), folder, "r", {"hardware": "local-cpu"})
+    assert summarize(folder).set_index("op").loc["all_reduce", "rows"] == (rows.op == "all_reduce").sum()
+
+
+def test_evaluate_names_the_ops_its_models_cannot_score(tmp_path, capsys):
+    root = tmp_path / "models"
+    shutil.copytree(models_dir() / "local-cpu", root / "local-cpu")
+    manifest = root / "local-cpu" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["models"] = {k: v for k, v in doc["models"].items() if k == "gemm/fwd"}
+    manifest.write_text(json.dumps(doc))
+    assert main(["evaluate", "samples=samples/local-cpu", "hardware=local-cpu", f"models_dir={root}"]) == 0
+    out = capsys.readouterr().out
+    assert "note: not scored, no model of them in" in out and "gemm/bwd (" in out

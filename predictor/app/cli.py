@@ -422,6 +422,13 @@ def _evaluate(args) -> int:
         raise PrismError(f"samples={cfg.samples}: no rows of an op with a model for {hw.name} (they hold: {held}); "
                          f"give the hardware the samples were taken on", field='samples')
     table = result.to_string(index=False, float_format=lambda v: f"{v:.4f}")
+    own = samples[samples["hardware"] == hw.name]
+    unscored = own.groupby(["op", "pass"]).size()
+    unscored = unscored[[not models.has(op, p) for op, p in unscored.index]]
+    if len(unscored):  # a set of fewer models than the store has ops: say what went unscored
+        shown = ", ".join(f"{op}/{p} ({n:,})" for (op, p), n in unscored.items())
+        table += (f"\nnote: not scored, no model of them in {models_dir(cfg.models_dir) / hw.name}: {shown} rows "
+                  f"({int(unscored.sum()):,} in all)")
     in_sample = trained_on(models, samples)
     if in_sample:
         table += ("\nnote: these are the samples the models were trained on (the manifest's hash): the scores are "

@@ -370,12 +370,17 @@ def _durations(df: pd.DataFrame, column: str) -> np.ndarray:
 
 
 def _skip_bad_durations(lat: np.ndarray, ok: np.ndarray, rel: str, column: str, skipped: list) -> np.ndarray:
-    good = np.isfinite(lat) & (lat > 0)
+    good = np.isfinite(lat) & (lat > 0) & (lat <= MAX_DURATION_US)
     bad = ok & ~good
     if bad.any():
         skipped.append({"file": rel, "column": column, "rows": int(bad.sum()),
-                        "reason": f"column {column}: missing, zero or negative duration"})
+                        "reason": f"column {column}: missing, zero, negative or over an hour (no operator's time)"})
     return ok & good
+
+
+#: No ETT sample of one operator or collective call takes longer (us): an hour is a corrupt
+#: duration, and relative screening (:func:`_screen`) cannot see a whole file of them.
+MAX_DURATION_US = 3.6e9
 
 
 # --------------------------------------------------------------------------------------
@@ -393,9 +398,8 @@ def _files(root: Path):
         if not folder.is_dir():
             continue
         for path in sorted(folder.iterdir()):
-            if path.name.startswith(".") or not path.is_file():
-                continue
-            yield kind, path, _SAMPLE_FILE.match(path.name), _SUMMARY_FILE.match(path.name)
+            if not path.name.startswith("."):  # not a regular file (a folder, a broken link): the caller says so
+                yield kind, path, _SAMPLE_FILE.match(path.name), _SUMMARY_FILE.match(path.name)
 
 
 def _operator_rows(path: Path, rel: str, function: str, spec: _Function, skipped: list) -> pd.DataFrame:
@@ -545,6 +549,9 @@ def import_ett(path, out_dir) -> ImportReport:
     nccl: dict[str, list] = {}
     for kind, file, sample, summary in _files(root):
         rel = str(file.relative_to(root))
+        if not file.is_file():  # a sample file's name on a folder or a broken link: its rows are missing
+            skipped_files.append({"file": rel, "reason": "not a readable file (a folder, or a link to nothing)"})
+            continue
         if summary:
             continue  # <GPU>.csv, the authors' summary: read by ett_baseline
         if file.suffix != ".csv":
@@ -570,6 +577,9 @@ def import_ett(path, out_dir) -> ImportReport:
             skipped_files.append({"file": rel, "reason": reason})
             continue
         frames.append(rows.assign(dtype=dtype, function=function, gpu=sample["gpu"]))
+    skipped_files += [{"file": f"{kind}/", "reason": f"missing: no {what} samples from this cluster"}
+                      for kind, what in (("operator", "compute op"), ("nccl", "collective"))
+                      if not (root / kind).is_dir()]
     for (function, dtype, gpu), files in sorted(nccl.items()):
         rows = _nccl_rows(function, dtype, files, root, skipped_rows, overlap)
         frames.append(rows.assign(dtype=dtype, function=function, gpu=gpu))
@@ -660,7 +670,7 @@ def ett_baseline(path) -> pd.DataFrame:
     cluster = root.resolve().name
     frames = []
     for kind, file, _sample, summary in _files(root):
-        if not summary:
+        if not summary or not file.is_file():
             continue
         df = _read_csv(file)
         need = (["Function", "Propagation"] if kind == "operator" else ["Function", "Nodes", "GPUsPerNode"])

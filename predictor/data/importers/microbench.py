@@ -153,7 +153,12 @@ def _positive(values) -> np.ndarray:
 def gemm_rows(table: pd.DataFrame, key: str, hw: HardwareConfig, left_out: dict) -> pd.DataFrame:
     """Forward rows of one device from the XLA GEMM table, and the backward rows they imply;
     each row (forward or backward) left out is counted by reason in ``left_out``."""
-    t = table[(table.device_key == key) & table.dtype.isin(list(_XLA_DTYPE))]
+    device = table[table.device_key == key]
+    if device.empty and len(table):  # every GEMM of the hardware would go without a word
+        devices = ", ".join(map(str, table.device_key.dropna().unique()[:8]))
+        left_out[f"gemm: none, the table has no row of device_key={key} (only {devices})"] = 0
+    t = _leave_out(device, ~device.dtype.isin(list(_XLA_DTYPE)).to_numpy(),
+                   f"gemm dtype outside {', '.join(_XLA_DTYPE)} (the vocabulary's)", left_out)
     shapes = len(t)
     t = _leave_out_text(t, left_out).copy()  # after the count: its backward row goes too
     t["dtype"] = t.dtype.map(_XLA_DTYPE)
@@ -163,7 +168,9 @@ def gemm_rows(table: pd.DataFrame, key: str, hw: HardwareConfig, left_out: dict)
     repeated = t.duplicated(["b", "m", "n", "k", "dtype"]).to_numpy()
     shapes -= int(repeated.sum())  # a repeat's backward is its first row's
     t = _leave_out(t, repeated, "gemm shape repeated in the table (its first row kept)", left_out)
-    too_fast = (t.achieved_flops_per_s > np.array([hw.peak(d) for d in t.dtype])).to_numpy()
+    # from the time stored, not the table's FLOP/s column: the two could disagree
+    flops = 2.0 * t.b * t.m * t.n * t.k / (t.time_us_derived * 1e-6)
+    too_fast = (flops > np.array([hw.peak(d) for d in t.dtype])).to_numpy()
     t = _leave_out(t, too_fast, "gemm faster than the profile's peak (failed measurement)", left_out)
     fwd = t.rename(columns={"b": "batch"})[["batch", "m", "n", "k", "dtype", "time_us_derived"]]
     times = fwd.set_index(["batch", "m", "n", "k", "dtype"]).time_us_derived
