@@ -54,6 +54,7 @@ class MeasureReport:
     median_step_s: float  # over the timed steps, each the slowest rank's time
     p95_step_s: float
     wall_s: float  # the whole run: torchrun start, warm-up, timed steps, write
+    replaced: str | None = None  # the earlier measurement of this layout in the file, which these steps replaced
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,7 +67,7 @@ class MeasureReport:
             f"({self.steps} steps, slowest rank per step)",
             f"wall         {self.wall_s:.1f} s",
             f"written to   {self.path}",
-        ])
+        ] + ([f"replaced     {self.replaced}"] if self.replaced else []))
 
 
 def layout_id(model: ModelConfig, par: ParallelConfig) -> str:
@@ -239,7 +240,22 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
         layout_id=lid, hardware=hw.name, model_json=json.dumps(asdict(model)),
         parallel_json=json.dumps(asdict(par)), threads_per_rank=mc.threads_per_rank, backend=backend,
         measured_at=measured_at)
+    replaced = _replaced(out, lid)  # read before the write replaces it
     path = write_measurements(frame, out)
     steps = step_times(frame).step_time_s.to_numpy()
     return MeasureReport(str(path), lid, hw.name, backend, world, len(steps), float(np.median(steps)),
-                         float(np.quantile(steps, 0.95)), time.monotonic() - start)
+                         float(np.quantile(steps, 0.95)), time.monotonic() - start, replaced)
+
+
+def _replaced(out: Path, lid: str) -> str | None:
+    """What ``out`` held of layout ``lid``, which a new measurement replaces: its steps, when
+    and at how many threads per rank (the layout id leaves the count out)."""
+    if not out.exists():
+        return None
+    old = read_measurements(out)
+    old = old[old.layout_id == lid]
+    if old.empty:
+        return None
+    threads = ", ".join(map(str, sorted(old.threads_per_rank.dropna().astype(int).unique())))
+    return (f"{old.step.nunique()} steps of this layout measured {str(old.measured_at.iloc[0])[:16]} at {threads} "
+            f"thread(s) per rank (to keep both, measure into another out=)")

@@ -22,9 +22,11 @@ from predictor.data import store
 from predictor.data.importers.ett import import_ett
 from predictor.data.importers.microbench import import_microbench
 from predictor.data.importers.trace import import_trace
+from predictor.data.measurements import read_measurements, write_measurements
 from predictor.data.summary import summarize
-from predictor.latency.artifacts import models_dir
+from predictor.latency.artifacts import check_replaceable, models_dir
 from predictor.workload.memory import layer_activation_bytes, memory_per_gpu
+from sampling.measure import _replaced
 
 
 def _layer(model, recompute: str, modules: str = "", flash: bool = False) -> float:
@@ -294,3 +296,20 @@ def test_evaluate_names_the_ops_its_models_cannot_score(tmp_path, capsys):
     assert main(["evaluate", "samples=samples/local-cpu", "hardware=local-cpu", f"models_dir={root}"]) == 0
     out = capsys.readouterr().out
     assert "note: not scored, no model of them in" in out and "gemm/bwd (" in out
+
+
+def test_a_set_s_own_files_do_not_stop_its_replacement(tmp_path):
+    root = _set_copy(tmp_path)
+    (root / "local-cpu" / "variability.json").write_text("{}")  # train writes it with fit_variability=true
+    (root / "local-cpu" / ".manifest.json.1a2b3c4d.tmp").write_text("")  # a write cut short
+    check_replaceable(root / "local-cpu")
+
+
+def test_validate_notes_steps_measured_at_another_thread_count(tmp_path, capsys):
+    frame = read_measurements(REPO_ROOT / "measurements" / "local-cpu-suite-GG.parquet")
+    one = frame[frame.layout_id == frame.layout_id.iloc[0]]
+    path = write_measurements(one.assign(threads_per_rank=2), tmp_path / "thr2.parquet")
+    assert main(["validate", f"measured={path}", "hardware=local-cpu", f"out={tmp_path / 'v.png'}"]) == 0
+    assert "measured at 2 thread(s) per rank, the models sampled at 1" in capsys.readouterr().out
+    assert _replaced(path, one.layout_id.iloc[0]).startswith(f"{one.step.nunique()} steps of this layout measured")
+    assert _replaced(path, "another layout") is None and _replaced(tmp_path / "none.parquet", "x") is None

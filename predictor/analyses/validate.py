@@ -171,6 +171,9 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
         unfit = _does_not_fit(work, hardware)
         if unfit:
             s.notes.append(unfit)
+        threads = _other_threads(measured[measured.layout_id == layout_id], models)
+        if threads:
+            s.notes.append(threads)
         else:  # a job the machine cannot hold is predicted far from any steps, whatever their unit
             check_step_unit(layout_id, s.measured_p50_s, s.predicted_p50_s, hardware.name)
         if doubt_model is not None:  # the reference workload runs PyTorch's own parallelism: "other"
@@ -179,6 +182,18 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
         scores.append(s)
         meas[layout_id], pred[layout_id] = t, dist.draws
     return Validation(scores, meas, pred)
+
+
+def _other_threads(rows: pd.DataFrame, models: ModelSet | None) -> str | None:
+    """Where a layout was measured at another intra-op thread count than the models' samples
+    (the manifest's, where train recorded it): an op's time at one count is not its time at another."""
+    sampled = ((models.manifest.get("samples") or {}).get("threads") if models else None)
+    measured = sorted({int(n) for n in rows["threads_per_rank"].dropna()})
+    if sampled is None or not measured or measured == [sampled]:
+        return None
+    return (f"measured at {', '.join(map(str, measured))} thread(s) per rank, the models sampled at {sampled}: an "
+            f"op's time at one count does not stand for another's; sample and train at sampling.threads="
+            f"{measured[0]} to predict these steps")
 
 
 def _does_not_fit(work: Workload, hardware: HardwareConfig) -> str | None:

@@ -369,6 +369,7 @@ def _train(args) -> int:
     from predictor.app.config import shell_setting
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
+    from predictor.data.store import thread_counts
     from predictor.latency.artifacts import TRAINED_MODELS, check_replaceable, train
     from predictor.latency.variability_fit import fit_variability
     cfg = _load(args)
@@ -379,6 +380,8 @@ def _train(args) -> int:
     check_replaceable(root / hw.name)  # before the fit, not after it
     t0 = time.perf_counter()
     models = train(samples, hw, rc, n_jobs=2)
+    # the one thread count its runs were sampled at (refuse_mixed_threads), which prism validate compares
+    models.manifest["samples"]["threads"] = next(iter(thread_counts(cfg.samples, hw.name)), None)
     # what the samples show of the per-step factors (predictor.latency.variability_fit); None keeps the cited figures
     models.variability = fit_variability(samples, hw) if fit else None
     elapsed = time.perf_counter() - t0

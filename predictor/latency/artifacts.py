@@ -42,7 +42,12 @@ from predictor.latency.co_run import slowdowns, without_co_run
 from predictor.latency.collective_gap import STEP_GAP_S, gap_curve, is_curve, is_gap_row
 from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, valid_levels, xgb
-from predictor.latency.variability_profile import MeasuredVariability, read_variability, write_variability
+from predictor.latency.variability_profile import (
+    VARIABILITY_FILE,
+    MeasuredVariability,
+    read_variability,
+    write_variability,
+)
 
 if TYPE_CHECKING:  # pandas, scikit-learn and joblib are imported where used: prism predict needs none
     import pandas as pd
@@ -609,10 +614,11 @@ def check_replaceable(directory: Path) -> None:
 
 
 def _set_file(path: Path) -> bool:
-    """Whether ``path`` is a file a saved set writes: its manifest or a booster
-    (``<op>__<pass>.ubj.gz``, ``.quantiles.ubj.gz``, the variability's), or a hidden one the
-    tools leave (a lock or a temporary file)."""
-    return path.name.startswith(".") or (path.is_file() and (path.name == MANIFEST or path.name.endswith(".ubj.gz")))
+    """Whether ``path`` is a file a saved set writes: its manifest, a booster
+    (``<op>__<pass>.ubj.gz``, ``.quantiles.ubj.gz``) or the measured variability, or a hidden
+    one the tools leave (a lock or a temporary file)."""
+    return path.name.startswith(".") or (path.is_file() and (path.name in (MANIFEST, VARIABILITY_FILE)
+                                                             or path.name.endswith(".ubj.gz")))
 
 
 def replaced_set(directory: Path, models: int) -> str | None:
