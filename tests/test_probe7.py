@@ -26,7 +26,6 @@ from predictor.data.measurements import read_measurements, write_measurements
 from predictor.data.summary import summarize
 from predictor.latency.artifacts import check_replaceable, models_dir
 from predictor.workload.memory import layer_activation_bytes, memory_per_gpu
-from sampling.measure import _replaced
 
 
 def _layer(model, recompute: str, modules: str = "", flash: bool = False) -> float:
@@ -311,5 +310,6 @@ def test_validate_notes_steps_measured_at_another_thread_count(tmp_path, capsys)
     path = write_measurements(one.assign(threads_per_rank=2), tmp_path / "thr2.parquet")
     assert main(["validate", f"measured={path}", "hardware=local-cpu", f"out={tmp_path / 'v.png'}"]) == 0
     assert "measured at 2 thread(s) per rank, the models sampled at 1" in capsys.readouterr().out
+    _replaced = pytest.importorskip("sampling.measure")._replaced  # torch: the measuring extra
     assert _replaced(path, one.layout_id.iloc[0]).startswith(f"{one.step.nunique()} steps of this layout measured")
     assert _replaced(path, "another layout") is None and _replaced(tmp_path / "none.parquet", "x") is None
