@@ -313,3 +313,17 @@ def test_validate_notes_steps_measured_at_another_thread_count(tmp_path, capsys)
     _replaced = pytest.importorskip("sampling.measure")._replaced  # torch: the measuring extra
     assert _replaced(path, one.layout_id.iloc[0]).startswith(f"{one.step.nunique()} steps of this layout measured")
     assert _replaced(path, "another layout") is None and _replaced(tmp_path / "none.parquet", "x") is None
+
+
+def test_a_collective_across_hosts_takes_no_less_than_its_measured_part_on_one():
+    """tiny at gpus=4 on local-cpu (two hosts) priced its all-reduce by the rough network prior,
+    under the measured one-host time, and stepped faster than at gpus=2."""
+    from predictor.core.ops import Call
+    from predictor.latency.artifacts import trained_models
+    from predictor.latency.lookup import call_quantiles
+    hw = load_hardware("local-cpu")
+    models = trained_models(hw, None)
+    one = Call.of("all_reduce", "step", {"message_bytes": 1 << 20, "group_size": 2}, topology=(2, 1))
+    two = Call.of("all_reduce", "step", {"message_bytes": 1 << 20, "group_size": 4}, topology=(2, 2))
+    q, evidence = call_quantiles([one, two], models, hw, "float32")
+    assert (q[1] >= q[0]).all() and evidence[1].text.startswith("network prior")

@@ -128,6 +128,8 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         if rest.any():
             center = floor_us(op, pass_, _rows(frame, rest), hw) / _PRIOR_EFFICIENCY[source]
             out[idx[rest]] = _prior_quantiles(center, PRIOR_SIGMA[source], levels)
+        if collective and intra_only and own_network and models.has(op, pass_):
+            _floor_by_one_node(out, idx, rest, frame, models.models[(op, pass_)], models, levels)
         if margin.any():  # the kernel runs on the SMs the collective leaves (decompose.userbuffer_sms)
             out[idx] *= (hw.device.sms / (hw.device.sms - margin))[:, None]
         if beside.any() and models is not None:  # the host's caches and memory shared (latency.co_run)
@@ -136,6 +138,22 @@ def call_quantiles(calls: list[Call], models: ModelSet | None, hw: HardwareConfi
         for i, m in zip(idx, modelled):
             evidence[i] = evidence[i] or (model if m else prior)
     return out, evidence
+
+
+def _floor_by_one_node(out: np.ndarray, idx: np.ndarray, prior: np.ndarray, frame: dict, model, models,
+                       levels: np.ndarray) -> None:
+    """Floor the network prior of the collectives (``prior``) that span nodes by what the
+    models measured of the same message among one node's ranks: across nodes the collective
+    runs that part too (or moves its bytes over slower links), so it takes no less. Without
+    it a CPU job of two hosts priced its all-reduce by the rough prior, under the measured
+    one-host time, and came out faster than the one-host job."""
+    spans = prior & (frame["nodes"] > 1) & (frame["ranks_per_node"] > 1)
+    if not spans.any():
+        return
+    one_node = _rows(frame, spans)
+    one_node.update(group_size=one_node["ranks_per_node"], nodes=np.ones(int(spans.sum()), int))
+    q = model.predict(one_node, models.hw)[:, [models.quantiles.index(a) for a in levels]]
+    out[idx[spans]] = np.maximum(out[idx[spans]], q)
 
 
 def _rows(frame: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
