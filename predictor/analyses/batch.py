@@ -11,7 +11,8 @@ otherwise); ``pred_fits``, whether that memory fits the GPU (a job that does not
 predicted, as ``prism predict`` does, and flagged); ``pred_hardware``, the profile the row ran
 on; ``pred_assumed``, what was assumed for its blank and free-text cells; and
 ``pred_key``, the row's index in the input and a hash of its cells and of the settings
-(draws, seed, models), by which a rerun recognises the rows already written.
+(draws, seed, models_dir and the fingerprint of the models in it), by which a rerun
+recognises the rows already written.
 
 A row's prediction depends on that row alone, drawn with ``seed``: the same row predicts
 the same in any table. Rows that share a model, layout and hardware share their work:
@@ -24,7 +25,7 @@ so Ctrl-C keeps every finished chunk; running the same command again skips the r
 ``out`` already holds (a torn last line or rows of an edited input are dropped and
 predicted again) and leaves ``out`` in input order; an ``out`` holding none of the table's
 rows is another table's, and one holding its rows predicted with other settings (draws, seed,
-models_dir) another run's: each is refused rather than replaced. So is, before anything is
+models_dir, models retrained in it) another run's: each is refused rather than replaced. So is, before anything is
 written, a ``models_dir`` holding models of none of the table's hardware.
 """
 from __future__ import annotations
