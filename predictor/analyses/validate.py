@@ -171,11 +171,11 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
         unfit = _does_not_fit(work, hardware)
         if unfit:
             s.notes.append(unfit)
+        else:  # a job the machine cannot hold is predicted far from any steps, whatever their unit
+            check_step_unit(layout_id, s.measured_p50_s, s.predicted_p50_s, hardware.name)
         threads = _other_threads(measured[measured.layout_id == layout_id], models)
         if threads:
             s.notes.append(threads)
-        else:  # a job the machine cannot hold is predicted far from any steps, whatever their unit
-            check_step_unit(layout_id, s.measured_p50_s, s.predicted_p50_s, hardware.name)
         if doubt_model is not None:  # the reference workload runs PyTorch's own parallelism: "other"
             lo, hi = predictive_report(doubt_of(work, dist, tier, "other", doubt_model))["interval_s"]["80%"]
             s.predictive_80_s, s.median_in_80 = (lo, hi), bool(lo <= s.measured_p50_s <= hi)
