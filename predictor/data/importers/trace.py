@@ -900,7 +900,7 @@ def _rows(reader: _TraceReader, kind: str, ranks_per_host: int, cost_us: float, 
             if not us > 0:
                 skipped[f"{inst.op} {pass_} calls without time"] += 1
                 continue
-            if kind == "cpu" and cost_us * inst.nested[pass_] > us - FLOOR_US:
+            if kind == "cpu" and inst.nested[pass_] and cost_us * inst.nested[pass_] > us - FLOOR_US:
                 floored[f"{inst.op} {pass_}"] += 1
                 us = min(us, FLOOR_US)
             elif kind == "cpu":
