@@ -327,3 +327,14 @@ def test_a_collective_across_hosts_takes_no_less_than_its_measured_part_on_one()
     two = Call.of("all_reduce", "step", {"message_bytes": 1 << 20, "group_size": 4}, topology=(2, 2))
     q, evidence = call_quantiles([one, two], models, hw, "float32")
     assert (q[1] >= q[0]).all() and evidence[1].text.startswith("network prior")
+
+
+def test_search_columns_grow_with_their_widest_cell():
+    """At 16,777,216 GPUs the rank and dp columns ran together and tokens/s outgrew its header."""
+    from predictor.app.render import _layout_table
+    row = {"rank": 1, "dp": 8388608, "tp": 1, "pp": 1, "cp": 2, "vpp": 1, "mbs": 1, "recompute": "none",
+           "sharding": "distributed_optimizer", "p50_s": 3.601, "p95_s": 3.653, "risk": 1.014, "memory_gib": 65.9,
+           "tokens_per_s": 152658622031.0, "mfu": 0.473, "median_step_80_s": (3.601, 6.613), "composed": True}
+    head, line = _layout_table([row], "p50", False)
+    assert head.split()[:2] == ["rank", "dp"] and line.split()[:2] == ["1", "8388608"]
+    assert head.index("tokens/s") + len("tokens/s") == line.index("152,658,622,031") + len("152,658,622,031")

@@ -245,23 +245,25 @@ def _right_aligned(rows: list[list[str]], least: list[int]) -> list[str]:
 
 
 def _layout_table(rows: list[dict], rank_by: str, ep: bool) -> list[str]:
-    """Search layouts as fixed-width lines, a header first; screened figures are marked;
-    ``ep``: with an ep column (a MoE model's layouts differ by ep alone: rows would repeat)."""
+    """Search layouts as lines of columns, a header first, each column as wide as its widest
+    cell (a dp of 8,388,608 ran into tp); screened figures are marked; ``ep``: with an ep
+    column (a MoE model's layouts differ by ep alone: rows would repeat)."""
     stat = [] if rank_by in ("p50", "p95") else [f"{rank_by}_s"]
-    head = (f"{'rank':>5} {'dp':>5} {'tp':>3} {'pp':>3} {'cp':>3} " + (f"{'ep':>3} " if ep else "")
-            + f"{'vpp':>3} {'mbs':>3} {'recompute':<9} "
-            f"{'sharding':<21} " + "".join(f"{c:>9}" for c in ["p50_s", "p95_s", *stat, "risk"])
-            + f" {'mem_GiB':>8} {'tokens/s':>10} {'MFU':>6}  {'median 80% (s)':>15}")
-    lines = [head]
+    times = ["p50_s", "p95_s", *stat, "risk"]
+    head = ["rank", "dp", "tp", "pp", "cp", *(["ep"] if ep else []), "vpp", "mbs", "recompute", "sharding", *times,
+            "mem_GiB", "tokens/s", "MFU", "median 80% (s)"]
+    left = {"recompute", "sharding"}  # text columns; the rest are numbers, right-aligned
+    table = [head]
     for r in rows:
-        lines.append(f"{r['rank']:>5} {r['dp']:>5} {r['tp']:>3} {r['pp']:>3} {r['cp']:>3} "
-                     + (f"{r['ep']:>3} " if ep else "") + f"{r['vpp']:>3} {r['mbs']:>3} "
-                     f"{r['recompute']:<9} {r['sharding']:<21} "
-                     + "".join(f"{r[c]:>9.3f}" for c in ["p50_s", "p95_s", *stat, "risk"])
-                     + f" {r['memory_gib']:>8.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%}  "
-                     + (f"{r['median_step_80_s'][0]:>7.3f}-{r['median_step_80_s'][1]:<7.3f}" if r["composed"]
-                        else f"{'(screen)':>15}"))
-    return lines
+        table.append([str(r["rank"]), str(r["dp"]), str(r["tp"]), str(r["pp"]), str(r["cp"]),
+                      *([str(r["ep"])] if ep else []), str(r["vpp"]), str(r["mbs"]), r["recompute"], r["sharding"],
+                      *(f"{r[c]:.3f}" for c in times), f"{r['memory_gib']:.1f}", f"{r['tokens_per_s']:,.0f}",
+                      f"{r['mfu']:.1%}",
+                      f"{r['median_step_80_s'][0]:.3f}-{r['median_step_80_s'][1]:.3f}" if r["composed"]
+                      else "(screen)"])
+    widths = [max(len(row[k]) for row in table) for k in range(len(head))]
+    return [" ".join(cell.ljust(w) if name in left else cell.rjust(w)
+                     for cell, w, name in zip(row, widths, head)).rstrip() for row in table]
 
 
 def format_search(r: SearchResult) -> str:
