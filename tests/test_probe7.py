@@ -338,3 +338,8 @@ def test_search_columns_grow_with_their_widest_cell():
     head, line = _layout_table([row], "p50", False)
     assert head.split()[:2] == ["rank", "dp"] and line.split()[:2] == ["1", "8388608"]
     assert head.index("tokens/s") + len("tokens/s") == line.index("152,658,622,031") + len("152,658,622,031")
+
+
+def test_a_device_given_as_a_store_is_named_as_such(capsys):
+    assert main(["samples", "/dev/null"]) == 2
+    assert "/dev/null is no file or folder" in _error(capsys, "samples")

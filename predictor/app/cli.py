@@ -235,7 +235,9 @@ def _sample(args) -> int:
              f"resumed      {report.resumed_tasks} task(s) of plan {report.plan_id} were already stored"
              + (f", and {report.resumed_repeats} repeats of the tasks an earlier run left part-done"
                 if report.resumed_repeats else ""),
-             f"still to do  {report.remaining_tasks} task(s)"]
+             f"still to do  {report.remaining_tasks} task(s)"
+             + (" not yet whole (a task's repeats come in rounds: one part-done counts until its last)"
+                if report.remaining_tasks else "")]
     if report.shapes_per_op:
         lines.append("shapes       " + ", ".join(f"{op} {n}" for op, n in report.shapes_per_op.items()))
     for r in report.recovered:

@@ -266,7 +266,8 @@ def run_files(path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise PrismError(f"samples: {path} does not exist; pass a folder of runs or one .parquet file", field='samples')
+        what = "is no file or folder (a device, a socket, a pipe)" if path.exists() else "does not exist"
+        raise PrismError(f"samples: {path} {what}; pass a folder of runs or one .parquet file", field='samples')
     runs = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
     folder = next((p for p in runs if p.is_dir()), None)  # an import given out=STORE/x.parquet made a store in it
     if folder is not None:
