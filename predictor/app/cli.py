@@ -193,9 +193,9 @@ def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
             rest.append(text)
             continue
         names = names or []
-        given = [n.strip().strip("'\"") for n in value.strip().removeprefix("[").removesuffix("]").split(",")]
-        repeated += [n for i, n in enumerate(given) if n and (n in names or n in given[:i])]
-        names += [n for n in hardware_names(value) if n not in names]
+        given = listed_names(value)
+        repeated += [n for i, n in enumerate(given) if n in names or n in given[:i]]
+        names += [n for n in given if n not in names]
     if repeated:
         print(f"prism compare: note: {', '.join(dict.fromkeys(repeated))} named more than once, compared once",
               file=sys.stderr)
@@ -204,12 +204,17 @@ def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
 
 def hardware_names(value: str) -> list[str]:
     """The profiles a ``hardware=`` value names: ``[a,b]`` or ``a,b``, without repeats."""
+    return list(dict.fromkeys(listed_names(value)))
+
+
+def listed_names(value: str) -> list[str]:
+    """The names of a ``hardware=`` value as written, repeats included."""
     value = value.strip()
     if value.startswith("[") != value.endswith("]"):  # a bracket lost in the shell, or a typo
         raise PrismError(f"hardware={value}: an unclosed bracket; write hardware=[a,b] or hardware=a,b (quoted in "
                          f"the shell: 'hardware=[a,b]')", field="hardware")
     names = [n.strip().strip("'\"") for n in value.removeprefix("[").removesuffix("]").split(",")]
-    return list(dict.fromkeys(n for n in names if n))
+    return [n for n in names if n]
 
 
 def _measuring(verb: str, module: str):

@@ -6,8 +6,7 @@ import pandas as pd
 
 from predictor.core.ops import OPS
 from predictor.data import store
-from predictor.latency.co_run import without_co_run
-from predictor.latency.collective_gap import is_gap_row
+from predictor.latency.artifacts import op_samples
 
 
 def summarize(path) -> pd.DataFrame:
@@ -23,8 +22,7 @@ def summarize(path) -> pd.DataFrame:
          hardware        op pass    dtype  shapes  rows  min_repeats  p50_us_min  p50_us_max
     0   local-cpu      gemm  bwd  float32      24   240           10       12.3     20451.0
     """
-    df = without_co_run(store.read_samples(path))
-    df = df[~is_gap_row(df)]  # the collective gap curve's: timed after a shorter gap, they train no model
+    df = op_samples(store.read_samples(path))  # the rows train fits: no co-run twins nor gap-curve rows
     out = []
     for (hw, op, pass_, dtype), g in df.groupby(["hardware", "op", "pass", "dtype"], sort=True):
         unusable = ~(g["latency_us"] > 0) | ~np.isfinite(g["latency_us"])  # NaN fails the first test

@@ -79,10 +79,16 @@ def models_dir(configured=None) -> Path:
         listing = "; ".join(f"{folder} ({', '.join(held)})" for folder, held in _model_folders(path.parent))
         raise PrismError(f"models_dir={configured}: no such folder. Folders of trained models: {listing}. "
                          f"Name one of them, or leave models_dir out to use the shipped models", field="models_dir")
-    if (path / MANIFEST).is_file():  # models_dir/<hardware> is the set: one level too deep
-        raise PrismError(f"models_dir={configured}: the folder of one hardware's set ({MANIFEST}); models_dir holds "
-                         f"one such folder per hardware: give models_dir={path.parent}", field="models_dir")
+    refuse_set_folder(path)
     return path
+
+
+def refuse_set_folder(path: Path) -> None:
+    """Refuse ``path`` as ``models_dir`` where it is one hardware's set (its manifest): one
+    level too deep, and a save into it would nest a set inside another."""
+    if (path / MANIFEST).is_file():
+        raise PrismError(f"models_dir={path}: the folder of one hardware's set ({MANIFEST}); models_dir holds one "
+                         f"such folder per hardware: give models_dir={path.parent}", field="models_dir")
 
 
 def _model_folders(near: Path) -> list[tuple[Path, list[str]]]:
@@ -596,10 +602,7 @@ def check_replaceable(directory: Path) -> None:
     if directory.exists() and not directory.is_dir():
         raise PrismError(f"{directory}: a file, where the set's folder goes; move it, or save elsewhere "
                          f"(models_dir=)", field=str(directory))
-    if (directory.parent / MANIFEST).is_file():  # models_dir named a set: the next save there would take this one
-        raise PrismError(f"models_dir={directory.parent}: the folder of one hardware's set ({MANIFEST}); models_dir "
-                         f"holds one such folder per hardware: give models_dir={directory.parent.parent}",
-                         field="models_dir")
+    refuse_set_folder(directory.parent)
     if directory.is_dir() and not (directory / MANIFEST).is_file() and any(directory.iterdir()):
         raise PrismError(f"{directory}: holds files that are no saved model set (no {MANIFEST}), and saving one "
                          f"replaces the whole folder, so they would be lost; move them, or save elsewhere "
