@@ -79,7 +79,7 @@ def collectives(device: torch.device, message_bytes: int) -> dict[str, Callable[
 def plain_pair(pass_: str, device: torch.device) -> Callable[[], object]:
     """The pair of :func:`~sampling.tensor_parallel.build_pair` on one device, without DTensor."""
     pair = nn.Sequential(nn.Linear(WIDTH, WIDTH, bias=False), nn.Linear(WIDTH, WIDTH, bias=False)).to(device)
-    return run_pass(pair, torch.randn(WIDTH, WIDTH, device=device, requires_grad=True), pass_)
+    return run_pass(pair, torch.randn(WIDTH, WIDTH, device=device), pass_)
 
 
 def main() -> None:
