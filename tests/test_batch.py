@@ -180,6 +180,21 @@ def test_a_layout_error_names_the_column(runs):
     assert exc.value.field == "num_gpus"
 
 
+@pytest.mark.parametrize("cells, says, not_says", [
+    ({"num_gpus": "63"}, "gpus=63: must equal dp·tp·pp·cp = 64·1·1·1 = 64; set num_gpus=64 or change dp",
+     "parallel.dp"),
+    ({"tp": "3"}, "tp=3: does not divide heads=32", "model.num_heads"),
+    ({"ep": "2"}, "set ep=1", "parallel.ep"),
+    ({"gbs": "7"}, "not a multiple of mbs·dp", "parallel.micro_batch_size"),
+])
+def test_a_row_s_status_names_the_table_s_columns_not_prism_s_settings(runs, cells, says, not_says):
+    """A status is read beside the CSV: it quotes its columns (tp=3, num_gpus=64), not the
+    settings predict takes (parallel.tp=3, gpus=64)."""
+    row = runs[runs.set_id == "vtrain_multi"].iloc[[0]].assign(**cells)
+    status = predict_table(row, draws=DRAWS).pred_status.iloc[0]
+    assert says in status and not_says not in status, status
+
+
 def test_ddp_with_fsdp_zero_is_not_fsdp(runs):
     """'DDP (FSDP=0)' names FSDP only to negate it: plain data parallelism, as 'none'
     (the old reader's substring match took it for FSDP)."""

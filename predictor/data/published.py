@@ -150,6 +150,21 @@ SPEC_COLUMNS = {
 }
 
 
+#: Spec fields a message may quote with their value, renamed to the column that holds the
+#: same value (``parallel.schedule`` and ``model.head_dim`` map to a column for the fix only).
+_QUOTED_AS_COLUMN = {key: column for key, column in SPEC_COLUMNS.items()
+                     if key.startswith(("parallel.", "model.")) and key not in ("parallel.schedule", "model.head_dim")}
+_QUOTED_AS_COLUMN |= {"model.num_experts": "num_experts", "model.top_k": "top_k",
+                      "model.moe_ffn_hidden_size": "expert_ffn", "model.moe_layer_freq": "moe_layer_freq"}
+_QUOTED = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, _QUOTED_AS_COLUMN)) + r"|gpus(?==))(?![\w.])")
+
+
+def in_columns(message: str) -> str:
+    """``message`` with the spec fields it quotes (``parallel.tp=3``, ``gpus=63``) named as
+    the table's columns (``tp=3``, ``num_gpus=63``): a row's status speaks the table's terms."""
+    return _QUOTED.sub(lambda m: _QUOTED_AS_COLUMN.get(m.group(1), "num_gpus"), message)
+
+
 def spec_column(field: str | None) -> str | None:
     """The table column behind a spec field (:data:`SPEC_COLUMNS`); ``precision`` for a
     dtype the hardware lacks (``hardware.peak_flops.float8``); else ``field`` itself."""
