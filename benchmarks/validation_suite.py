@@ -208,6 +208,10 @@ def main() -> None:
                  f"repeatability: a pass's median departs from the layout's pooled median by at most "
                  f"{table.worst_pass_departure.median():.1%} (median over layouts; worst "
                  f"{table.worst_pass_departure.max():.1%}, {table.layout_id[table.worst_pass_departure.idxmax()]})\n")
+        steal = table.filter(regex=r"^pass\d+_steal$")
+        if not steal.empty:
+            text += (f"steal (the hypervisor's share of the busy CPU time during the steps, mean per layout and pass): "
+                     f"median {steal.stack().median():.2%}, largest {steal.stack().max():.2%}\n")
     text += (f"\ncalibration fitted here: {calibrated['calibration']}\n"
              f"wall {wall / 60:.1f} min (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in stages.items()) + ")\n")
     (out / "summary.md").write_text(text)

@@ -39,6 +39,9 @@ from sampling.runner import _device
 #: What the reference workload runs (:mod:`sampling.reference`); other values are refused.
 SHARDINGS = ("none", "fsdp", "zero3")
 SCHEDULES = ("1f1b", "gpipe")
+#: A mean steal share over the steps at which the report says so (sampling.steal): 2.2% over a
+#: suite run's measure stage came with passes up to 25% slow (2026-11-28).
+STEAL_NOTED = 0.01
 
 
 @dataclass
@@ -55,6 +58,7 @@ class MeasureReport:
     p95_step_s: float
     wall_s: float  # the whole run: torchrun start, warm-up, timed steps, write
     replaced: str | None = None  # the earlier measurement of this layout in the file, which these steps replaced
+    steal: float | None = None  # mean share of the busy CPU time the hypervisor took during the steps; None: unknown
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,7 +71,10 @@ class MeasureReport:
             f"({self.steps} steps, slowest rank per step)",
             f"wall         {self.wall_s:.1f} s",
             f"written to   {self.path}",
-        ] + ([f"replaced     {self.replaced}"] if self.replaced else []))
+        ] + ([f"steal        {self.steal:.1%} of the busy CPU time went to other guests of the host during the "
+              f"steps (hypervisor steal): a share of a few % or more slows them; measure again later"]
+             if self.steal is not None and self.steal >= STEAL_NOTED else [])
+          + ([f"replaced     {self.replaced}"] if self.replaced else []))
 
 
 def layout_id(model: ModelConfig, par: ParallelConfig) -> str:
@@ -234,7 +241,9 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
         rows = []
         for rank in range(world):
             result = json.loads((workdir / f"rank{rank}.json").read_text())
-            rows += [{"step": step, "rank": rank, "step_time_s": t} for step, t in enumerate(result["step_time_s"])]
+            steal = result.get("steal") or [None] * len(result["step_time_s"])
+            rows += [{"step": step, "rank": rank, "step_time_s": t, "steal": x}
+                     for step, (t, x) in enumerate(zip(result["step_time_s"], steal))]
 
     frame = pd.DataFrame(rows).assign(
         layout_id=lid, hardware=hw.name, model_json=json.dumps(asdict(model)),
@@ -242,9 +251,11 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
         measured_at=measured_at)
     replaced = _replaced(out, lid)  # read before the write replaces it
     path = write_measurements(frame, out)
-    steps = step_times(frame).step_time_s.to_numpy()
+    per_step = step_times(frame)
+    steps, steal = per_step.step_time_s.to_numpy(), per_step.steal.dropna()
     return MeasureReport(str(path), lid, hw.name, backend, world, len(steps), float(np.median(steps)),
-                         float(np.quantile(steps, 0.95)), time.monotonic() - start, replaced)
+                         float(np.quantile(steps, 0.95)), time.monotonic() - start, replaced,
+                         float(steal.mean()) if len(steal) else None)
 
 
 def _replaced(out: Path, lid: str) -> str | None:

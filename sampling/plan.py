@@ -197,13 +197,16 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     if sc.warmup < 0:
         raise PrismError(f"sampling.warmup={sc.warmup}: the untimed calls before the first repeat; must be a whole "
                          f"number >= 0, e.g. 2", field='sampling.warmup')
+    if not isinstance(sc.steal_retakes, int) or sc.steal_retakes < 0:
+        raise PrismError(f"sampling.steal_retakes={sc.steal_retakes}: how often a call timed under steal is timed "
+                         f"again; must be a whole number >= 0 (0: never)", field='sampling.steal_retakes')
     for name, minimum in [("budget_s", 1), ("repeats", 1), ("rounds", 1), ("collective_repeats", 1),
                           ("shapes_per_op", 1), ("message_sizes", 1), ("threads", 1), ("collective_world_size", 2),
                           ("rank_timeout_s", 1)]:
         if getattr(sc, name) < minimum:
             raise PrismError(f"sampling.{name}: must be >= {minimum}, got {getattr(sc, name)}",
                              field=f"sampling.{name}")
-    for name in ("collective_share", "co_run_share"):
+    for name in ("collective_share", "co_run_share", "max_steal"):
         if not 0 <= getattr(sc, name) <= 1:
             raise PrismError(f"sampling.{name}: must be within [0, 1], got {getattr(sc, name)}",
                              field=f"sampling.{name}")

@@ -44,6 +44,7 @@ still ran 11-13% slower than its timed ones in two of three runs (2026-11-27).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from contextlib import nullcontext
@@ -62,6 +63,7 @@ from predictor.core.specs import ModelConfig, ParallelConfig
 from sampling.collectives import _sync
 from sampling.launch import report_progress, worker_main
 from sampling.model import Transformer, loss_fn
+from sampling.steal import read_ticks, steal_share
 from sampling.tracing import trace_points, trace_steps
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -166,22 +168,25 @@ def run_job(job: dict) -> list[float]:
     rank = dist.get_rank()
     out = Path(job["dir"])
     trainer = Trainer(job, device)
-    times = []
+    times, steals = [], []
     traces = trace_points(job["warmup"], job["steps"], job["trace_steps"]) if job.get("trace_dir") else {}
     for i in range(job["warmup"] + job["steps"]):
         if i in traces:
             _trace(trainer, device, job, rank, traces[i], sum(n for at, n in traces.items() if at < i))
         dist.barrier()
         _sync(device)
+        before = read_ticks()
         t0 = time.perf_counter()
         trainer.step()
         _sync(device)  # CUDA kernels are asynchronous: the step ends when they do
         elapsed = time.perf_counter() - t0
         if i >= job["warmup"]:
             times.append(elapsed)
+            steals.append(steal_share(before, read_ticks()))
         if rank == 0:
             report_progress(job, i + 1)
-    (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_time_s": times}))
+    steal = [None if math.isnan(x) else x for x in steals]  # JSON has no NaN
+    (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_time_s": times, "steal": steal}))
     dist.destroy_process_group()
     return times
 

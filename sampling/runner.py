@@ -61,6 +61,7 @@ from sampling.collectives import BLOCK_BYTES, time_collectives
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
 from sampling.plan import Plan, Task, in_collective_job, make_plan, round_repeats, target_calls, task_key
+from sampling.steal import read_ticks, steal_share
 from sampling.timers import make_timer
 
 #: What the collective job may take beyond its share of the budget: torchrun's start and
@@ -115,6 +116,7 @@ class SamplingReport:
     remaining_tasks: int = 0
     failures: list = field(default_factory=list)
     recovered: list = field(default_factory=list)
+    retaken: int = 0  # compute calls timed again because the hypervisor took CPU time during them
     rank: int = 0  # this process's rank in a cluster job (0 on one host)
     ranks: list = field(default_factory=list)  # a cluster job's rank records (rank 0's report)
 
@@ -228,23 +230,27 @@ def _task_dicts(tasks: list[Task]) -> list[dict]:
              "nodes": t.call.nodes, "ranks_per_node": t.call.ranks_per_node} for t in tasks]
 
 
-def _rows(task: Task, latencies: list[float], base: dict, first: int = 0) -> list[dict]:
+def _rows(task: Task, latencies: list[float], base: dict, first: int = 0, steal: float | None = None) -> list[dict]:
     now = datetime.now(timezone.utc)
     call = task.call
     return [dict(base, op=call.op, **{"pass": call.pass_}, dtype=task.dtype, **call.shape_dict,
-                 latency_us=lat, repeat=first + r, timestamp=now) for r, lat in enumerate(latencies)]
+                 latency_us=lat, repeat=first + r, timestamp=now,
+                 steal=None if steal is None or math.isnan(steal) else steal) for r, lat in enumerate(latencies)]
 
 
 def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, base: dict, deadline_wall: float,
                   failures: list, progress: bool, on_flush=None, neighbour: Neighbour | None = None,
-                  stored: dict | None = None) -> str:
+                  stored: dict | None = None, retaken: list | None = None) -> str:
     """Time ``tasks`` into ``writer`` until done ("end-of-plan") or past ``deadline_wall``
     ("deadline"); a task the device cannot run goes to ``failures``. ``on_flush()`` is
     called after each flush (a cluster rank's heartbeat). The repeats a task still needs
     (``sc.repeats`` less the ``stored`` ones of a resumed run) are split over
     ``sc.rounds`` passes over all the tasks, so that they span the phase rather than one
     moment of it. With a ``neighbour``, each task is timed alone and beside it in one pass
-    (:mod:`sampling.co_run`: the pair is its measurement)."""
+    (:mod:`sampling.co_run`: the pair is its measurement). A call timed while the hypervisor
+    took more than ``sc.max_steal`` of the busy CPU time (:mod:`sampling.steal`) is timed
+    again after the last round, at most ``sc.steal_retakes`` times, its key appended to
+    ``retaken`` each time; each row stores the steal share of the call it came from."""
     rounds, stored = (1 if neighbour else sc.rounds), stored or {}
     calls = []  # (round, task, repeats before this round's, this round's)
     for task in tasks:
@@ -256,9 +262,9 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
     calls.sort(key=lambda c: c[0])  # stable: the plan's order within a round
     desc = "beside a rank" if neighbour else "compute ops"
     bar = tqdm(calls, desc=desc, unit="call", disable=not progress, file=sys.stderr, mininterval=0.5)
-    last_flush, failed = time.monotonic(), set()
+    last_flush, failed, retakes = time.monotonic(), set(), Counter()
     try:
-        for r, task, first, repeats in bar:
+        for r, task, first, repeats in bar:  # iterates ``calls`` as it grows by retakes
             if _STOP.is_set():
                 raise KeyboardInterrupt
             if time.time() > deadline_wall:
@@ -270,16 +276,25 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
             try:
                 fn = kernels.build(call.op, call.pass_, call.shape_dict, task.dtype, device)
                 host = OPS[call.op].host
+                before = read_ticks()
                 timed = (neighbour.origins(fn, timer, repeats, sc.warmup, host) if neighbour else
                          {base["origin"]: timer.time(fn, repeats, sc.warmup, host=host)})
+                steal = steal_share(before, read_ticks())
             except (RuntimeError, MemoryError) as exc:  # e.g. a shape the device cannot hold
                 failures.append({"task": task.key, "error": str(exc).splitlines()[0]})
                 failed.add(task.key)
                 continue
             finally:
                 fn = None  # free this shape's operands before the next one allocates
+            if steal > sc.max_steal and retakes[task.key] < sc.steal_retakes:
+                retakes[task.key] += 1
+                calls.append((r, task, first, repeats))
+                bar.total += 1
+                if retaken is not None:
+                    retaken.append(task.key)
+                continue
             for origin, latencies in timed.items():
-                writer.add(_rows(task, latencies, dict(base, origin=origin), first))
+                writer.add(_rows(task, latencies, dict(base, origin=origin), first, steal))
             if time.monotonic() - last_flush > sc.flush_every_s:
                 writer.flush()
                 last_flush = time.monotonic()
@@ -423,7 +438,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
                 backend=device.type, origin="sampled", rank=0)
     start = time.monotonic()
     deadline_wall = time.time() + budget
-    ended, failures = "end-of-plan", []
+    ended, failures, retaken = "end-of-plan", [], []
     try:
         if todo_coll:
             share = budget * sc.collective_share if todo_compute else budget
@@ -432,7 +447,7 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
             except PrismError as exc:  # the compute ops are still worth their share
                 failures.append({"task": "collectives", "error": str(exc)})
         ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline_wall, failures, progress,
-                              stored=counts)
+                              stored=counts, retaken=retaken)
         if ended == "end-of-plan" and framework:
             _sample_framework(sc, hw, device, writer, base, failures, progress)
         if ended == "end-of-plan" and co_run:
@@ -441,10 +456,11 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         ended = "interrupted"
     finally:
         elapsed = time.monotonic() - start
-        writer.update_metadata(ended=ended, elapsed_s=elapsed, failures=failures)
+        writer.update_metadata(ended=ended, elapsed_s=elapsed, failures=failures, steal_retaken=len(retaken))
         run_file = writer.close()
     report = SamplingReport(str(run_file) if run_file else None, ended, plan.plan_id, 0, elapsed,
-                            failures=failures, resumed_tasks=resumed, resumed_repeats=part_done, recovered=recovered)
+                            failures=failures, resumed_tasks=resumed, resumed_repeats=part_done, recovered=recovered,
+                            retaken=len(retaken))
     stored = set()
     if run_file is not None:
         df = store.read_samples(run_file)

@@ -45,7 +45,8 @@ def test_one_rank_then_a_pipeline_layout_appends(tmp_path):
     second = run(tmp_path, "parallel.pp=2", "parallel.global_batch_size=4", "parallel.recompute=full")
     assert second.layout_id == "tiny seq128 dp1 tp1 pp2 mbs1 gbs4 rc=full 1f1b"
     frame = read_measurements(second.path)
-    assert list(frame.columns) == list(COLUMNS)
+    assert list(frame.columns) == [*COLUMNS, "steal"]
+    assert frame.steal.notna().any() and frame.steal.dropna().between(0, 1).all()  # Linux counts steal
     assert frame.groupby("layout_id").size().to_dict() == {first.layout_id: 3, second.layout_id: 6}
     assert not frame.duplicated(["layout_id", "step", "rank"]).any()
     assert (frame.step_time_s > 0).all() and set(frame.hardware) == {"local-cpu"}

@@ -247,6 +247,9 @@ def _sample(args) -> int:
         lines.append("shapes       " + ", ".join(f"{op} {n}" for op, n in report.shapes_per_op.items()))
     for r in report.recovered:
         lines.append(f"recovered    {r} (a run killed before it could close)")
+    if report.retaken:
+        lines.append(f"retaken      {report.retaken} compute call(s) timed again: the hypervisor took more than "
+                     f"sampling.max_steal of the busy CPU time while they ran (steal, /proc/stat)")
     if report.ranks:
         lines.append(f"ranks        {len(report.ranks)} reported: " + ", ".join(
             f"{r['rank']}@{r['host']}/node{r['node']} {r['status']} {r['rows']} rows" for r in report.ranks))

@@ -481,6 +481,11 @@ class SamplingConfig:
     # shape's repeats span the run: a CPU slice's speed wanders by 1.5x over tens of seconds
     # (5 s medians of one gemm, 2026-11-27), and repeats timed back to back catch one moment
     rounds: int = 1
+    # a compute call timed while the hypervisor took more than this share of the busy CPU time
+    # (/proc/stat's steal; sampling.steal) is timed again, at most steal_retakes times: a suite
+    # run's passes followed the steal of the minute before them (2026-11-28)
+    max_steal: float = 0.05
+    steal_retakes: int = 2
     seed: int = 0
     flush_every_s: float = 2.0
     # a cluster job: how long a rank may be silent (a collective's wait, a rank's record) before it
@@ -489,7 +494,8 @@ class SamplingConfig:
 
     def __post_init__(self):
         # NaN passes every "below the minimum" test of the plan's checks (a NaN budget never ends)
-        for key in ("budget_s", "collective_share", "max_call_ms", "co_run_share", "flush_every_s", "rank_timeout_s"):
+        for key in ("budget_s", "collective_share", "max_call_ms", "co_run_share", "flush_every_s", "rank_timeout_s",
+                    "max_steal"):
             check_number(f"sampling.{key}", getattr(self, key), zero=True)
 
 

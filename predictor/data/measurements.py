@@ -16,6 +16,9 @@ step_time_s         double   this rank's wall time from the step's start barrier
 threads_per_rank    int64    torch intra-op threads of each rank
 backend             string   gloo | nccl
 measured_at         string   ISO-8601 UTC time the layout's run started
+steal               double   optional: the share of the busy CPU time the hypervisor
+                             took during this rank's step (:mod:`sampling.steal`);
+                             null where not known
 ==================  =======  ==================================================
 
 A job's step time is the slowest rank's (:func:`step_times`). Writes are atomic (temp
@@ -42,9 +45,11 @@ SCHEMA = pa.schema([
     ("layout_id", pa.string()), ("hardware", pa.string()), ("model_json", pa.string()),
     ("parallel_json", pa.string()), ("step", pa.int64()), ("rank", pa.int64()),
     ("step_time_s", pa.float64()), ("threads_per_rank", pa.int64()), ("backend", pa.string()),
-    ("measured_at", pa.string()),
+    ("measured_at", pa.string()), ("steal", pa.float64()),
 ])
-COLUMNS = tuple(SCHEMA.names)
+#: Columns a measurement file must have; ``steal`` came later and may be absent or empty.
+OPTIONAL = ("steal",)
+COLUMNS = tuple(c for c in SCHEMA.names if c not in OPTIONAL)
 
 
 def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
@@ -57,7 +62,7 @@ def write_measurements(frame: pd.DataFrame, path, append: bool = True) -> Path:
     missing = [c for c in COLUMNS if c not in frame]
     if missing:
         raise PrismError(f"measurements: missing column(s) {', '.join(missing)}", field='measurements')
-    frame = frame[list(COLUMNS)]
+    frame = frame.reindex(columns=list(SCHEMA.names))  # an optional column absent: null
     if append and path.exists():
         old = read_measurements(path)
         frame = pd.concat([old[~old.layout_id.isin(set(frame.layout_id))], frame], ignore_index=True)
@@ -86,13 +91,17 @@ def pass_repeatability(passes: list[pd.DataFrame]) -> pd.DataFrame:
     layout with its median step in each pass (``pass1_p50_s`` ...), the median of all its steps
     (``pooled_p50_s``) and the largest departure of a pass's median from it, relative
     (``worst_pass_departure``). A prediction that equalled one pass would miss the pooled
-    median by that much: the floor under any one layout's error."""
-    per_pass = pd.concat({i + 1: step_times(p).groupby("layout_id").step_time_s.median()
-                          for i, p in enumerate(passes)}, axis=1)
+    median by that much: the floor under any one layout's error. Where the steps' steal was
+    recorded, ``pass<i>_steal`` is each pass's mean share of CPU time the hypervisor took."""
+    steps = [step_times(p) for p in passes]
+    per_pass = pd.concat({i + 1: s.groupby("layout_id").step_time_s.median() for i, s in enumerate(steps)}, axis=1)
     pooled = step_times(join_passes(passes)).groupby("layout_id").step_time_s.median()
     table = per_pass.rename(columns=lambda i: f"pass{i}_p50_s").reindex(pooled.index)
     table["pooled_p50_s"] = pooled
     table["worst_pass_departure"] = per_pass.sub(pooled, axis=0).abs().max(axis=1).div(pooled)
+    for i, s in enumerate(steps):
+        if "steal" in s and s.steal.notna().any():
+            table[f"pass{i + 1}_steal"] = s.groupby("layout_id").steal.mean()
     return table.reset_index()
 
 
@@ -169,6 +178,10 @@ def read_measurements(path) -> pd.DataFrame:
         if frame[column].isna().any():
             raise PrismError(f"measured={path}: column {column!r} has {int(frame[column].isna().sum())} empty "
                              f"value(s); measure the layouts again", field='measured')
+    if "steal" in frame and not (pd.api.types.is_numeric_dtype(frame.steal)
+                                 and frame.steal.dropna().between(0, 1).all()):
+        raise PrismError(f"measured={path}: column 'steal' holds values that are not shares within [0, 1]; "
+                         f"not a `prism measure` file: measure again", field='measured')
     if not (np.isfinite(frame.step_time_s) & (frame.step_time_s > 0)).all():
         raise PrismError(f"measured={path}: column 'step_time_s' has non-positive or infinite values; measure the "
                          f"layouts again", field='measured')
@@ -253,5 +266,6 @@ def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[st
 
 def step_times(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (layout, step): the slowest rank's time (a step ends when all ranks do)."""
+    steal = {"steal": ("steal", "max")} if "steal" in frame else {}  # one host's figure, or the worst host's
     return (frame.groupby(["layout_id", "step"], as_index=False, sort=False)
-            .agg(step_time_s=("step_time_s", "max"), hardware=("hardware", "first")))
+            .agg(step_time_s=("step_time_s", "max"), hardware=("hardware", "first"), **steal))

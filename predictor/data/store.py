@@ -62,6 +62,7 @@ SCHEMA = pa.schema(
         ("backend", pa.string()),
         ("origin", pa.string()),  # sampled | framework | ett | trace | microbench:...
         ("rank", pa.int32()),  # the rank that timed the row (a collective: its group's lowest); null: one process
+        ("steal", pa.float64()),  # share of the busy CPU time the hypervisor took during the call; null: not known
     ]
 )
 COLUMNS = tuple(SCHEMA.names)
