@@ -630,10 +630,11 @@ def _cluster_run(sc, hw, plan, cl, device, backend, control, placement, output_d
     mine = set(info["todo"].get(cl.rank, []))
     todo_compute = [t for t in plan.compute if t.key in mine]
     record = {"host": cl.host, "node": cl.node, "local_rank": cl.local_rank, "pid": os.getpid(), "status": "running",
-              "phase": "collectives" if todo_coll else "compute", "rows": 0, "failures": []}
+              "phase": "collectives" if todo_coll else "compute", "rows": 0, "failures": [], "retaken": 0}
+    retaken = []
 
     def mark(**changes):
-        record.update(changes, rows=writer.rows_written)
+        record.update(changes, rows=writer.rows_written, retaken=len(retaken))
         store.mark_rank(writer.parts_dir, cl.rank, record)
 
     mark()
@@ -663,7 +664,8 @@ def _cluster_run(sc, hw, plan, cl, device, backend, control, placement, output_d
             mark(phase="compute")
             timer = make_timer(device, sc.threads, hw.memory.l2_bytes)
             ended = _compute_loop(todo_compute, sc, device, timer, writer, base, deadline, failures,
-                                  progress and cl.rank == 0, on_flush=mark, stored=info["stored"].get(cl.rank))
+                                  progress and cl.rank == 0, on_flush=mark, stored=info["stored"].get(cl.rank),
+                                  retaken=retaken)
             writer.flush()
             mark(status=ended, failures=failures)
         except KeyboardInterrupt:
@@ -703,8 +705,9 @@ def _join(sc, plan, cl, writer, report: SamplingReport, ended: str, started: flo
         records, ended = store.rank_records(writer.parts_dir), "interrupted"
     problems = _rank_problems(records, cl.world, timeout)
     report.ranks = [records[r] for r in sorted(records)]
+    report.retaken = sum(r.get("retaken", 0) for r in report.ranks)
     report.failures = [f for f in report.failures if not f["task"].startswith("rank ")] + problems
-    writer.update_metadata(ended=ended, elapsed_s=elapsed, failures=report.failures)
+    writer.update_metadata(ended=ended, elapsed_s=elapsed, failures=report.failures, steal_retaken=report.retaken)
     if ended == "interrupted" and any(records.get(r, {}).get("status", "running") == "running"
                                       for r in range(cl.world)):
         report.status = "interrupted"  # a rank may still write: the next run joins the parts
