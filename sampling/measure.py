@@ -30,8 +30,8 @@ from predictor.core.errors import PrismError
 from predictor.core.files import writable
 from predictor.core.layout import _divisors, resolve_layout, validate_layout
 from predictor.core.profiles import load_model, section, usable_cores
-from predictor.core.specs import HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
-from predictor.data.measurements import read_measurements, step_times, write_measurements
+from predictor.core.specs import DISTURBING_STEAL, HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
+from predictor.data.measurements import read_measurements, step_times, undisturbed, write_measurements
 from predictor.workload.memory import memory_per_gpu
 from sampling.launch import run_torchrun
 from sampling.runner import _device
@@ -53,12 +53,13 @@ class MeasureReport:
     hardware: str
     backend: str
     ranks: int
-    steps: int
-    median_step_s: float  # over the timed steps, each the slowest rank's time
+    steps: int  # timed and stored
+    median_step_s: float  # over the undisturbed steps (measurements.undisturbed), each the slowest rank's time
     p95_step_s: float
     wall_s: float  # the whole run: torchrun start, warm-up, timed steps, write
     replaced: str | None = None  # the earlier measurement of this layout in the file, which these steps replaced
     steal: float | None = None  # mean share of the busy CPU time the hypervisor took during the steps; None: unknown
+    disturbed: int = 0  # of the steps, those timed under more steal than DISTURBING_STEAL: left out of the figures
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -68,11 +69,13 @@ class MeasureReport:
             f"layout       {self.layout_id}",
             f"ranks        {self.ranks} ({self.backend}, hardware={self.hardware})",
             f"step time    median {self.median_step_s * 1e3:.1f} ms   p95 {self.p95_step_s * 1e3:.1f} ms   "
-            f"({self.steps} steps, slowest rank per step)",
+            f"({self.steps} steps, slowest rank per step"
+            + (f"; {self.disturbed} of them timed under steal, left out)" if self.disturbed else ")"),
             f"wall         {self.wall_s:.1f} s",
             f"written to   {self.path}",
         ] + ([f"steal        {self.steal:.1%} of the busy CPU time went to other guests of the host during the "
-              f"steps (hypervisor steal): a share of a few % or more slows them; measure again later"]
+              f"steps (hypervisor steal): a step above {DISTURBING_STEAL:.0%} is timed again, at most "
+              f"measure.steal_retakes times"]
              if self.steal is not None and self.steal >= STEAL_NOTED else [])
           + ([f"replaced     {self.replaced}"] if self.replaced else []))
 
@@ -145,7 +148,7 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
     """(device type, backend) of ``mc`` on ``hw``, checked; ``auto`` follows the hardware
     profile, so the rows' ``hardware`` names the device that ran them."""
     # trace_steps=0 would write no trace into trace_dir; below 0, the ranks fail after the timed steps
-    for name, low in (("steps", 1), ("warmup", 0), ("threads_per_rank", 1), ("trace_steps", 1)):
+    for name, low in (("steps", 1), ("warmup", 0), ("threads_per_rank", 1), ("trace_steps", 1), ("steal_retakes", 0)):
         if getattr(mc, name) < low:
             raise PrismError(f"measure.{name}={getattr(mc, name)}: must be an integer >= {low}",
                              field=f"measure.{name}")
@@ -231,7 +234,7 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
         job = {"model": asdict(model), "parallel": asdict(par), "steps": mc.steps, "warmup": mc.warmup,
                "threads_per_rank": mc.threads_per_rank, "backend": backend, "device": device,
                "seed": mc.seed, "trace_dir": str(Path(mc.trace_dir).resolve()) if mc.trace_dir else None,
-               "trace_steps": mc.trace_steps}
+               "trace_steps": mc.trace_steps, "steal_retakes": mc.steal_retakes, "max_steal": DISTURBING_STEAL}
         with tqdm(total=mc.warmup + mc.steps, desc=lid, unit="step", disable=not progress,
                   file=sys.stderr) as bar:
             run_torchrun("sampling.reference", job, world, workdir, what=f"measure {lid}",
@@ -252,10 +255,10 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
     replaced = _replaced(out, lid)  # read before the write replaces it
     path = write_measurements(frame, out)
     per_step = step_times(frame)
-    steps, steal = per_step.step_time_s.to_numpy(), per_step.steal.dropna()
-    return MeasureReport(str(path), lid, hw.name, backend, world, len(steps), float(np.median(steps)),
-                         float(np.quantile(steps, 0.95)), time.monotonic() - start, replaced,
-                         float(steal.mean()) if len(steal) else None)
+    kept, steal = undisturbed(per_step).step_time_s.to_numpy(), per_step.steal.dropna()
+    return MeasureReport(str(path), lid, hw.name, backend, world, len(per_step), float(np.median(kept)),
+                         float(np.quantile(kept, 0.95)), time.monotonic() - start, replaced,
+                         float(steal.mean()) if len(steal) else None, len(per_step) - len(kept))
 
 
 def _replaced(out: Path, lid: str) -> str | None:

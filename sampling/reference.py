@@ -24,8 +24,11 @@ step is torch's fused AdamW, as torchtitan's default (``optimizer.implementation
 115 ms ``llama3-8b`` two-layer step on an H200, where the fused one ran the same 1.5 B
 parameters in about 13 ms. Weights are made on the device (initialising 1.5 B
 parameters on one CPU thread took 23 s before the first step). Each rank
-writes its timed steps to ``rank<r>.json`` in the job's folder; warm-up steps are not
-kept. Rank 0 reports the steps done for the front-end's progress bar.
+writes its timed steps to ``rank<r>.json`` in the job's folder, each with the share of the
+busy CPU time the hypervisor took during it (its steal, the largest any rank read:
+:mod:`sampling.steal`); warm-up steps are not kept. A step above ``max_steal`` does not count
+towards ``steps``: up to ``steal_retakes`` more steps are timed in place of such steps, and
+every timed step is written. Rank 0 reports the steps done for the front-end's progress bar.
 
 With ``trace_dir`` set, each rank profiles ``trace_steps`` more steps with ``torch.profiler``
 (``record_shapes=True``, what ``prism import-trace`` reads), spread evenly between its timed
@@ -170,7 +173,8 @@ def run_job(job: dict) -> list[float]:
     trainer = Trainer(job, device)
     times, steals = [], []
     traces = trace_points(job["warmup"], job["steps"], job["trace_steps"]) if job.get("trace_dir") else {}
-    for i in range(job["warmup"] + job["steps"]):
+    i = 0
+    while another_step(i, steals, job):
         if i in traces:
             _trace(trainer, device, job, rank, traces[i], sum(n for at, n in traces.items() if at < i))
         dist.barrier()
@@ -182,13 +186,32 @@ def run_job(job: dict) -> list[float]:
         elapsed = time.perf_counter() - t0
         if i >= job["warmup"]:
             times.append(elapsed)
-            steals.append(steal_share(before, read_ticks()))
+            steals.append(_shared_steal(steal_share(before, read_ticks()), device))
         if rank == 0:
             report_progress(job, i + 1)
+        i += 1
     steal = [None if math.isnan(x) else x for x in steals]  # JSON has no NaN
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_time_s": times, "steal": steal}))
     dist.destroy_process_group()
     return times
+
+
+def another_step(done: int, steals: list[float], job: dict) -> bool:
+    """Whether to run one more step after ``done`` steps (warm-up included) whose timed ones
+    read ``steals``: until the planned steps, then while fewer than ``steps`` were left alone
+    by the hypervisor (a share of NaN, unknown, counts as left alone) and ``steal_retakes``
+    more are allowed."""
+    planned = job["warmup"] + job["steps"]
+    undisturbed = sum(not s > job["max_steal"] for s in steals)
+    return done < planned or (done < planned + job["steal_retakes"] and undisturbed < job["steps"])
+
+
+def _shared_steal(share: float, device: torch.device) -> float:
+    """The largest steal share any rank read over the step (NaN: none could), so that every
+    rank decides alike whether to time a step in its place."""
+    value = torch.tensor([-1.0 if math.isnan(share) else share], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float("nan") if value.item() < 0 else value.item()
 
 
 def _trace(trainer: Trainer, device: torch.device, job: dict, rank: int, steps: int, first: int) -> None:

@@ -29,7 +29,7 @@ from sampling.launch import run_torchrun  # noqa: E402
 from sampling.measure import layout_id, measure  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 
-QUICK = ["model=tiny", "measure.steps=3", "measure.warmup=1"]
+QUICK = ["model=tiny", "measure.steps=3", "measure.warmup=1", "measure.steal_retakes=0"]  # steps: 3 under steal too
 
 
 def run(tmp_path, *overrides):

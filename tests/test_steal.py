@@ -144,3 +144,47 @@ def test_a_steal_column_of_other_things_is_refused(tmp_path):
     _measured([0.0, 3.0, 0.1]).to_parquet(path)
     with pytest.raises(PrismError, match="column 'steal'"):
         read_measurements(path)
+
+
+def test_validate_leaves_the_disturbed_steps_out_and_says_so():
+    from predictor.analyses.validate import validate
+    from predictor.latency.artifacts import ModelSet, models_dir
+    from tests.conftest import ROOT
+
+    frame = read_measurements(ROOT / "measurements" / "local-cpu-suite.parquet")
+    one = frame[frame.layout_id == frame.layout_id.iloc[0]].copy()
+    steps = sorted(one.step.unique())
+    # the three slowest steps timed under steal: left out, the rest scored
+    slow = set(step_times(one).nlargest(3, "step_time_s").step)
+    one["steal"] = one.step.map(lambda s: 0.2 if s in slow else 0.0)
+    models = ModelSet.load(models_dir() / "local-cpu", "local-cpu")
+    kept = validate(one, "local-cpu", models, draws=200).scores[0]
+    everything = validate(one.assign(steal=0.0), "local-cpu", models, draws=200).scores[0]
+    assert (kept.steps, everything.steps) == (len(steps) - 3, len(steps))
+    assert kept.measured_p50_s <= everything.measured_p50_s
+    assert any("3 step(s) timed while the hypervisor took over 5%" in n for n in kept.notes)
+    assert not any("steal" in n for n in everything.notes)
+
+
+def test_undisturbed_keeps_every_step_of_a_layout_disturbed_throughout():
+    from predictor.data.measurements import undisturbed
+
+    steps = pd.DataFrame({"layout_id": ["a"] * 4 + ["b"] * 3, "step": [0, 1, 2, 3, 0, 1, 2],
+                          "steal": [0.0, 0.5, None, 0.05, 0.5, 0.2, 0.3]})
+    kept = undisturbed(steps)
+    assert kept[kept.layout_id == "a"].step.tolist() == [0, 2, 3]  # unknown and at the limit count as left alone
+    assert kept[kept.layout_id == "b"].step.tolist() == [0, 1, 2]  # none left alone: still scored, on every step
+    assert len(undisturbed(steps.drop(columns="steal"))) == len(steps)
+
+
+def test_measure_times_a_step_in_place_of_each_disturbed_one_within_its_allowance():
+    pytest.importorskip("torch")
+    from sampling.reference import another_step
+
+    job = {"warmup": 2, "steps": 3, "steal_retakes": 2, "max_steal": 0.05}
+    assert another_step(4, [0.0, 0.0], job)  # the planned steps first
+    assert not another_step(5, [0.0, float("nan"), 0.05], job)  # three left alone (unknown, at the limit)
+    assert another_step(5, [0.0, 0.3, 0.0], job)  # one disturbed: one more
+    assert not another_step(6, [0.0, 0.3, 0.0, 0.0], job)
+    assert not another_step(7, [0.3] * 5, job)  # the allowance spent
+    assert not another_step(5, [0.3] * 3, {**job, "steal_retakes": 0})

@@ -2,7 +2,8 @@
 
 For each layout of a measurement file (:mod:`predictor.data.measurements`) the composer
 predicts the step-time distribution from the hardware's operator models, and the
-measured steps (the slowest rank of each) are scored against it:
+measured steps (the slowest rank of each; those the hypervisor disturbed left out, as the
+samples leave them out: :func:`~predictor.data.measurements.undisturbed`) are scored against it:
 
 - ``median_ape``, ``p95_ape``: absolute % error of the predicted median and 95th
   percentile against the measured ones;
@@ -39,8 +40,8 @@ from predictor.analyses.doubt import COVERAGES, doubt_of, predict_runs, shipped_
 from predictor.analyses.predict import predictive_report
 from predictor.core.errors import PrismError
 from predictor.core.profiles import as_hardware
-from predictor.core.specs import HardwareConfig
-from predictor.data.measurements import COLUMNS, check_step_unit, measured_on, measured_workloads
+from predictor.core.specs import DISTURBING_STEAL, HardwareConfig
+from predictor.data.measurements import COLUMNS, check_step_unit, measured_on, measured_workloads, step_times
 from predictor.engine.compose import compose
 from predictor.engine.draws import cdf_at
 from predictor.latency.artifacts import ModelSet, evidence_tier
@@ -164,10 +165,15 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
     scores, meas, pred = [], {}, {}
     cache = QuantileCache(models, hardware)
     tier, doubt_model = evidence_tier(models), shipped_model()
+    timed = step_times(measured).groupby("layout_id").size()
     for layout_id, work, t in measured_workloads(measured, hardware):
         dist = compose(work, models, draws=draws, seed=seed, cache=cache,
                        calibration=(calibrations or {}).get(layout_id))
         s = score(layout_id, dist.draws, t)
+        if timed[layout_id] > len(t):
+            s.notes.append(f"{timed[layout_id] - len(t)} step(s) timed while the hypervisor took over "
+                           f"{DISTURBING_STEAL:.0%} of the busy CPU time (steal) left out; scored on the other "
+                           f"{len(t)}")
         unfit = _does_not_fit(work, hardware)
         if unfit:
             s.notes.append(unfit)

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from predictor.core.errors import PrismError
 from predictor.core.profiles import group_options
-from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.core.specs import DISTURBING_STEAL, HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.store import atomic_write_table
 from predictor.workload.decompose import REFERENCE_FRAMEWORK, Workload, decompose
 
@@ -250,10 +250,21 @@ def _check_steps(rows: pd.DataFrame, layout_id: str) -> None:
                              f"rank", field="measured")
 
 
+def undisturbed(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps of :func:`step_times` that the hypervisor left alone (steal at most
+    :data:`~predictor.core.specs.DISTURBING_STEAL`, or not recorded); a layout it disturbed
+    throughout keeps every step, so that it is still scored (its steal says why it is slow)."""
+    if "steal" not in steps:
+        return steps
+    clean = ~(steps.steal > DISTURBING_STEAL)
+    return steps[clean | ~clean.groupby(steps.layout_id).transform("any")]
+
+
 def measured_workloads(frame: pd.DataFrame, hw: HardwareConfig) -> list[tuple[str, Workload, np.ndarray]]:
-    """Per measured layout, in file order: its id, its workload on ``hw`` and its step times (s)."""
+    """Per measured layout, in file order: its id, its workload on ``hw`` and the times (s) of
+    its :func:`undisturbed` steps."""
     out = []
-    for layout_id, group in step_times(frame).groupby("layout_id", sort=False):
+    for layout_id, group in undisturbed(step_times(frame)).groupby("layout_id", sort=False):
         model, par = layout_configs(frame, layout_id)
         try:
             work = decompose(model, par, hw, par.world_size, framework=REFERENCE_FRAMEWORK)
