@@ -59,19 +59,24 @@ def test_one_rank_then_a_pipeline_layout_appends(tmp_path):
     assert [lid for lid, _, _ in works] == [first.layout_id, second.layout_id]
 
 
-def test_passes_of_a_layout_join_into_one_run(tmp_path):
+def test_passes_of_a_layout_join_into_one_run():
     """The validation suite measures each layout in passes apart in time; joined, the passes
-    are one run per layout, every step once, started when the first pass did."""
-    passes = [tmp_path / f"pass{p}.parquet" for p in (1, 2)]
-    for path in passes:
-        measure(load_config([*QUICK, f"out={path}"]), progress=False)
-        measure(load_config([*QUICK, f"out={path}", "parallel.dp=2"]), progress=False)
-    frames = [read_measurements(p) for p in passes]
+    are one run per layout, every step once, started when the first pass did. The passes here:
+    the shipped steps of a one-rank and a two-rank layout, split in halves measured apart."""
+    shipped = read_measurements(ROOT / "measurements" / "local-cpu-suite.parquet")
+    two = shipped[shipped.layout_id.isin(["tiny seq128 dp1 tp1 pp1 mbs1 gbs4 rc=none 1f1b",
+                                          "tiny seq128 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b"])]
+    half = two.step.max() // 2 + 1
+    frames = [two[two.step < half].assign(measured_at="2026-11-28T10:00:00"),
+              two[two.step >= half].assign(step=lambda f: f.step - half, measured_at="2026-11-28T10:20:00")]
     joined = join_passes(frames)
-    assert len(joined) == sum(map(len, frames)) and not joined.duplicated(["layout_id", "step", "rank"]).any()
+    assert len(joined) == len(two) and not joined.duplicated(["layout_id", "step", "rank"]).any()
     for lid, group in joined.groupby("layout_id"):
-        assert sorted(group.step.unique()) == list(range(6))  # 3 steps a pass
-        assert set(group.measured_at) == {frames[0].measured_at[frames[0].layout_id == lid].iloc[0]}
+        assert sorted(group.step.unique()) == list(range(2 * half))
+        assert set(group.measured_at) == {"2026-11-28T10:00:00"}
+        # the steps in the order the passes took them
+        assert group.sort_values(["step", "rank"]).step_time_s.tolist() == (
+            two[two.layout_id == lid].sort_values(["step", "rank"]).step_time_s.tolist())
     ranks = joined.groupby("layout_id")["rank"].nunique()
     assert ranks.to_dict() == {lid: 1 + ("dp2" in lid) for lid in ranks.index}
     # each pass's median against the pooled one, the slowest rank's time a step
@@ -82,6 +87,7 @@ def test_passes_of_a_layout_join_into_one_run(tmp_path):
         assert table.loc[lid, ["pass1_p50_s", "pass2_p50_s"]].tolist() == [s.median() for s in steps]
         assert table.loc[lid, "pooled_p50_s"] == pooled
         assert table.loc[lid, "worst_pass_departure"] == max(abs(s.median() - pooled) for s in steps) / pooled
+    assert "pass1_steal" not in table  # steps measured before steal was recorded
 
 
 @pytest.mark.parametrize("axis, lid", [  # the default global batch: 4 micro-batches per replica

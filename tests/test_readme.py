@@ -77,7 +77,7 @@ NOT_RUN = {
         "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish runs srun's environment here",
     "pip install -e .": "installs PRISM: these tests run in that installation",
     'pip install -e ".[sampling,test]"': "installs PRISM with its test extra: these tests run in that installation",
-    "python -m pytest -q": "the test suite, this file included",
+    "python -m pytest -q -n auto --dist loadfile": "the test suite, this file included",
     "prism import-trace traces/rank*.json out=samples/trace hardware=local-cpu":
         "a placeholder for your own traces: the same command on traces `prism measure` recorded runs in the "
         "README's trace section, and tests/test_import_trace.py::test_cli_reads_files_then_settings",
