@@ -71,6 +71,12 @@ def test_a_cpu_s_framework_time_is_sampled_once_per_store(tmp_path, cpu_env):
     assert again["status"] == "nothing-to-do" and len(store.run_files(tmp_path)) == 1
 
 
+def _ctrl_c_default():
+    """A test's prism process takes Ctrl-C as a user's does: a process started in the
+    background, as a test worker may be, inherits SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_after_first_part(args, out_dir, env):
     """Start ``prism sample``, send SIGINT once its first part is written; (returncode, stdout,
     whether the run had already ended when the signal went). A CI machine can stall this process
@@ -78,7 +84,7 @@ def _interrupt_after_first_part(args, out_dir, env):
     signal by its file's time."""
     proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args, f"output_dir={out_dir}"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=_ctrl_c_default)
     deadline = time.time() + 120
     while (not list(out_dir.glob(".*.parts/part-*.parquet")) and proc.poll() is None
            and time.time() < deadline):
@@ -133,7 +139,8 @@ def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
             "sampling.space.message_bytes=[33554432,67108864]", "sampling.collective_repeats=18",
             f"output_dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", *args], env=cpu_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=_ctrl_c_default)
     deadline = time.time() + 120
     while not list(tmp_path.glob(".*.parts/collective-0-*.parquet")) and time.time() < deadline:
         time.sleep(0.05)
@@ -242,10 +249,14 @@ def test_a_ctrl_c_python_drops_still_stops_the_compute_loop(tmp_path):
             timed.append(fn)
             return [1.0] * repeats
 
-    with runner._remembered_interrupts():
-        SignalsOnCollection()  # the interrupt raised as it is collected is dropped, not raised here
-        with pytest.raises(KeyboardInterrupt):
-            runner._compute_loop(plan.compute, sc, runner._device(load_hardware("local-cpu")), Timer(),
-                                 store.RunWriter(tmp_path, "run", {}), {"origin": "sampled"}, time.time() + 60,
-                                 [], progress=False)
-    assert not timed and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # a test worker may ignore Ctrl-C
+    try:
+        with runner._remembered_interrupts():
+            SignalsOnCollection()  # the interrupt raised as it is collected is dropped, not raised here
+            with pytest.raises(KeyboardInterrupt):
+                runner._compute_loop(plan.compute, sc, runner._device(load_hardware("local-cpu")), Timer(),
+                                     store.RunWriter(tmp_path, "run", {}), {"origin": "sampled"}, time.time() + 60,
+                                     [], progress=False)
+        assert not timed and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, inherited)
