@@ -116,7 +116,10 @@ def _stop(proc: subprocess.Popen) -> None:
 def _show(progress, workdir: Path) -> None:
     path = workdir / "progress"
     if progress is not None and path.exists():
-        progress.update(int(path.read_text()) - progress.n)
+        done = int(path.read_text())
+        if progress.total is not None and done > progress.total:
+            progress.total = done  # steps timed again in place of disturbed ones (measure.steal_retakes)
+        progress.update(done - progress.n)
 
 
 def _first_error(workdir: Path, returncode: int) -> str:

@@ -175,7 +175,7 @@ def test_a_job_that_does_not_fit_is_flagged_and_the_profile_named():
 
 def test_a_layout_error_names_the_column(runs):
     row = runs[runs.set_id == "vtrain_multi"].iloc[0].to_dict() | {"num_gpus": "63"}
-    with pytest.raises(PrismError, match="^num_gpus: ") as exc:
+    with pytest.raises(PrismError, match="^num_gpus=63: ") as exc:
         row_workload(row, {})
     assert exc.value.field == "num_gpus"
 
@@ -186,6 +186,7 @@ def test_a_layout_error_names_the_column(runs):
     ({"tp": "3"}, "tp=3: does not divide heads=32", "model.num_heads"),
     ({"ep": "2"}, "set ep=1", "parallel.ep"),
     ({"gbs": "7"}, "not a multiple of mbs·dp", "parallel.micro_batch_size"),
+    ({"num_experts": "8", "top_k": "9"}, "top_k=9: must be 1..num_experts=8 (each token", "model."),
 ])
 def test_a_row_s_status_names_the_table_s_columns_not_prism_s_settings(runs, cells, says, not_says):
     """A status is read beside the CSV: it quotes its columns (tp=3, num_gpus=64), not the

@@ -188,3 +188,17 @@ def test_measure_times_a_step_in_place_of_each_disturbed_one_within_its_allowanc
     assert not another_step(6, [0.0, 0.3, 0.0, 0.0], job)
     assert not another_step(7, [0.3] * 5, job)  # the allowance spent
     assert not another_step(5, [0.3] * 3, {**job, "steal_retakes": 0})
+
+
+def test_measure_progress_bar_grows_by_the_steps_timed_in_place_of_disturbed_ones(tmp_path):
+    import io
+
+    from tqdm import tqdm
+
+    from sampling.launch import _show
+
+    with tqdm(total=5, file=io.StringIO()) as bar:
+        for done, total in ((3, 5), (5, 5), (7, 7)):
+            (tmp_path / "progress").write_text(str(done))
+            _show(bar, tmp_path)
+            assert (bar.n, bar.total) == (done, total)

@@ -50,7 +50,7 @@ from predictor.core.errors import PrismError
 from predictor.core.files import MANIFEST, held_lock, write_atomically
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import check_draws, check_number
-from predictor.data.published import RowJob, in_columns, row_hardware, spec_column
+from predictor.data.published import RowJob, in_table_terms, row_hardware
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, read_table
 from predictor.engine.compose import compose, workload_calls
 from predictor.latency.artifacts import evidence_tier, held_sets, holds_models, models_dir
@@ -87,9 +87,7 @@ def _failure(exc: Exception) -> str:
     """The status of a row that cannot be predicted: the column and the fix."""
     if not isinstance(exc, PrismError):  # a bug below: say so, and let the batch go on
         return f"not predicted ({type(exc).__name__}: {exc}); please report this row"
-    column = spec_column(exc.field)
-    text = in_columns(str(exc))
-    return text if column is None or text.startswith(column) else f"{column}: {text}"
+    return str(in_table_terms(exc))
 
 
 class BatchPredictor:

@@ -147,22 +147,33 @@ SPEC_COLUMNS = {
     "model.head_dim": "hidden", "model.num_heads": "heads", "model.num_kv_heads": "kv_heads",
     "model.ffn_hidden_size": "ffn", "model.vocab_size": "vocab", "model.seq_length": "seq_len",
     "hardware.node.gpus_per_node": "gpus_per_node", "hardware.network.inter_node.bandwidth": "inter_node",
+    "model.num_experts": "num_experts", "model.top_k": "top_k", "model.moe_ffn_hidden_size": "expert_ffn",
+    "model.moe_layer_freq": "moe_layer_freq", "model.first_dense_layers": "moe_layer_freq",
 }
 
 
 #: Spec fields a message may quote with their value, renamed to the column that holds the
-#: same value (``parallel.schedule`` and ``model.head_dim`` map to a column for the fix only).
+#: same value (``parallel.schedule``, ``model.head_dim`` and ``model.first_dense_layers``
+#: map to a column for the fix only).
 _QUOTED_AS_COLUMN = {key: column for key, column in SPEC_COLUMNS.items()
-                     if key.startswith(("parallel.", "model.")) and key not in ("parallel.schedule", "model.head_dim")}
-_QUOTED_AS_COLUMN |= {"model.num_experts": "num_experts", "model.top_k": "top_k",
-                      "model.moe_ffn_hidden_size": "expert_ffn", "model.moe_layer_freq": "moe_layer_freq"}
-_QUOTED = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, _QUOTED_AS_COLUMN)) + r"|gpus(?==))(?![\w.])")
+                     if key.startswith(("parallel.", "model."))
+                     and key not in ("parallel.schedule", "model.head_dim", "model.first_dense_layers")}
+# not inside a longer dotted name (x.parallel.tp), yet after a range's dots (1..model.num_experts)
+_QUOTED = re.compile(r"(?<!\w)(?<!\w\.)(" + "|".join(map(re.escape, _QUOTED_AS_COLUMN)) + r"|gpus(?==))(?![\w.])")
 
 
 def in_columns(message: str) -> str:
     """``message`` with the spec fields it quotes (``parallel.tp=3``, ``gpus=63``) named as
     the table's columns (``tp=3``, ``num_gpus=63``): a row's status speaks the table's terms."""
     return _QUOTED.sub(lambda m: _QUOTED_AS_COLUMN.get(m.group(1), "num_gpus"), message)
+
+
+def in_table_terms(exc: PrismError) -> PrismError:
+    """``exc`` as a row of the table hears it: its field the column (:func:`spec_column`),
+    its message quoting columns (:func:`in_columns`) and starting with that column."""
+    column = spec_column(exc.field)
+    text = in_columns(str(exc))
+    return PrismError(text if column is None or text.startswith(column) else f"{column}: {text}", field=column)
 
 
 def spec_column(field: str | None) -> str | None:
@@ -383,8 +394,7 @@ def _with_experts(model: ModelConfig, row: Mapping, known: ModelConfig | None, n
     try:
         return replace(model, **fields)
     except PrismError as exc:
-        column = {"model.top_k": "top_k", "model.first_dense_layers": "moe_layer_freq"}.get(exc.field, exc.field)
-        raise PrismError(f"{column}: {exc}", field=column) from None
+        raise in_table_terms(exc) from None
 
 
 def _default_note(column: str, value: str, family: str, text: str = "") -> str:
@@ -469,8 +479,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     try:
         validate_layout(model, par, gpus)
     except PrismError as exc:
-        column = spec_column(exc.field)
-        raise PrismError(f"{column}: {exc}", field=column) from None
+        raise in_table_terms(exc) from None
     return RowJob(model, par, hardware[hw_key], gpus, notes,
                   (tuple(vars(model).values()), tuple(vars(par).values()), hw_key, gpus, framework), framework)
 
