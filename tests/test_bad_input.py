@@ -162,7 +162,8 @@ def test_a_layout_the_api_cannot_read_names_its_field(layout, field):
 
 def test_the_api_takes_names_numpy_counts_and_gives_plain_json():
     from predictor.analyses.compare import compare
-    from predictor.analyses.predict import MAX_GPUS, predict
+    from predictor.analyses.predict import predict
+    from predictor.core.layout import MAX_GPUS
     p = predict("llama3-8b", "h100-sxm", {"tp": np.int64(8)}, gpus=np.int64(8), draws=100)
     assert json.loads(json.dumps(p.to_dict()))["layout"]["tp"] == 8
     assert [r.hardware for r in compare("llama3-8b", "h100-sxm", None, 8, draws=100).results] == ["h100-sxm"]

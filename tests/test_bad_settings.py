@@ -34,6 +34,14 @@ def _one_line(capsys) -> str:
     ([*JOB, "parallel.moe_capacity_factor=-1"], "parallel.moe_capacity_factor=-1.0"),  # dense: was ignored
     ([*JOB, "train_tokens=1e40"], "train_tokens=1e+40: above 1e+18 tokens"),
     (["variability", *JOB[1:], "train_tokens=1e40"], "train_tokens=1e+40"),  # was numpy's 'lam value too large'
+    # an OverflowError traceback in the schedule; 1e18 was priced at 8 trillion days
+    ([*JOB, "parallel.global_batch_size=1e30"], "parallel.global_batch_size=1.000e+30: more than 1,073,741,824"),
+    ([*JOB, "parallel.global_batch_size=1e18"], "parallel.global_batch_size=1.000e+18: more than"),
+    (["search", *JOB[1:], "parallel.global_batch_size=1e30"], "parallel.global_batch_size=1.000e+30"),  # int64 wrap
+    ([*JOB[:-1], "parallel.dp=100000000"], "parallel.dp=100,000,000: more than 16,777,216 GPUs"),
+    (["predict", "model=llama3-8b", "hardware=[a100-sxm4-80gb,h100-sxm]"], "not a list (prism compare takes several"),
+    ([*JOB, "hardware.price_per_gpu_hour=$2"], "hardware.price_per_gpu_hour: '$2' is not a number"),  # 'of the type'
+    (["variability", *JOB[1:], "analysis.thresholds=[abc]"], "analysis.thresholds[0]: 'abc' is not a number"),
     # 21 nodes of 3 and one GPU of a 22nd were priced as a cluster of whole nodes
     (["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "hardware.node.gpus_per_node=3"],
      "gpus=64: not a whole number of nodes of 3 GPUs (hardware.node.gpus_per_node of h100-sxm): 21 nodes and 1 GPU "),

@@ -187,6 +187,7 @@ def test_a_layout_error_names_the_column(runs):
     ({"ep": "2"}, "set ep=1", "parallel.ep"),
     ({"gbs": "7"}, "not a multiple of mbs·dp", "parallel.micro_batch_size"),
     ({"num_experts": "8", "top_k": "9"}, "top_k=9: must be 1..num_experts=8 (each token", "model."),
+    ({"model": "llama-gpt"}, "model='llama-gpt': names both GPT and Llama", "ok"),  # was read as a Llama
 ])
 def test_a_row_s_status_names_the_table_s_columns_not_prism_s_settings(runs, cells, says, not_says):
     """A status is read beside the CSV: it quotes its columns (tp=3, num_gpus=64), not the

@@ -72,6 +72,7 @@ def test_hardware_list_is_parsed_before_hydra():
         ["a100-sxm4-80gb", "h100-sxm"], ["model=tiny", "gpus=8"])
     assert split_hardware(["hardware=b200,gh200", "hardware=b200"])[0] == ["b200", "gh200"]
     assert split_hardware(["hardware=h100-sxm"])[0] == ["h100-sxm"]
+    assert split_hardware(["hardware=[h100-sxm,h100-sxm]"])[0] == ["h100-sxm"]  # was both, then refused as twice
     assert split_hardware(["model=tiny", "hardware.power_w=500"]) == (None, ["model=tiny", "hardware.power_w=500"])
     assert "local-cpu" not in gpu_profiles() and set(FOUR) <= set(gpu_profiles())
     for unclosed in ("hardware=[a100-sxm4-80gb,h100-sxm", "hardware=a100-sxm4-80gb,h100-sxm]"):

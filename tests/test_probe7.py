@@ -194,6 +194,24 @@ def test_predict_batch_does_not_resume_rows_of_models_retrained_in_the_same_fold
         predict_batch(src, out, draws=20, models_root=root)
 
 
+def test_predict_batch_predicts_again_the_rows_that_failed_once_their_cause_is_fixed(tmp_path):
+    """A truncated model file failed every row, and the rerun after restoring it resumed the failures."""
+    rows = pd.read_csv(REPO_ROOT / "data" / "e2e" / "e2e_training_visible.csv")
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    rows[rows.gpu.str.startswith("A100")].head(2).to_csv(src, index=False)
+    root = _set_copy(tmp_path, "a100-sxm4-80gb")
+    model = next((root / "a100-sxm4-80gb").glob("gemm__fwd*"))
+    whole = model.read_bytes()
+    model.write_bytes(whole[: len(whole) // 2])
+    first = predict_batch(src, out, draws=20, models_root=root)
+    assert (first.predicted, first.failed) == (0, 2)
+    model.write_bytes(whole)
+    again = predict_batch(src, out, draws=20, models_root=root)
+    assert (again.predicted, again.failed, again.resumed) == (2, 0, 0)
+    assert predict_batch(src, out, draws=20, models_root=root).resumed == 2
+    assert len(pd.read_csv(out)) == 2
+
+
 # -- traces with bytes and times no profiler writes ---------------------------------------------
 
 @pytest.fixture(scope="module")

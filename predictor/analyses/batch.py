@@ -22,8 +22,8 @@ chunk of rows looks its operator calls up in one query per op and hardware
 
 Rows are written to ``out`` a chunk at a time, each chunk one write followed by a flush,
 so Ctrl-C keeps every finished chunk; running the same command again skips the rows
-``out`` already holds (a torn last line or rows of an edited input are dropped and
-predicted again) and leaves ``out`` in input order; an ``out`` holding none of the table's
+``out`` already holds predicted (a torn last line, rows of an edited input and rows that
+failed, whose cause may since be fixed, are predicted again) and leaves ``out`` in input order; an ``out`` holding none of the table's
 rows is another table's, and one holding its rows predicted with other settings (draws, seed,
 models_dir, models retrained in it) another run's: each is refused rather than replaced. So is, before anything is
 written, a ``models_dir`` holding models of none of the table's hardware.
@@ -375,7 +375,9 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
                 f"then resumes) or write elsewhere; if that run is gone, delete {lock}")
     with held_lock(lock, busy, "out"):  # two writers would both append every row
         written = _written(out, header, set(keys), cells, settings)
-        todo = [i for i, k in enumerate(keys) if k not in written]
+        status_at = len(keep) + len(PREDICTED)
+        # a row that failed is predicted again: its cause (a damaged model file, a missing profile) may be fixed
+        todo = [i for i, k in enumerate(keys) if k not in written or written[k][status_at] != "ok"]
         predictor = BatchPredictor(draws, seed, models_root)
         names = [name.strip().lower() for name in table.header]
         status = "done"
@@ -394,7 +396,7 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
                 status = "interrupted"
         if status == "done" and todo and written and list(written) != keys:
             _replace(out, header, [written[k] for k in keys])  # resumed rows first: restore the input's order
-        statuses = [row[len(keep) + len(PREDICTED)] for row in written.values()]
+        statuses = [row[status_at] for row in written.values()]
         return BatchReport(
             table=str(table.path), out=str(out), status=status, rows=len(keys), predicted=statuses.count("ok"),
             failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),

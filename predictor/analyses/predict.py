@@ -16,6 +16,7 @@ import numpy as np
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.core.errors import PrismError
 from predictor.core.layout import (
+    MAX_GPUS,
     framework_note,
     idle_note,
     kv_replication_note,
@@ -99,11 +100,6 @@ def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
     Failures and restarts are not in it (:mod:`predictor.analyses.variability` adds them).
     """
     return persistent * (full.mean() / persistent.mean())
-
-
-#: The largest job PRISM sizes: 2^24 GPUs, far beyond any cluster, short of the counts
-#: whose token and byte totals overflow the models' float features.
-MAX_GPUS = 1 << 24
 
 
 def check_gpus(value) -> int | None:

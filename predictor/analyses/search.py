@@ -61,7 +61,7 @@ import numpy as np
 from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
 from predictor.analyses.predict import check_gpus, predictive_report
 from predictor.core.errors import PrismError
-from predictor.core.layout import AXES, refuse_experts_of_dense, resolve_layout, validate_layout
+from predictor.core.layout import AXES, check_count, refuse_experts_of_dense, resolve_layout, validate_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import compose
@@ -361,7 +361,7 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
         raise PrismError("gpus: search needs the job's GPU count, e.g. gpus=1024", field="gpus")
     gpus = check_gpus(gpus)
     check_number("seed", seed, integer=True, zero=True)
-    check_number("parallel.global_batch_size", base.global_batch_size, integer=True, zero=True)
+    check_count("global_batch_size", base.global_batch_size, zero=True)
     plain = ParallelConfig()
     fixed = [f"parallel.{key}={getattr(base, key)}" for key in SEARCHED if getattr(base, key) != getattr(plain, key)]
     if fixed:

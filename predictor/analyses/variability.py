@@ -55,7 +55,6 @@ import numpy as np
 
 from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.analyses.predict import (
-    MAX_GPUS,
     SECONDS_PER_DAY,
     check_gpus,
     check_train_tokens,
@@ -64,7 +63,7 @@ from predictor.analyses.predict import (
     steps_to_train,
 )
 from predictor.core.errors import PrismError
-from predictor.core.layout import report_layout, resolve_layout
+from predictor.core.layout import MAX_GPUS, report_layout, resolve_layout
 from predictor.core.mesh import Mesh
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws

@@ -45,9 +45,27 @@ def _divisors(n: int) -> str:
 
 #: The layout's whole-number settings.
 COUNTS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "global_batch_size")
+#: The largest job PRISM sizes: 2^24 GPUs, far beyond any cluster, short of the counts
+#: whose token and byte totals overflow the models' float features.
+MAX_GPUS = 1 << 24
+#: The most sequences a step takes, a micro-batch or the global batch: 2^30, a million times
+#: the largest published global batches (thousands); past it a figure is a typo, and its
+#: count of micro-batches would overflow the schedule's integers.
+MAX_BATCH = 1 << 30
 #: The layout's on/off settings.
 SWITCHES = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "loss_fusion",
             "moe_force_balance", "overlap_ep_comm")
+
+
+def check_count(name: str, value, zero: bool = False) -> None:
+    """``parallel.<name>`` (one of :data:`COUNTS`): a whole number above zero (at least zero
+    where ``zero``), at most :data:`MAX_GPUS` for a degree, :data:`MAX_BATCH` for a batch."""
+    key = f"parallel.{name}"
+    check_number(key, value, integer=True, zero=zero)
+    most, what = (MAX_BATCH, "sequences") if name.endswith("batch_size") else (MAX_GPUS, "GPUs")
+    if value > most:
+        shown = f"{value:,}" if value < 10**12 else f"{value:.3e}"
+        raise PrismError(f"{key}={shown}: more than {most:,} {what}, far past any published job; a typo?", field=key)
 
 
 def check_recompute_modules(par: ParallelConfig) -> None:
@@ -87,7 +105,10 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     ``model.seq_length``.
     """
     for name in COUNTS:
-        check_number(f"parallel.{name}", getattr(par, name), integer=True)
+        check_count(name, getattr(par, name))
+    if par.world_size > MAX_GPUS:
+        raise PrismError(f"parallel: dp·tp·pp·cp = {par.world_size:,} GPUs, more than the {MAX_GPUS:,} PRISM sizes; "
+                         f"lower parallel.dp", field="parallel.dp")
     for name in SWITCHES:
         if not isinstance(getattr(par, name), bool):  # "false" from a CSV or JSON would count as on
             raise PrismError(f"parallel.{name}={getattr(par, name)!r}: true or false", field=f"parallel.{name}")

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
@@ -117,16 +117,21 @@ def section(cfg: DictConfig, name: str, schema: type):
 
 def _whole_numbers(node, schema: type) -> None:
     """A float with no fraction where ``schema`` takes a whole number, as that number:
-    ``parallel.tp=8.0`` is 8 (``gpus=8.0`` already is), not an error saying 8.0 is not whole."""
+    ``parallel.tp=8.0`` is 8 (``gpus=8.0`` already is), and so is an item of a list of whole
+    numbers (``analysis.scales=[1e4]``), not an error saying 8.0 is not whole."""
     if not (dataclasses.is_dataclass(schema) and isinstance(node, DictConfig)):
         return
+
+    def whole(value) -> bool:
+        return isinstance(value, float) and math.isfinite(value) and value.is_integer()
     for key, kind in _hints(schema).items():
         value = node.get(key) if key in node else None
         if dataclasses.is_dataclass(kind):
             _whole_numbers(value, kind)
-        elif int in (kind, *typing.get_args(kind)) and isinstance(value, float) and math.isfinite(value) \
-                and value.is_integer():
+        elif int in (kind, *typing.get_args(kind)) and whole(value):
             node[key] = int(value)
+        elif typing.get_origin(kind) is list and typing.get_args(kind) == (int,) and isinstance(value, ListConfig):
+            node[key] = [int(v) if whole(v) else v for v in value]
 
 
 def _check_switches(node, prefix: str, schema: type) -> None:
@@ -159,7 +164,14 @@ def _hints(schema: type) -> dict:
 
 
 def _field_type(schema: type, key: str) -> str:
-    return getattr(_schema_at(schema, key), "__name__", "")
+    """The name of the type a setting takes: ``float`` for ``float | None``, and for an item
+    of a list (``scales[0]``) the items' type."""
+    base, _, item = key.partition("[")
+    kind = _schema_at(schema, base)
+    if item and typing.get_origin(kind) is list:
+        kind = typing.get_args(kind)[0]
+    taken = [k for k in typing.get_args(kind) if k is not type(None)] if typing.get_origin(kind) else [kind]
+    return getattr(taken[0], "__name__", "") if len(taken) == 1 else ""
 
 
 def _field_names(schema: type, path: str) -> list[str]:
@@ -243,6 +255,9 @@ def no_option(group: str, name) -> PrismError:
         return PrismError(f"{group}={text}: a file path; {group}= takes the name of a file in {folder}/{where} "
                           f"(copy yours there, or point PRISM_CONF_DIR at a folder laid out like conf/); {choose}",
                           field=group)
+    if group == "hardware" and ("," in text or text.startswith("[")):
+        return PrismError(f"hardware={text}: takes one profile's name, not a list (prism compare takes several: "
+                          f"prism compare model=... hardware=[a,b]); {choose}", field=group)
     hint = f" (did you mean {match_hardware(text)}?)" if group == "hardware" and match_hardware(text) else ""
     return PrismError(f"{group}={text}: no {folder}/{text}.yaml{where}{hint}; {choose}", field=group)
 

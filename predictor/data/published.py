@@ -270,11 +270,11 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
     if known is None and any(w in _squeezed(name) for w in UNMODELLED):
         word = next(w for w in UNMODELLED if w in _squeezed(name))
         raise PrismError(f"model={name!r}: {UNMODELLED[word]}; PRISM does not model it", field="model")
-    family = known.family if known else "llama" if "llama" in name.lower() else "gpt" if "gpt" in name.lower() \
-        else None
-    if family is None:  # not guessed: the two families differ in every layer
-        raise PrismError(f"model={name!r}: names neither GPT nor Llama; put the family in the name "
-                         f"({BY_NAME['model'].meaning})", field="model")
+    families = [f for f in ("llama", "gpt") if f in name.lower()]
+    if known is None and len(families) != 1:  # not guessed: the two families differ in every layer
+        what = "both GPT and Llama; keep only its family's" if families else "neither GPT nor Llama; put the family"
+        raise PrismError(f"model={name!r}: names {what} in the name ({BY_NAME['model'].meaning})", field="model")
+    family = known.family if known else families[0]
     layers, hidden, heads, seq = (count(row, c) for c in ("layers", "hidden", "heads", "seq_len"))
     if hidden % heads:
         raise PrismError(f"hidden={hidden}: not a multiple of heads={heads}; check both", field="hidden")
