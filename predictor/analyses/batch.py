@@ -23,10 +23,11 @@ chunk of rows looks its operator calls up in one query per op and hardware
 Rows are written to ``out`` a chunk at a time, each chunk one write followed by a flush,
 so Ctrl-C keeps every finished chunk; running the same command again skips the rows
 ``out`` already holds predicted (a torn last line, rows of an edited input and rows that
-failed, whose cause may since be fixed, are predicted again) and leaves ``out`` in input order; an ``out`` holding none of the table's
-rows is another table's, and one holding its rows predicted with other settings (draws, seed,
-models_dir, models retrained in it) another run's: each is refused rather than replaced. So is, before anything is
-written, a ``models_dir`` holding models of none of the table's hardware.
+failed, whose cause may since be fixed, are predicted again) and leaves ``out`` in input
+order; an ``out`` holding none of the table's rows is another table's, and one holding its
+rows predicted with other settings (draws, seed, models_dir, models retrained in it) another
+run's: each is refused rather than replaced. So is, before anything is written, a
+``models_dir`` holding models of none of the table's hardware.
 """
 from __future__ import annotations
 

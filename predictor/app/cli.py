@@ -852,7 +852,8 @@ VERBS = {
                     "pred_key (row index and hash). The file and out are\n"
                     "checked before any work (bad input: one line, exit 2); no cell stops the batch. A row's\n"
                     "prediction depends on that row alone. Rows are written a chunk at a time: Ctrl-C keeps them,\n"
-                    "and the same command resumes (rows that failed are tried again). A progress bar shows on a terminal, never with --json.\n\n"
+                    "and the same command resumes (rows that failed are tried again). A progress bar shows on a\n"
+                    "terminal, never with --json.\n\n"
                     + schema_help(),
         examples=["prism predict-batch data/e2e/e2e_training_visible.csv out=predicted.csv",
                   "prism predict-batch runs.csv out=runs.predicted.csv draws=1000 seed=1 --json"],
