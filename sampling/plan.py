@@ -197,6 +197,9 @@ def validate(sc: SamplingConfig, hw: HardwareConfig) -> None:
     if sc.warmup < 0:
         raise PrismError(f"sampling.warmup={sc.warmup}: the untimed calls before the first repeat; must be a whole "
                          f"number >= 0, e.g. 2", field='sampling.warmup')
+    if not isinstance(sc.seed, int) or sc.seed < 0:  # numpy's generators take no negative seed
+        raise PrismError(f"sampling.seed={sc.seed}: the seed of the shapes' draw; must be a whole number >= 0",
+                         field='sampling.seed')
     if not isinstance(sc.steal_retakes, int) or sc.steal_retakes < 0:
         raise PrismError(f"sampling.steal_retakes={sc.steal_retakes}: how often a call timed under steal is timed "
                          f"again; must be a whole number >= 0 (0: never)", field='sampling.steal_retakes')
@@ -224,7 +227,11 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
     turn. TP degrees a model cannot take are skipped."""
     per_model, seen = [], set()
     for name in sc.targets:
-        own, calls = load_model(name), []
+        try:
+            own, calls = load_model(name), []
+        except PrismError as exc:  # the message names model=, which the user did not set
+            raise PrismError(f"sampling.targets: {exc}".replace(f"model={name}: ", f"{name}: "),
+                             field="sampling.targets") from None
         per_model.append(calls)
         models = [dataclasses.replace(own, seq_length=n) for n in sc.seq_lengths] or [own]
         for model, tp, mbs in product(models, sc.tp_degrees, sc.micro_batch_sizes):

@@ -209,6 +209,18 @@ def test_a_sample_store_with_text_in_numbers_or_an_unknown_pass_is_refused(tmp_p
     sideways.to_parquet(tmp_path / "pass.parquet")
     with pytest.raises(PrismError, match="column 'pass'"):
         store.read_samples(tmp_path / "pass.parquet")
+    # `prism samples` raised KeyError: 'm', and so did a resumed `prism sample`
+    gemm = store.read_samples(REPO_ROOT / "samples" / "local-cpu", ops=["gemm"]).head(20)
+    gemm.drop(columns=["m"]).to_parquet(tmp_path / "no_m.parquet")
+    with pytest.raises(PrismError, match="column 'm': missing, and every gemm row needs its shape"):
+        store.read_samples(tmp_path / "no_m.parquet")
+    gemm.assign(m=np.where(np.arange(len(gemm)) == 0, np.nan, gemm.m)).to_parquet(tmp_path / "blank_m.parquet")
+    with pytest.raises(PrismError, match="column 'm': empty in some rows"):
+        store.read_samples(tmp_path / "blank_m.parquet")
+    (tmp_path / "empty").mkdir()  # was: 'holds no sample runs (.parquet)'
+    gemm.head(0).to_parquet(tmp_path / "empty" / "run.parquet")
+    assert store.no_runs(tmp_path / "empty").endswith("holds 1 sample run(s) with no rows (run.parquet); sample "
+                                                      f"again: prism sample output_dir={tmp_path / 'empty'}")
 
 
 def test_train_notes_thin_models_and_evaluate_notes_in_sample_scores(tmp_path, capsys):

@@ -127,3 +127,19 @@ def test_evaluate_refuses_latencies_that_are_no_measurement(tmp_path, latency, c
 def test_a_setting_the_verb_does_not_read_is_refused_naming_who_reads_it(args, says, capsys):
     assert main(args) == 2
     assert says in _one_line(capsys)
+
+
+@pytest.mark.parametrize("scale, says", [
+    (1e-3, "puts them at up to"),  # ms written as µs: trained into 182 TFLOP/s on 2 cores, without a word
+    (1e9, "above 1e+09 µs"),  # ns written as µs: a 1024-cubed GEMM predicted at 1.2e13 µs
+])
+def test_train_refuses_latencies_in_another_unit(tmp_path, scale, says, capsys):
+    store = REPO_ROOT / "samples" / "local-cpu"
+    frame = pd.concat(pd.read_parquet(f) for f in store.glob("*.parquet"))
+    frame = frame[frame.op == "gemm"].head(40)
+    frame.assign(latency_us=frame.latency_us * scale).to_parquet(tmp_path / "units.parquet")
+    args = [f"samples={tmp_path / 'units.parquet'}", "hardware=local-cpu"]
+    assert main(["train", *args, f"models_dir={tmp_path / 'models'}"]) == 2
+    assert says in _one_line(capsys) and not (tmp_path / "models" / "local-cpu").exists()
+    assert main(["evaluate", *args]) == 2
+    assert says in _one_line(capsys)

@@ -75,6 +75,8 @@ def test_a_smaller_budget_shrinks_shapes_not_their_number():
     ("sampling.ops=[gemm,conv2d]", "sampling.ops: unknown op 'conv2d'"),
     ("sampling.dtypes=[float16]", "sampling.dtypes: hardware local-cpu has no float16"),
     ("sampling.collective_world_size=1", "sampling.collective_world_size: must be >= 2"),
+    ("sampling.seed=-1", "sampling.seed=-1: the seed of the shapes' draw"),  # was numpy's ValueError
+    ("sampling.targets=[nosuch]", "sampling.targets: nosuch: no conf/model/nosuch.yaml"),  # named model=
     ("sampling.space.m=[0,10]", r"sampling.space.m: expected \[low, high\]"),
 ])
 def test_invalid_plans_name_the_field(override, message):

@@ -202,6 +202,16 @@ def test_a_gpu_plan_s_collectives_need_a_gpu_per_rank(tmp_path, capsys, monkeypa
     assert "sampling.ops" in err and not (tmp_path / "store").exists()
 
 
+def test_a_cpu_s_collectives_need_a_core_per_rank(tmp_path, capsys, monkeypatch):
+    """16 ranks on 2 cores ran out of the budget in start-up, and the note blamed the budget."""
+    monkeypatch.setattr("sampling.runner.usable_cores", lambda: 2)
+    assert main(["sample", "sampling.ops=[all_reduce]", "sampling.collective_world_size=16",
+                 f"output_dir={tmp_path / 'store'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("prism sample: error: sampling.collective_world_size=16: one core per rank")
+    assert "set it to 2 or fewer" in err and len(err.splitlines()) == 1 and not (tmp_path / "store").exists()
+
+
 def test_a_truncated_file_in_the_store_stops_sampling_and_is_left_intact(tmp_path, capsys):
     w = store.RunWriter(tmp_path, "earlier", {})
     from datetime import datetime, timezone

@@ -144,9 +144,13 @@ def test_distribution_scores_of_few_steps_and_a_job_the_memory_cannot_hold_are_n
     hw = load_hardware("local-cpu")
     assert validate(one_layout, hw, None, draws=200).notes == []  # 30 steps of tiny
     few = one_layout[one_layout.step < 3]
-    (only,) = validate(few, hw, None, draws=200).notes
+    scored = validate(few, hw, None, draws=200)
+    (only,) = scored.notes
     assert only == (f"layout '{SUITE}': 3 step(s) measured: ks and coverage_80 compare distributions and need at "
-                    f"least 5 steps; measure more (measure.steps=30)")
+                    f"least 5 steps, so none is given; measure more (measure.steps=30)")
+    (s,) = scored.scores  # a KS of 1.0 and a coverage of 0% read as the worst scores, not as none
+    assert s.ks is None and s.coverage_80 is None and s.median_ape >= 0
+    assert scored.summary()["ks_median"] is None and scored.summary()["coverage_80_median"] is None
     big = few.assign(model_json=json.dumps(asdict(load_model("llama3-8b")) | {"seq_length": 128}))
     result = validate(big, hw, None, draws=200)
     assert any(n.startswith(f"layout '{SUITE}': DOES NOT FIT: ") and "of local-cpu's 24 GiB" in n

@@ -60,8 +60,8 @@ class LayoutScore:
     predicted_p95_s: float
     median_ape: float
     p95_ape: float
-    ks: float
-    coverage_80: float
+    ks: float | None  # None under MIN_DISTRIBUTION_STEPS steps: no distribution to compare
+    coverage_80: float | None
     p95_p50_meas: float
     p95_p50_pred: float
     predictive_80_s: tuple[float, float] | None = None  # the 80% interval of the median step
@@ -89,10 +89,16 @@ class Validation:
         t = self.table()
         spread_ok = (t.p95_p50_pred / t.p95_p50_meas - 1).abs() <= 0.05
         return {"layouts": len(t), "median_ape_median": float(t.median_ape.median()),
-                "median_ape_worst": float(t.median_ape.max()), "ks_median": float(t.ks.median()),
-                "coverage_80_median": float(t.coverage_80.median()), "p95_ape_median": float(t.p95_ape.median()),
+                "median_ape_worst": float(t.median_ape.max()), "ks_median": _median(t.ks),
+                "coverage_80_median": _median(t.coverage_80), "p95_ape_median": float(t.p95_ape.median()),
                 "median_in_80_share": float(t.median_in_80.mean()) if t.median_in_80.notna().all() else None,
                 "spread_within_5pct": int(spread_ok.sum())}
+
+
+def _median(scores: pd.Series) -> float | None:
+    """The median of the layouts' scores that exist (None: no layout has one)."""
+    known = pd.to_numeric(scores, errors="coerce").dropna()
+    return float(known.median()) if len(known) else None
 
 
 #: Fewer measured steps make no distribution: the KS distance and the 80% coverage of one step are
@@ -108,11 +114,12 @@ def score(layout_id: str, predicted: np.ndarray, measured: np.ndarray) -> Layout
     t, d = np.asarray(measured, float), np.asarray(predicted, float)
     m50, m95 = np.quantile(t, [0.5, 0.95])
     p10, p50, p90, p95 = np.quantile(d, [0.1, 0.5, 0.9, 0.95])
+    enough = len(t) >= MIN_DISTRIBUTION_STEPS
     return LayoutScore(
         layout_id=layout_id, steps=len(t), measured_p50_s=float(m50), predicted_p50_s=float(p50),
         measured_p95_s=float(m95), predicted_p95_s=float(p95), median_ape=float(abs(p50 - m50) / m50),
-        p95_ape=float(abs(p95 - m95) / m95), ks=float(ks_2samp(d, t).statistic),
-        coverage_80=float(np.mean((t >= p10) & (t <= p90))), p95_p50_meas=float(m95 / m50),
+        p95_ape=float(abs(p95 - m95) / m95), ks=float(ks_2samp(d, t).statistic) if enough else None,
+        coverage_80=float(np.mean((t >= p10) & (t <= p90))) if enough else None, p95_p50_meas=float(m95 / m50),
         p95_p50_pred=float(p95 / p50), notes=_step_notes(t, m50))
 
 
@@ -122,7 +129,7 @@ def _step_notes(t: np.ndarray, median: float) -> list[str]:
     notes = []
     if len(t) < MIN_DISTRIBUTION_STEPS:
         notes.append(f"{len(t)} step(s) measured: ks and coverage_80 compare distributions and need at least "
-                     f"{MIN_DISTRIBUTION_STEPS} steps; measure more (measure.steps=30)")
+                     f"{MIN_DISTRIBUTION_STEPS} steps, so none is given; measure more (measure.steps=30)")
     far = t > FAR_STEP * median
     if far.any():
         notes.append(f"{int(far.sum())} step(s) over {FAR_STEP:g}x the median step (the longest {t.max():.4g} s "

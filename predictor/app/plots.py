@@ -225,7 +225,8 @@ def cdf_figure(v: Validation):
         d, t = np.sort(v.predicted[s.layout_id]), np.sort(v.measured[s.layout_id])
         ax.plot(d * 1e3, np.linspace(0, 1, len(d)), label="predicted")
         ax.step(t * 1e3, np.arange(1, len(t) + 1) / len(t), where="post", label=f"measured ({len(t)} steps)")
-        ax.set_title(f"{s.layout_id}\nmedian err {s.median_ape:.1%}, KS {s.ks:.2f}", fontsize=8)
+        ks = "n/a" if s.ks is None else f"{s.ks:.2f}"
+        ax.set_title(f"{s.layout_id}\nmedian err {s.median_ape:.1%}, KS {ks}", fontsize=8)
         ax.set_xlabel("step time (ms)")
         ax.set_ylabel("P(step <= t)")
         ax.legend(fontsize=7)

@@ -296,14 +296,17 @@ def format_validation(v: Validation) -> str:
     for c in ("measured_p50_s", "predicted_p50_s"):
         shown[c] = (shown[c] * 1e3).map(lambda x: f"{x:.1f}")
     shown = shown.rename(columns={"measured_p50_s": "meas p50 ms", "predicted_p50_s": "pred p50 ms"})
-    for c in ("median_ape", "p95_ape", "coverage_80"):
-        shown[c] = shown[c].map(lambda x: f"{x:.1%}")
-    shown["ks"] = shown["ks"].map(lambda x: f"{x:.3f}")
+    for c, form in (("median_ape", "{:.1%}"), ("p95_ape", "{:.1%}"), ("coverage_80", "{:.1%}"), ("ks", "{:.3f}")):
+        shown[c] = shown[c].map(lambda x, form=form: "n/a" if x is None or x != x else form.format(x))
     s = v.summary()
+
+    def shown_median(key: str, form: str) -> str:
+        return "n/a (too few steps)" if s[key] is None else form.format(s[key])
     return (shown.to_string(index=False) + "\n\n"
             f"{s['layouts']} layouts: median abs. error of the median {s['median_ape_median']:.1%} "
             f"(worst {s['median_ape_worst']:.1%}), of p95 {s['p95_ape_median']:.1%}; median KS "
-            f"{s['ks_median']:.3f}; median 80% coverage {s['coverage_80_median']:.1%}; within-run spread "
+            f"{shown_median('ks_median', '{:.3f}')}; median 80% coverage "
+            f"{shown_median('coverage_80_median', '{:.1%}')}; within-run spread "
             f"(p95/p50) within 5% of the measured in {s['spread_within_5pct']} of {s['layouts']}"
             + (f"; the 80% predictive interval holds the measured median in {s['median_in_80_share']:.0%}"
                if s["median_in_80_share"] is not None else "")

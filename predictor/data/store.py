@@ -285,6 +285,13 @@ def no_runs(path) -> str:
     path = Path(path)
     if not path.is_dir():
         return f"{path} holds no sample rows; sample again, or give the store (folder) its runs are in"
+    runs = run_files(path)
+    if runs:
+        rows = sum(_open(f).metadata.num_rows for f in runs)
+        what = ("no rows" if not rows else f"{rows} rows, none an op's own timing (a co-run phase's or a collective "
+                                           f"gap curve's rows only)")
+        return (f"{path} holds {len(runs)} sample run(s) with {what} ({', '.join(p.name for p in runs[:3])}"
+                f"{', ...' if len(runs) > 3 else ''}); sample again: prism sample output_dir={path}")
     for kind in (_unfinished, _model_set, _model_sets, _stores, _traces, _ett, _tables):
         advice = kind(path)
         if advice:
@@ -458,6 +465,11 @@ def _check_rows(f: Path, df: pd.DataFrame) -> None:
             raise PrismError(f"{f}: column 'dtype': {unknown[0]!r} is no precision PRISM knows; choose one of "
                              f"{', '.join(DTYPE_BYTES)}", field=str(f))
     for op, rows in df.groupby("op"):
+        empty = [c for c in OPS[op].shape if c not in rows or rows[c].isna().any()]
+        if empty:
+            state = "missing" if empty[0] not in rows else "empty in some rows"
+            raise PrismError(f"{f}: column {empty[0]!r}: {state}, and every {op} row needs its shape "
+                             f"({', '.join(OPS[op].shape)}); sample again or drop those rows", field=str(f))
         for column in (c for c in OPS[op].shape if c in rows and SHAPE_COLUMNS[c] == "int64"):
             bad = rows[column][rows[column] <= 0]
             if len(bad):

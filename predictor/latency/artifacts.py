@@ -708,15 +708,42 @@ def whole_folder(directory: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check_latencies(rows: pd.DataFrame) -> None:
-    """One error naming ``latency_us`` where a row's latency is empty, non-positive or
-    infinite (``prism train`` and ``prism evaluate`` refuse them alike)."""
-    bad = ~(rows["latency_us"] > 0) | ~np.isfinite(rows["latency_us"])  # NaN fails the first test
+#: The longest call a sample may time: 1000 s. The sampler caps its calls at tens of ms
+#: (sampling.max_call_ms), published microbenchmarks at seconds; past it latency_us holds
+#: another unit (ns), not a time.
+MAX_LATENCY_US = 1e9
+#: How far past the profile's datasheet peak a GEMM sample may run: its measured shares
+#: reach 0.95-1.04 (the shipped sets' compute_ceiling, 2026-11-28; local-cpu's peak is an
+#: estimate), so twice the peak is a unit (s or ms written as µs) or a profile's peak wrong.
+MAX_GEMM_PEAK_SHARE = 2.0
+
+
+def check_latencies(rows: pd.DataFrame, hw: HardwareConfig) -> None:
+    """One error naming ``latency_us`` where a row's latency is empty, non-positive,
+    infinite, longer than :data:`MAX_LATENCY_US`, or a GEMM's faster than
+    :data:`MAX_GEMM_PEAK_SHARE` times ``hw``'s peak (``prism train`` and ``prism evaluate``
+    refuse them alike)."""
+    latency = rows["latency_us"]
+    bad = ~(latency > 0) | ~np.isfinite(latency)  # NaN fails the first test
     if bad.any():
         where = ", ".join(f"{op}/{p} {n}" for (op, p), n in rows[bad].groupby(["op", "pass"]).size().items())
         raise PrismError(f"samples: latency_us is empty, non-positive or infinite in {int(bad.sum())} row(s) "
                          f"({where}); a sample is a measured time: drop those rows or sample again",
                          field="latency_us")
+    slow = latency > MAX_LATENCY_US
+    if slow.any():
+        raise PrismError(f"samples: latency_us of {int(slow.sum())} row(s) above {MAX_LATENCY_US:.0e} µs, over 16 "
+                         f"minutes for one call (largest {latency.max():.3g}): latency_us holds microseconds; convert "
+                         f"the rows (ns / 1000) or sample again", field="latency_us")
+    gemms = rows[rows["op"].isin(["gemm", "bmm"]) & rows["pass"].isin(["fwd", "bwd"])]
+    for (op, pass_), g in gemms.groupby(["op", "pass"]):
+        share = compute_floor_us(op, pass_, g, hw) / g["latency_us"].to_numpy()
+        if share.max() > MAX_GEMM_PEAK_SHARE:
+            dtype = str(call_dtypes(g, len(g))[share.argmax()])
+            raise PrismError(f"samples: latency_us of {int((share > MAX_GEMM_PEAK_SHARE).sum())} {op}/{pass_} row(s) "
+                             f"puts them at up to {share.max():.3g} times {hw.name}'s peak {dtype} FLOP/s: "
+                             f"latency_us holds microseconds (seconds or ms written as µs?), or the profile's "
+                             f"peak_flops.{dtype} is wrong; convert the rows or fix the profile", field="latency_us")
 
 
 def op_samples(rows: pd.DataFrame) -> pd.DataFrame:
@@ -736,7 +763,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     if rows.empty:
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
-    check_latencies(rows)
+    check_latencies(rows, hw)
     beside = slowdowns(rows)  # a neighbouring rank's cost, from the co-run phase's own rows
     gaps = gap_curve(rows, STEP_GAP_S)  # a CPU collective's cost by the compute before it, from its own rows
     rows = op_samples(rows)

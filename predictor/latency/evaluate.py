@@ -64,7 +64,8 @@ def evaluate(models: ModelSet, samples: pd.DataFrame, by: str | None = None) -> 
     if by is not None and by not in samples.columns:
         columns = ", ".join(map(str, samples.columns))
         raise PrismError(f"by={by}: no such column of the samples; choose one of {columns}", field="by")
-    check_latencies(samples[samples["hardware"] == models.hw.name])  # else NaN scores, or rows dropped unsaid
+    # else NaN scores, or rows dropped unsaid
+    check_latencies(samples[samples["hardware"] == models.hw.name], models.hw)
     rows = _as_trained(models, samples)
     network = models.manifest.get("collective_network") or ""
     out = []
