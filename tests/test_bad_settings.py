@@ -130,7 +130,7 @@ def test_a_setting_the_verb_does_not_read_is_refused_naming_who_reads_it(args, s
 
 
 @pytest.mark.parametrize("scale, says", [
-    (1e-3, "puts them at up to"),  # ms written as µs: trained into 182 TFLOP/s on 2 cores, without a word
+    (1e-3, "puts their median at"),  # ms written as µs: trained into 182 TFLOP/s on 2 cores, without a word
     (1e9, "above 1e+09 µs"),  # ns written as µs: a 1024-cubed GEMM predicted at 1.2e13 µs
 ])
 def test_train_refuses_latencies_in_another_unit(tmp_path, scale, says, capsys):
