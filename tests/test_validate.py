@@ -173,3 +173,20 @@ def test_a_hardware_with_no_profile_is_not_suggested(one_layout):
     assert exc.value.field == "hardware" and "give hardware=no-such-gpu" not in str(exc.value)
     with pytest.raises(PrismError, match="the file was measured on h200; give hardware=h200$"):
         measured_on(one_layout.assign(hardware="h200"), load_hardware("local-cpu"))
+
+
+def test_a_layout_resting_mostly_on_priors_is_noted(one_layout):
+    """A model set of GEMMs alone validated and calibrated without a word of what the scores rest on."""
+    from predictor.analyses.validate import validate
+    from predictor.core.profiles import load_hardware
+    from predictor.core.specs import RegressorConfig
+    from predictor.data.store import read_samples
+    from predictor.latency.artifacts import train
+    from tests.conftest import ROOT
+    hw = load_hardware("local-cpu")
+    gemms = read_samples(ROOT / "samples" / "local-cpu", ops=["gemm"])
+    fast = {"n_estimators": 5, "median_rounds": 5, "spread_estimators": 5}
+    models = train(gemms, hw, RegressorConfig("xgboost", [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95], fast), n_jobs=1)
+    notes = validate(one_layout, hw, models, draws=200).notes
+    (note,) = [n for n in notes if "rests on priors" in n]
+    assert "of its operator time rests on priors, not on samples (" in note and "sample those ops" in note

@@ -45,7 +45,7 @@ from predictor.data.measurements import COLUMNS, check_step_unit, measured_on, m
 from predictor.engine.compose import compose
 from predictor.engine.draws import cdf_at
 from predictor.latency.artifacts import ModelSet, evidence_tier
-from predictor.latency.lookup import QuantileCache
+from predictor.latency.lookup import QuantileCache, Source
 from predictor.workload.decompose import Workload
 from predictor.workload.memory import memory_per_gpu
 
@@ -104,6 +104,8 @@ def _median(scores: pd.Series) -> float | None:
 #: Fewer measured steps make no distribution: the KS distance and the 80% coverage of one step are
 #: 0 or 1 by where it fell, and of four no finer than a quarter.
 MIN_DISTRIBUTION_STEPS = 5
+#: The share of a layout's operator time on priors past which validate notes it.
+MOSTLY_PRIORS = 0.25
 #: A measured step this many times its layout's median is no step of it (the machine's own
 #: drift moves steps by up to about twice, README "Runs of the suite").
 FAR_STEP = 10.0
@@ -181,6 +183,12 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
             s.notes.append(f"{timed[layout_id] - len(t)} step(s) timed while the hypervisor took over "
                            f"{DISTURBING_STEAL:.0%} of the busy CPU time (steal) left out; scored on the other "
                            f"{len(t)}")
+        if models is not None and dist.prior_share >= MOSTLY_PRIORS:
+            priors = sorted(op for op, e in dist.evidence.items() if e.source is not Source.MODEL)
+            s.notes.append(f"{dist.prior_share:.0%} of its operator time rests on priors, not on samples "
+                           f"({', '.join(priors[:4])}{', ...' if len(priors) > 4 else ''} have no model in "
+                           f"{models.where}): the score and any calibration fitted to it say more of the priors "
+                           f"than of the samples; sample those ops and train again")
         unfit = _does_not_fit(work, hardware)
         if unfit:
             s.notes.append(unfit)
