@@ -414,3 +414,35 @@ def test_a_sampling_plan_that_measures_nothing_is_refused(override, field):
 def test_an_unknown_moe_dispatcher_is_named_on_a_dense_model_too(capsys):
     assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8", "parallel.moe_dispatcher=foo"]) == 2
     assert "parallel.moe_dispatcher='foo': unknown; choose one of" in capsys.readouterr().err
+
+
+def test_the_python_api_takes_names_and_one_op_and_names_what_it_refuses(tmp_path):
+    """Calls as the README shows them that raised AttributeError or TypeError, or answered
+    nothing: a hardware name, one op as text, one set as text, a GPU in lower case, a dict row."""
+    from predictor.analyses.variability import AnalysisConfig, check_analysis
+    from predictor.data.published import measured_step_s, published_runs
+    from predictor.data.store import read_samples
+    from predictor.latency.artifacts import ModelSet, trained_models
+
+    assert trained_models("a100-sxm4-80gb").hw.name == "a100-sxm4-80gb"
+    with pytest.raises(PrismError, match="a HardwareConfig"):
+        trained_models(None)
+    with pytest.raises(PrismError, match="no such folder"):  # was 'no trained models ... train them'
+        ModelSet.load(tmp_path / "none", "h100-sxm")
+    assert len(read_samples(REPO_ROOT / "samples" / "local-cpu", ops="gemm")) > 0  # was 0: read as g, e, m, m
+    with pytest.raises(PrismError, match="unknown op 'gemmm'"):
+        read_samples(REPO_ROOT / "samples" / "local-cpu", ops=["gemmm"])
+    e2e = REPO_ROOT / "data" / "e2e"
+    assert len(published_runs(e2e, "vtrain_multi")) == len(published_runs(e2e, ["vtrain_multi"])) > 0
+    assert len(published_runs(e2e, gpu="h100")) == len(published_runs(e2e, gpu="H100")) > 0
+    for kwargs, field in (({"set_ids": ["nope"]}, "set_ids"), ({"gpu": 100}, "gpu")):
+        with pytest.raises(PrismError) as exc:
+            published_runs(e2e, **kwargs)
+        assert exc.value.field == field
+    row = published_runs(e2e, "vtrain_multi").iloc[0]
+    assert measured_step_s(dict(row)) == measured_step_s(row) == row.iter_time_s
+    with pytest.raises(PrismError, match="iter_time_s='abc': not a positive number"):
+        measured_step_s({"iter_time_s": "abc"})
+    assert check_analysis({"draws": 500}) == AnalysisConfig(draws=500)
+    with pytest.raises(PrismError, match="'slownodes' is no setting of AnalysisConfig"):
+        check_analysis({"slownodes": 1})

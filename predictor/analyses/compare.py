@@ -230,7 +230,8 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
     notes += [f"{hw.name}: {note}" for hw in profiles if (note := tp_span_note(tp, hw))]
     notes += [f"left out {hw.name}: {first.gpus} GPUs are no whole number of its {hw.node.gpus_per_node}-GPU nodes"
               for hw, _ in unfit]
-    notes += [f"{r.hardware}: needs {r.memory_gib:.1f} GiB per GPU of {r.capacity_gib:.0f}: does not fit"
+    notes += [f"{r.hardware}: needs {r.memory_gib:.{1 if r.memory_gib - r.capacity_gib >= 0.05 else 3}f} GiB per GPU "
+              f"of {r.capacity_gib:g}: does not fit"
               for r in results if not r.fits]
     tiers = {r.tier for r in results}
     if len(tiers) > 1:

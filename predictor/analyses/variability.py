@@ -48,7 +48,8 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -120,8 +121,16 @@ class VariabilityReport:
 def check_analysis(a: AnalysisConfig) -> AnalysisConfig:
     """``a`` if every setting has its type and range; else one PrismError naming the first
     bad key."""
+    if isinstance(a, Mapping):  # as a layout is taken: a dict of its fields
+        known = {f.name for f in fields(AnalysisConfig)}
+        unknown = sorted(set(map(str, a)) - known)
+        if unknown:
+            raise PrismError(f"settings: {unknown[0]!r} is no setting of AnalysisConfig; choose among "
+                             f"{', '.join(sorted(known))}", field=f"analysis.{unknown[0]}")
+        a = AnalysisConfig(**a)
     if not isinstance(a, AnalysisConfig):
-        raise PrismError(f"settings={a!r}: an AnalysisConfig, e.g. AnalysisConfig(draws=2000)", field="settings")
+        raise PrismError(f"settings={a!r}: an AnalysisConfig, e.g. AnalysisConfig(draws=2000), or a dict of its "
+                         f"settings", field="settings")
 
     def whole(v, least):
         return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= least

@@ -778,13 +778,15 @@ VERBS = {
                     "probability. On a CPU profile whose models were sampled on another machine, the report "
                     "says so; sample_if_missing=true samples and trains this one first.",
         examples=["prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 parallel.tp=8",
-                  "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512",
+                  "prism predict model=llama3-70b hardware=h100-sxm parallel.tp=8 parallel.pp=4 gpus=512 "
+                  "parallel.sequence_parallel=true",
                   "prism predict model=qwen3-30b-a3b hardware=h100-sxm gpus=64 parallel.ep=8   "
                   "# MoE: experts over 8 GPUs",
                   "prism predict model=llama3-70b hardware=b200 gpus=512 parallel.tp=8 hardware.gemm_dtype=nvfp4  "
                   "# FP4 GEMMs (or fp8, mxfp8)",
                   "prism predict model=tiny hardware=local-cpu parallel.dp=2 target_step_s=0.05 --json",
-                  "prism predict model=tiny hardware=local-cpu sample_if_missing=true   # this CPU's own models",
+                  "prism predict model=tiny hardware=local-cpu sample_if_missing=true   # this CPU's own models "
+                  "(samples ~5 min first)",
                   "prism predict model=gpt3-13b hardware=h100-sxm gpus=64 parallel.tp=8 plot=step.png  "
                   "# CDF + critical path",
                   "prism predict model=llama3-70b hardware=h100-sxm gpus=16384 parallel.tp=8 parallel.pp=8 "

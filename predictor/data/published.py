@@ -17,6 +17,7 @@ profile's); the intra-node fabric stays the GPU system's.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,12 +88,21 @@ def _read(path: Path) -> pd.DataFrame:
 
 def published_runs(e2e_dir, set_ids=None, gpu: str | None = None) -> pd.DataFrame:
     """Rows of the published-runs table from ``set_ids`` (all sets if None) on GPUs whose
-    name contains ``gpu``, with the blanks :data:`ASSUMED` fills filled and the measured
+    name contains ``gpu`` (in any case), with the blanks :data:`ASSUMED` fills filled and the measured
     step time in ``measured_s`` (:func:`measured_step_s`)."""
     table = _read(Path(e2e_dir) / RUNS_TABLE)
+    if isinstance(set_ids, str):  # one set, not its letters
+        set_ids = [set_ids]
+    if set_ids is not None:
+        unknown = sorted(set(map(str, set_ids)) - set(table.set_id))
+        if unknown:
+            raise PrismError(f"set_ids: {unknown[0]!r} is no set of {RUNS_TABLE}; choose among: "
+                             f"{', '.join(sorted(table.set_id.unique()))}", field="set_ids")
     rows = table[table.set_id.isin(set_ids)] if set_ids is not None else table
     if gpu is not None:
-        rows = rows[rows.gpu.str.contains(gpu)]
+        if not isinstance(gpu, str):
+            raise PrismError(f"gpu={gpu!r}: a text the GPU's name contains, e.g. gpu='H100'", field="gpu")
+        rows = rows[rows.gpu.str.contains(gpu, case=False, regex=False)]
     rows = rows.copy()
     for set_id, (_, fills) in ASSUMED.items():
         mask = rows.set_id == set_id
@@ -120,21 +130,36 @@ def single_node_runs(e2e_dir, n: int | None = None) -> pd.DataFrame:
         "measured_s": raw.iter_time_ms / 1e3})
 
 
-def measured_step_s(row: pd.Series) -> float:
-    """The step time a row measured: ``iter_time_s``, else ``iter_time_s_derived``, else
-    the FLOPs its source counted (:data:`FLOP_COUNT`) over its TFLOP/s per GPU; NaN if
-    it states none of them."""
+def measured_step_s(row: Mapping) -> float:
+    """The step time a row (a Series or a dict of the table's columns) measured:
+    ``iter_time_s``, else ``iter_time_s_derived``, else the FLOPs its source counted
+    (:data:`FLOP_COUNT`) over its TFLOP/s per GPU; NaN if it states none of them."""
+    if not isinstance(row, Mapping | pd.Series):
+        raise PrismError(f"row={row!r:.60}: a row of the published-runs table (a pandas Series or a dict of its "
+                         f"columns)", field="row")
     for column in ("iter_time_s", "iter_time_s_derived"):
         if cell(row, column):
-            return float(row[column])
+            return _number(row, column)
     if not cell(row, "tflops_per_gpu"):
         return np.nan
-    if row.set_id not in FLOP_COUNT:
-        raise PrismError(f"set_id={row.set_id!r}: publishes TFLOP/s but its FLOP count is unknown; add how it "
+    set_id = cell(row, "set_id")
+    if set_id not in FLOP_COUNT:
+        raise PrismError(f"set_id={set_id!r}: publishes TFLOP/s but its FLOP count is unknown; add how it "
                          f"counts to predictor.data.published.FLOP_COUNT", field="set_id")
-    seq = int(row.seq_len)
-    flops = model_flops_per_step(row_model(row), int(row.gbs) * seq, seq, **FLOP_COUNT[row.set_id])
-    return flops / (row.tflops_per_gpu * 1e12 * row.num_gpus)
+    seq, gbs, gpus = (count(row, c) for c in ("seq_len", "gbs", "num_gpus"))
+    flops = model_flops_per_step(row_model(row), gbs * seq, seq, **FLOP_COUNT[set_id])
+    return flops / (_number(row, "tflops_per_gpu") * 1e12 * gpus)
+
+
+def _number(row: Mapping, column: str) -> float:
+    """A cell that holds a positive number, as that number; else one error naming the column."""
+    try:
+        value = float(cell(row, column))
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise PrismError(f"{column}={cell(row, column)!r}: not a positive number; fix the cell", field=column)
+    return value
 
 
 #: The column of the table each field of PRISM's specs comes from, so that a spec's

@@ -504,6 +504,11 @@ def read_samples(path, ops=None) -> pd.DataFrame:
         naming the file and the problem (unreadable, missing column, unknown op, a run two
         files hold).
     """
+    if isinstance(ops, str):  # one op, not its letters
+        ops = [ops]
+    unknown = sorted(set(ops or ()) - set(OPS))
+    if unknown:
+        raise PrismError(f"ops: {unknown_op_message(unknown[0])}", field="ops")
     frames, runs = [], {}
     for f in run_files(path):
         pf = _open(f)

@@ -105,11 +105,12 @@ def _model_folders(near: Path) -> list[tuple[Path, list[str]]]:
     return [(f, names) for f, names in held if names]
 
 
-def trained_models(hw: HardwareConfig, root=None) -> ModelSet | None:
-    """``hw``'s trained models, or None where the shipped ``models/`` has none (predictions
-    then rest on priors). A folder named as ``root`` must hold them: pointing at one is
-    asking for its models, and a spec-only answer would pass for theirs."""
-    folder = models_dir(root)
+def trained_models(hw: HardwareConfig | str, root=None) -> ModelSet | None:
+    """``hw``'s trained models (``hw`` a profile or a conf/hardware name), or None where the
+    shipped ``models/`` has none (predictions then rest on priors). A folder named as ``root``
+    must hold them: pointing at one is asking for its models, and a spec-only answer would
+    pass for theirs."""
+    hw, folder = as_hardware(hw), models_dir(root)
     if not holds_models(folder, hw):
         if root:
             raise PrismError(f"models_dir={root}: no trained models of {hw.name} in it (no "
@@ -480,6 +481,10 @@ class ModelSet:
         hw, directory = as_hardware(hw), Path(directory)
         recover_folder(directory)
         path = directory / MANIFEST
+        if not directory.exists():
+            where = "" if directory.is_absolute() else f" (read from {Path.cwd()})"
+            raise PrismError(f"{directory}: no such folder{where}; give the folder of a model set, e.g. "
+                             f"{models_dir(None) / hw.name} (the shipped one)", field=str(directory))
         if not path.exists():
             raise PrismError(f"{directory}: no trained models ({MANIFEST} missing); train them with "
                              f"prism train samples=DIR hardware={hw.name}", field=str(directory))
