@@ -2,6 +2,7 @@
 absurd token budgets, folders for figures) and samples with impossible latencies: one line
 naming the field, exit code 2, never a traceback, a silent default or a figure written
 somewhere else than asked."""
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -143,3 +144,32 @@ def test_train_refuses_latencies_in_another_unit(tmp_path, scale, says, capsys):
     assert says in _one_line(capsys) and not (tmp_path / "models" / "local-cpu").exists()
     assert main(["evaluate", *args]) == 2
     assert says in _one_line(capsys)
+
+
+def test_a_full_disk_is_one_line_naming_where_and_leaves_no_lock(tmp_path, monkeypatch, capsys):
+    """A write that ran out of room was an OSError traceback (no JSON on stdout), and the
+    predict-batch lock it left empty stopped every later run until deleted by hand."""
+    import errno
+    import os
+    import time
+
+    from predictor.core.files import held_lock
+    from predictor.latency.artifacts import ModelSet
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(ModelSet, "save", full)
+    out = tmp_path / "models"
+    assert main(["train", "samples=samples/local-cpu", "hardware=local-cpu", f"models_dir={out}", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert f"models_dir={out}: No space left on device while writing; free space there" in captured.err
+    assert json.loads(captured.out)["error"].startswith(f"models_dir={out}: No space left on device")
+    lock = tmp_path / ".out.csv.lock"
+    lock.touch()  # as the full disk left it: created, never filled
+    with pytest.raises(PrismError, match="busy"):  # a writer that has just created it
+        with held_lock(lock, lambda holder: "busy", "out"):
+            pass
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    with held_lock(lock, lambda holder: "busy", "out") as note:
+        assert "took over an empty writer lock" in note
+    assert not lock.exists()

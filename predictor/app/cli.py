@@ -11,6 +11,7 @@ never imports torch.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -992,20 +993,51 @@ def _wants_json(args) -> bool:
     return bool(getattr(args, "json", False)) or "output=json" in getattr(args, "overrides", ())
 
 
+#: A write that failed for want of room, not for a bad path: the disk or quota full, the file
+#: system read-only (an output folder is checked for writing before any work; these arrive later).
+FULL_DISK = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+#: The settings that name where a verb writes.
+WRITES_TO = ("out", "models_dir", "output_dir", "plot", "measure.trace_dir")
+
+
+def _refused(args, exc: PrismError) -> int:
+    print(f"prism {args.verb}: error: {exc}", file=sys.stderr)
+    if _wants_json(args):  # a script reading stdout as JSON (prism ... --json | jq) gets the error too
+        print(json.dumps({"error": str(exc), "field": exc.field}))
+    return 2
+
+
+def _plain_text_terminal() -> None:
+    """Where stdout or stderr cannot encode the reports' µ, · and – (a non-UTF-8 locale with
+    Python's UTF-8 mode off), such characters print as ? rather than failing the verb."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            "µ·–".encode(stream.encoding or "utf-8")
+        except (UnicodeEncodeError, LookupError):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="replace")
+
+
 def main(argv=None) -> int:
     # PRISM's arrays are small: the BLAS thread pools numpy and scipy start (OpenBLAS, a
     # thread per core each) only cost start-up and shutdown, 0.1 s of a 0.6 s prism predict
     # on 2 busy cores. Set before numpy loads; a user's own setting stands.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(_flags_first(sys.argv[1:] if argv is None else list(argv)))
+    _plain_text_terminal()
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.run(args)
     except PrismError as exc:
-        print(f"prism {args.verb}: error: {exc}", file=sys.stderr)
-        if _wants_json(args):  # a script reading stdout as JSON (prism ... --json | jq) gets the error too
-            print(json.dumps({"error": str(exc), "field": exc.field}))
-        return 2
+        return _refused(args, exc)
+    except OSError as exc:
+        if exc.errno not in FULL_DISK:
+            raise
+        given = [o for o in getattr(args, "overrides", ()) if o.partition("=")[0] in WRITES_TO]
+        where = exc.filename or " or ".join(given) or "the output"
+        return _refused(args, PrismError(f"{where}: {exc.strerror or os.strerror(exc.errno)} while writing; free space "
+                                         f"there or write elsewhere, and run again (files are replaced whole, so what "
+                                         f"was stored before is as it was)", field=exc.filename))
     except KeyboardInterrupt:
         print(f"prism {args.verb}: interrupted", file=sys.stderr)
         if _wants_json(args):

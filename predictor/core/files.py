@@ -10,6 +10,7 @@ import os
 import socket
 import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -65,16 +66,22 @@ def held_lock(path, busy: Callable[[dict], str], field: str) -> Iterator[str | N
             break
         except FileExistsError:
             holder = _lock_holder(path)
-            if not _gone(holder):
+            if not (_gone(holder) or _abandoned(path, holder)):
                 raise PrismError(busy(holder), field=field) from None
             # Two writers finding one stale lock in the same instant could both take it over;
             # the window is the moment between reading the lock and removing it.
             path.unlink(missing_ok=True)
             note = (f"{path.parent}: took over the writer lock of pid {holder['pid']}, which is no longer running "
-                    f"on {holder['host']} (started {holder.get('started', '?')})")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(),
-                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, f)
+                    f"on {holder['host']} (started {holder.get('started', '?')})" if holder else
+                    f"{path.parent}: took over an empty writer lock ({path.name}), left by a writer that could not "
+                    f"write it")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": os.getpid(), "host": socket.gethostname(),
+                       "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, f)
+    except BaseException:  # a full disk: an empty lock would stop every later writer
+        path.unlink(missing_ok=True)
+        raise
     try:
         yield note
     finally:
@@ -89,6 +96,19 @@ def _lock_holder(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return holder if isinstance(holder, dict) else {}
+
+
+#: A writer fills its lock the instant it creates it: one still unreadable this long after
+#: was left by a writer that could not (a full disk, a kill in between).
+LOCK_FILL_S = 10.0
+
+
+def _abandoned(path: Path, holder: dict) -> bool:
+    """Whether a lock names no writer and has not for :data:`LOCK_FILL_S`."""
+    try:
+        return not holder and time.time() - path.stat().st_mtime > LOCK_FILL_S
+    except OSError:  # removed meanwhile: the next try creates it
+        return False
 
 
 def _gone(holder: dict) -> bool:
