@@ -144,3 +144,22 @@ def test_the_fit_s_tolerance_predicts_as_the_exact_fit_does(uncalibrated):
     for work in works:
         a, b = (np.median(compose(work, models, draws=50, seed=0, calibration=c).draws) for c in (loose, exact))
         assert abs(a / b - 1) < 0.005
+
+
+def test_a_calibration_is_not_stored_with_models_replaced_while_it_was_fitted(tmp_path):
+    """A prism train into the same folder during a prism calibrate got the old set's fit."""
+    import json
+
+    from predictor.core.profiles import REPO_ROOT
+    from predictor.latency.artifacts import MANIFEST, ModelSet
+    from predictor.latency.calibration import Calibration
+    directory = tmp_path / "local-cpu"
+    shutil.copytree(REPO_ROOT / "models" / "local-cpu", directory)
+    models = ModelSet.load(directory, load_hardware("local-cpu"))
+    models.save_calibration(directory, Calibration(1.1, 2.0, 30.0, layouts=4))  # the set it was fitted to
+    manifest = json.loads((directory / MANIFEST).read_text())
+    manifest.pop("calibration")
+    (directory / MANIFEST).write_text(json.dumps(manifest | {"created": "2026-11-28T17:32:00+00:00"}))
+    with pytest.raises(PrismError, match="its models were replaced while the calibration was fitted"):
+        models.save_calibration(directory, Calibration(1.2, 2.0, 30.0, layouts=4))
+    assert "calibration" not in json.loads((directory / MANIFEST).read_text())

@@ -1,9 +1,11 @@
 """Quantile regressors on real data: ETT's A100 samples (data/ett) and this CPU's."""
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -16,7 +18,7 @@ from predictor.core.specs import HardwareConfig, RegressorConfig
 from predictor.data.importers.ett import import_ett
 from predictor.data.store import read_samples
 from predictor.latency import artifacts
-from predictor.latency.artifacts import ModelSet, fit_operator_model, shape_groups, train
+from predictor.latency.artifacts import ModelSet, fit_operator_model, shape_groups, train, trained_models
 from predictor.latency.regressor import QuantileXGBRegressor, conformal_offsets
 
 A100 = "a100-sxm4-80gb"
@@ -147,14 +149,25 @@ def test_a_save_killed_between_its_renames_is_finished_by_the_next_load_or_save(
     shutil.copytree(tmp_path / A100, aside)  # killed while removing the replaced set
     old.save(tmp_path / A100)
     assert sorted(p.name for p in tmp_path.iterdir()) == [A100]
+    (tmp_path / A100).rename(aside)  # predict's look for the set ran before the load that recovers it
+    assert set(trained_models(hw, tmp_path).models) == set(old.models)
+    written = tmp_path / f".{A100}.4567cdef.tmp"  # a save killed while writing, an hour ago
+    shutil.copytree(tmp_path / A100, written)
+    os.utime(written, (time.time() - 7200, time.time() - 7200))
+    writing = shutil.copytree(tmp_path / A100, tmp_path / f".{A100}.89abcdef.tmp")  # one writing now
+    ModelSet.load(tmp_path / A100, hw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([A100, writing.name])
 
 
 def test_loading_refuses_stale_or_damaged_artifacts(ett_a100, tmp_path):
     _, rows = ett_a100
     hw = _hw()
     train(rows[rows.op == "layernorm"], hw, _rc(n_estimators=10), n_jobs=1).save(tmp_path / A100)
-    with pytest.raises(PrismError, match="manifest.json missing"):
+    with pytest.raises(PrismError, match="no such folder"):
         ModelSet.load(tmp_path / "elsewhere", hw)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PrismError, match="manifest.json missing"):
+        ModelSet.load(tmp_path / "empty", hw)
     with pytest.raises(PrismError, match="made for hardware 'a100-sxm4-80gb'"):
         ModelSet.load(tmp_path / A100, _hw("h100-sxm"))
     faster = _hw()

@@ -20,6 +20,7 @@ import platform
 import re
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -111,6 +112,8 @@ def trained_models(hw: HardwareConfig | str, root=None) -> ModelSet | None:
     must hold them: pointing at one is asking for its models, and a spec-only answer would
     pass for theirs."""
     hw, folder = as_hardware(hw), models_dir(root)
+    for name in filter(None, (hw.name, hw.models_from)):  # a save killed between its renames left a set aside
+        recover_folder(folder / name)
     if not holds_models(folder, hw):
         if root:
             raise PrismError(f"models_dir={root}: no trained models of {hw.name} in it (no "
@@ -414,6 +417,12 @@ class ModelSet:
         (atomically); None takes a stored one out."""
         path = Path(directory) / MANIFEST
         manifest = json.loads(path.read_text())
+        ours = json.loads(json.dumps(self.manifest, default=str))  # as written: lists, not tuples
+        if {k: v for k, v in manifest.items() if k != "calibration"} != \
+                {k: v for k, v in ours.items() if k != "calibration"}:
+            raise PrismError(f"{directory}: its models were replaced while the calibration was fitted to the ones "
+                             f"before (another prism train into it?); run prism calibrate again on them; nothing "
+                             f"stored", field="models_dir")
         manifest.pop("calibration", None)
         if calibration is not None:
             manifest["calibration"] = calibration.to_dict()
@@ -654,14 +663,20 @@ def replaced_set(directory: Path, models: int) -> str | None:
             f"calibrate measured=FILE hardware={directory.name} models_dir={directory.parent} again")
 
 
-def _aside(directory: Path) -> list[Path]:
-    """The old sets :func:`whole_folder` moved aside from ``directory`` and has not removed
-    yet, oldest first."""
+#: A new set's temporary folder untouched this long was left by a save killed outright: a
+#: save writes its files in seconds (27 models, 2026-11-28), a concurrent one is never idle an hour.
+ABANDONED_TMP_S = 3600.0
+
+
+def _aside(directory: Path, kind: str = "old", idle_s: float = 0.0) -> list[Path]:
+    """The folders :func:`whole_folder` left beside ``directory``, oldest first: ``old``, the
+    replaced sets it has not removed yet; ``tmp``, new sets it was writing, untouched for
+    ``idle_s``."""
     if not directory.parent.is_dir():
         return []
-    name = re.compile(rf"\.{re.escape(directory.name)}\.[0-9a-f]{{8}}\.old")
-    return sorted((p for p in directory.parent.iterdir() if name.fullmatch(p.name) and p.is_dir()),
-                  key=lambda p: p.stat().st_mtime)
+    name = re.compile(rf"\.{re.escape(directory.name)}\.[0-9a-f]{{8}}\.{kind}")
+    found = [p for p in directory.parent.iterdir() if name.fullmatch(p.name) and p.is_dir()]
+    return sorted((p for p in found if time.time() - p.stat().st_mtime >= idle_s), key=lambda p: p.stat().st_mtime)
 
 
 def recover_folder(directory: Path) -> None:
@@ -672,7 +687,7 @@ def recover_folder(directory: Path) -> None:
     olds = _aside(Path(directory))
     if olds and not Path(directory).exists():
         os.rename(olds.pop(), directory)
-    for old in olds:
+    for old in olds + _aside(Path(directory), "tmp", ABANDONED_TMP_S):
         shutil.rmtree(old, ignore_errors=True)
 
 
