@@ -25,6 +25,7 @@ launcher's environment.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -66,7 +67,8 @@ def run_torchrun(module: str, job: dict, nproc: int, workdir: Path, *, what: str
         # torchrun gets a session of its own, so that a terminal's Ctrl-C reaches only this
         # process and is passed on once: a second signal during torchrun's shutdown stops
         # it from waiting for its ranks to flush.
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_ends_with_parent if sys.platform.startswith("linux") else None)
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
@@ -82,6 +84,17 @@ def run_torchrun(module: str, job: dict, nproc: int, workdir: Path, *, what: str
     if proc.returncode != 0:
         raise PrismError(f"{what} failed: {_first_error(workdir, proc.returncode)}; every rank's output is "
                          f"kept in {_keep(log)}", field=failure_field)
+
+
+def _ends_with_parent() -> None:
+    """In torchrun's child process before it starts (Linux): SIGTERM when the process that
+    started it dies, even by SIGKILL, so that torchrun stops its ranks rather than running
+    the job on for nobody (prctl PR_SET_PDEATHSIG, man 2 prctl)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+#: prctl's option number for the signal a process gets when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
 
 
 @contextmanager

@@ -173,3 +173,21 @@ def test_a_full_disk_is_one_line_naming_where_and_leaves_no_lock(tmp_path, monke
     with held_lock(lock, lambda holder: "busy", "out") as note:
         assert "took over an empty writer lock" in note
     assert not lock.exists()
+
+
+def test_a_bad_plotting_backend_or_an_ascii_terminal_is_no_traceback(tmp_path):
+    """MPLBACKEND=bogus failed matplotlib's import after the prediction, which was lost; a
+    terminal that cannot print · failed predict's table with a UnicodeEncodeError."""
+    import os
+    import subprocess
+    import sys
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LANG", "LC_ALL", "PYTHONUTF8")}
+    job = [sys.executable, "-m", "predictor.app.cli", "predict", "model=gpt3-13b", "hardware=a100-sxm4-80gb",
+           "gpus=64", "parallel.tp=8"]
+    done = subprocess.run([*job, f"plot={tmp_path / 'step.png'}"], env=base | {"MPLBACKEND": "bogus"},
+                          capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 2 and done.stderr.startswith("prism predict: error: MPLBACKEND=bogus: matplotlib "
+                                                           "refuses it"), done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "step.png").exists()
+    done = subprocess.run(job, env=base | {"LC_ALL": "C", "PYTHONUTF8": "0"}, capture_output=True, cwd=REPO_ROOT)
+    assert done.returncode == 0 and b"dp=8 tp=8" in done.stdout, done.stderr

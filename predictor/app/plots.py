@@ -7,6 +7,7 @@ alone and a figure shows there as the value of a cell.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,7 +70,18 @@ def plot_path(value, key: str = "plot") -> Path | None:
     elif path.suffix.lower() != ".png":
         raise PrismError(f"{key}={value}: the figure is a PNG; give a path ending in .png, e.g. {key}=step.png",
                          field=key)
+    _matplotlib_loads()  # before any work, as the path is checked: not after the results, lost with the figure
     return writable(key, path)
+
+
+def _matplotlib_loads() -> None:
+    """Import matplotlib, or one error naming the environment setting it refuses (an unknown
+    ``MPLBACKEND`` fails its import)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ValueError as exc:
+        raise PrismError(f"MPLBACKEND={os.environ.get('MPLBACKEND')}: matplotlib refuses it ({str(exc)[:80]}...); "
+                         f"unset it or set MPLBACKEND=agg to draw figures", field="MPLBACKEND") from None
 
 
 def default_plot_path(beside, suffix: str, key: str) -> Path:

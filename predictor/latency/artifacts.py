@@ -792,7 +792,9 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     rows, entries = as_trained(rows, hw.host.asynchronous)  # the entry once per backward, not per op
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
-    fitted = joblib.Parallel(n_jobs=n_jobs, verbose=0)(jobs)
+    # threads, not processes: XGBoost fits without the GIL, and no worker process outlives a
+    # killed prism train or prints its own traceback on Ctrl-C (27 models: 5.6 s, processes 8.0 s)
+    fitted = joblib.Parallel(n_jobs=n_jobs, prefer="threads", verbose=0)(jobs)
     models = {(m.op, m.pass_): m for m in fitted}
     origin = origins(rows)
     coll = rows[rows["op"].isin(COLLECTIVE_OPS)]
