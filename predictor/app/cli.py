@@ -264,9 +264,12 @@ def _sample(args) -> int:
     elif report.status == "budget":
         lines.append(f"budget spent with {report.remaining_tasks} task(s) left: run again with a larger "
                      f"sampling.budget_s to measure them (stored shapes are skipped)")
+    elif report.status == "nothing-to-do" and report.remaining_tasks:
+        lines.append(f"nothing to do: the plan's sampling.budget_s is spent by its earlier runs, with "
+                     f"{report.remaining_tasks} task(s) left; the same command with a larger sampling.budget_s "
+                     f"measures them (the budget counts the plan's runs together)")
     elif report.status == "nothing-to-do":
-        lines.append("nothing to do: this plan is already measured (or its budget spent); "
-                     "raise sampling.budget_s or change the plan to measure more")
+        lines.append("nothing to do: this plan is already measured; change the plan to measure more")
     _print(cfg, asdict(report), "\n".join(lines))
     return 130 if report.status == "interrupted" else 1 if report.status == "incomplete" else 0
 
@@ -731,7 +734,8 @@ VERBS = {
         description="Time every op of the sampling plan (compute ops in this process, "
                     "collectives under torchrun) and write every repeat to a new Parquet run "
                     "in output_dir. Re-running the same command resumes: shapes already "
-                    "stored are skipped. Ctrl-C keeps every flushed row. Started as the ranks of a "
+                    "stored are skipped (a plan whose sampling.budget_s is spent resumes with a larger one: the "
+                    "budget counts its runs together). Ctrl-C keeps every flushed row. Started as the ranks of a "
                     "torchrun or srun job, it samples the cluster as one job: every rank times the "
                     "compute plan, the ranks jointly time the collectives within and across nodes, "
                     "and rank 0 joins every rank's parts into one run (README: Sampling a cluster).",
