@@ -209,8 +209,11 @@ def check_rank_by(value) -> str:
 
 
 def _layout_fields(par: ParallelConfig) -> dict:
-    return {**{axis: getattr(par, axis) for axis in AXES}, "vpp": par.vpp, "mbs": par.micro_batch_size,
-            "recompute": par.recompute, "sharding": par.sharding}
+    """The searched settings of ``par``, each: a row must rebuild the very layout ranked (search
+    turns sequence parallelism on under tp, and the schedule follows vpp)."""
+    return {**{axis: getattr(par, axis) for axis in AXES}, "vpp": par.vpp, "schedule": par.schedule,
+            "sequence_parallel": par.sequence_parallel, "mbs": par.micro_batch_size, "recompute": par.recompute,
+            "sharding": par.sharding}
 
 
 class Ranking(NamedTuple):

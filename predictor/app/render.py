@@ -47,22 +47,26 @@ def format_prediction(p: Prediction) -> str:
         "step time (s)   " + "  ".join(f"{k} {_short(v)}" for k, v in s.items() if k.startswith("p") or k == "mean")
         + f"   (variability within a run: p95/p50 {s['jitter_p95_over_p50']:.3f})",
         format_predictive(p.predictive),
-        f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}",
+        f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}   (at the step's p50; MFU of the "
+        f"GEMMs' precision's peak)",
         f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.4g} (stage "
         f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
         f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f}, "
         f"workspace {p.memory_gib['workspace']:.1f})"
         + ("" if p.fits else "   DOES NOT FIT"),
         f"critical path   compute {_short(p.breakdown_s['compute'])} s, exposed communication "
-        f"{_short(p.breakdown_s['exposed_communication'])} s, bubble {_short(p.breakdown_s['bubble'])} s, host-bound "
+        f"{_short(p.breakdown_s['exposed_communication'])} s, bubble {_short(p.breakdown_s['bubble'])} s (the last "
+        f"rank's idle time: fill, drain and waits on slower stages), host-bound "
         f"{_short(p.breakdown_s['host_bound'])} s (framework time the device waits for)",
         f"train {p.train_tokens:.3g} tokens   {duration_band(p.time_to_train_days)}, "
         f"{_whole(p.gpu_hours)} GPU-hours"
         + (f", ${_whole(p.cost_usd['p50'])} (band ${_whole(p.cost_usd['p5'])}-{_whole(p.cost_usd['p95'])})"
-           if p.cost_usd else ", no price in the hardware profile"),
+           if p.cost_usd else ", no price in the hardware profile")
+        + ("   (the run's mean step, the doubt about the median step in it)" if p.predictive["learned_from"] else ""),
     ]
     if p.prob_below:
-        lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}")
+        lines.append(f"P(step <= {p.prob_below['t_s']:g} s) = {p.prob_below['p']:.3f}   (the within-run spread of the "
+                     f"step time; confidence= adds the doubt about its median)")
     if p.confidence:
         c = p.confidence
         lines.append(f"with {_percent(c['level'])} confidence   step <= {_short(c['step_time_s'])} s, "
