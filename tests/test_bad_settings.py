@@ -41,6 +41,9 @@ def _one_line(capsys) -> str:
     (["search", *JOB[1:], "parallel.global_batch_size=1e30"], "parallel.global_batch_size=1.000e+30"),  # int64 wrap
     ([*JOB[:-1], "parallel.dp=100000000"], "parallel.dp=100,000,000: more than 16,777,216 GPUs"),
     (["predict", "model=llama3-8b", "hardware=[a100-sxm4-80gb,h100-sxm]"], "not a list (prism compare takes several"),
+    # its advice was brackets too, which this setting then refused as a list
+    ([*JOB, "parallel.recompute_modules=moe,mlp"], "takes one text, so write its commas in quotes: "
+                                                   "parallel.recompute_modules='moe,mlp'"),
     ([*JOB, "hardware.price_per_gpu_hour=$2"], "hardware.price_per_gpu_hour: '$2' is not a number"),  # 'of the type'
     (["variability", *JOB[1:], "analysis.thresholds=[abc]"], "analysis.thresholds[0]: 'abc' is not a number"),
     # 21 nodes of 3 and one GPU of a 22nd were priced as a cluster of whole nodes

@@ -188,6 +188,7 @@ def test_a_layout_error_names_the_column(runs):
     ({"gbs": "7"}, "not a multiple of mbs·dp", "parallel.micro_batch_size"),
     ({"num_experts": "8", "top_k": "9"}, "top_k=9: must be 1..num_experts=8 (each token", "model."),
     ({"model": "llama-gpt"}, "model='llama-gpt': names both GPT and Llama", "ok"),  # was read as a Llama
+    ({"gpu": "GB200 NVL36"}, "gpu='GB200 NVL36': an NVLink domain of 36 GPUs", "ok"),  # was priced as NVL72
 ])
 def test_a_row_s_status_names_the_table_s_columns_not_prism_s_settings(runs, cells, says, not_says):
     """A status is read beside the CSV: it quotes its columns (tp=3, num_gpus=64), not the

@@ -46,6 +46,7 @@ from predictor.core.profiles import (
     is_setting,
     no_option,
     read_yaml,
+    takes_text,
 )
 
 if TYPE_CHECKING:
@@ -113,8 +114,12 @@ def _parse(text: str) -> Setting:
     except HydraException:
         raise PrismError(f"malformed override {text!r}: {_quoting_hint(text)}") from None
     if override.is_sweep_override():
-        raise PrismError(f"{text}: one value per key (a list is written in brackets: {override.key_or_group}=[a,b]; "
-                         f"a text with commas in quotes: {override.key_or_group}='a,b')", field=override.key_or_group)
+        key = override.key_or_group
+        if takes_text(key):  # brackets would give a list, which it refuses
+            raise PrismError(f"{text}: one value per key; {key} takes one text, so write its commas in quotes: "
+                             f"{key}='{text.partition('=')[2]}'", field=key)
+        raise PrismError(f"{text}: one value per key (a list is written in brackets: {key}=[a,b]; "
+                         f"a text with commas in quotes: {key}='a,b')", field=key)
     return Setting(override.key_or_group, text, override.value(), override)
 
 

@@ -187,6 +187,12 @@ def is_setting(key: str) -> bool:
     return group in SCHEMAS and bool(leaf) and leaf in _field_names(SCHEMAS[group], parent)
 
 
+def takes_text(key: str) -> bool:
+    """Whether the setting ``key`` (``parallel.recompute_modules``) takes one text."""
+    group, _, rest = key.partition(".")
+    return is_setting(key) and _field_type(SCHEMAS[group], rest) == "str"
+
+
 def read_yaml(path: Path) -> dict:
     """A YAML file of conf/ as plain values, read as :func:`OmegaConf.load` reads YAML
     (``1e12`` a float) without building a DictConfig of each file; a file that is not a

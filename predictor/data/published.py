@@ -239,6 +239,11 @@ def row_hardware(gpu: str) -> str:
     if others:
         raise PrismError(f"gpu={gpu!r}: names more than one GPU ({', '.join([name, *others])}); write the one the "
                          f"run used", field="gpu")
+    domain = re.search(r"nvl\s*-?\s*(\d+)", gpu, re.IGNORECASE)  # GB200 NVL36 or NVL4: a smaller NVLink domain
+    if domain and int(domain[1]) != load_hardware(name).nvlink_domain:
+        raise PrismError(f"gpu={gpu!r}: an NVLink domain of {domain[1]} GPUs, and {name} is one of "
+                         f"{load_hardware(name).nvlink_domain}; no profile describes it: add one to conf/hardware "
+                         f"(hardware.node.nvlink_domain) or write the system the run used", field="gpu")
     return name
 
 
