@@ -16,6 +16,7 @@ from predictor.analyses import batch
 from predictor.analyses.batch import OUTPUT_COLUMNS, PREDICTED, predict_batch, predict_table
 from predictor.app.cli import main
 from predictor.core.errors import PrismError
+from predictor.core.profiles import DATA_DIR
 from predictor.data.published import row_workload
 from predictor.data.runs_table import COLUMNS, choice, count, read_table, schema_help
 
@@ -351,3 +352,17 @@ def test_a_table_of_which_no_row_is_predicted_exits_with_an_error(runs, tmp_path
     assert code == 2 and "none of the 2 rows was predicted" in err
     written = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
     assert len(written) == 2 and (written.pred_status != "ok").all()  # each row's reason is kept
+
+
+def test_blank_expert_cells_say_what_they_were_read_as():
+    """A known model's blank MoE cells came from conf/model, an unknown one's became the dense
+    FFN width on every layer (721.7 GiB against 169): pred_assumed said neither."""
+    from predictor.data.published import row_model
+    rows = pd.read_csv(DATA_DIR / "e2e" / "e2e_moe_blackwell_visible.csv")
+    known = rows.iloc[2].to_dict() | dict.fromkeys(["expert_ffn", "moe_layer_freq"])
+    notes = []
+    row_model(known, notes)
+    assert "expert_ffn=2048, moe_layer_freq=1 (blank: from conf/model (deepseek-v3))" in notes
+    notes = []
+    row_model(known | {"model": "Llama-MoE-custom"}, notes)
+    assert "expert_ffn=18432 (blank: the dense FFN width), moe_layer_freq=1 (blank: every layer)" in notes

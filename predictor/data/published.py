@@ -397,17 +397,28 @@ def _with_experts(model: ModelConfig, row: Mapping, known: ModelConfig | None, n
     if top_k is None:
         raise PrismError("top_k: blank; a Mixture-of-Experts row needs the experts each token is routed to",
                          field="top_k")
+    whose = f"from conf/model ({known.name})" if known else None
+    blank = [c for c in ("num_experts", "top_k", "expert_ffn", "shared_experts", "moe_layer_freq") if not cell(row, c)]
     expert_ffn = count(row, "expert_ffn") or (known.moe_ffn_hidden_size if known else model.ffn_hidden_size)
     shared_text = cell(row, "shared_experts")
     if shared_text:
         shared = re.match(r"\d+", shared_text)
         if not shared:
-            raise PrismError(f"shared_experts={shared_text!r}: write a whole number", field="shared_experts")
+            raise PrismError(f"shared_experts={shared_text!r}: write a whole number of shared experts, 0 or more",
+                             field="shared_experts")
         shared_ffn = int(shared.group(0)) * expert_ffn
     else:
         shared_ffn = known.shared_expert_ffn_hidden_size if known else 0
     freq, first = _layer_pattern(cell(row, "moe_layer_freq"), model.num_layers) if cell(row, "moe_layer_freq") \
         else ((known.moe_layer_freq, known.first_dense_layers) if known else (1, 0))
+    read = {"num_experts": f"num_experts={experts}", "top_k": f"top_k={top_k}",
+            "expert_ffn": f"expert_ffn={expert_ffn}", "shared_experts": f"shared experts {shared_ffn} wide in all",
+            "moe_layer_freq": f"moe_layer_freq={freq}"}
+    unknown_default = {"expert_ffn": "the dense FFN width", "shared_experts": "none", "moe_layer_freq": "every layer"}
+    if blank and whose:  # what each blank MoE cell was read as, and from where
+        notes.append(", ".join(read[c] for c in blank) + f" (blank: {whose})")
+    elif blank:
+        notes.append(", ".join(f"{read[c]} (blank: {unknown_default[c]})" for c in blank))
     fields = dict(num_experts=experts, top_k=top_k, moe_ffn_hidden_size=expert_ffn,
                   shared_expert_ffn_hidden_size=shared_ffn, moe_layer_freq=freq, first_dense_layers=first)
     if known:
