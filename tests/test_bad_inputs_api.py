@@ -135,7 +135,7 @@ def test_a_list_for_a_comma_separated_setting_says_how_to_write_it(capsys):
     assert main([*job, "parallel.recompute_modules=[mla_up_proj,moe]"]) == 2
     assert "parallel.recompute_modules='a,b'" in _error(capsys, "predict")
     assert main([*job, "parallel.recompute_modules=mla_up_proj,moe"]) == 2
-    assert "parallel.recompute_modules='a,b'" in _error(capsys, "predict")
+    assert "write its commas in quotes: parallel.recompute_modules='mla_up_proj,moe'" in _error(capsys, "predict")
 
 
 def test_the_scale_study_keeps_every_gpu_count_an_expert_layout_can_hold():
