@@ -86,15 +86,15 @@ def run_torchrun(module: str, job: dict, nproc: int, workdir: Path, *, what: str
                          f"kept in {_keep(log)}", field=failure_field)
 
 
+#: prctl's option number for the signal a process gets when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
 def _ends_with_parent() -> None:
     """In torchrun's child process before it starts (Linux): SIGTERM when the process that
     started it dies, even by SIGKILL, so that torchrun stops its ranks rather than running
     the job on for nobody (prctl PR_SET_PDEATHSIG, man 2 prctl)."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-#: prctl's option number for the signal a process gets when its parent dies (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
 
 
 @contextmanager

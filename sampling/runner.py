@@ -390,11 +390,12 @@ def run_sampling(cfg: DictConfig, progress: bool = True) -> SamplingReport:
                          f"{torch.cuda.device_count()} GPU(s), one per rank; lower it to the GPUs here, or leave the "
                          f"collectives out of sampling.ops (one GPU: README, Ground truth on a lent GPU)",
                          field="sampling.collective_world_size")
-    if device.type == "cpu" and plan.collectives and sc.collective_world_size > usable_cores():
+    cores = usable_cores()
+    if device.type == "cpu" and plan.collectives and sc.collective_world_size > cores:
         # ranks sharing a core wait on each other's time slices, not on the collective
         raise PrismError(f"sampling.collective_world_size={sc.collective_world_size}: one core per rank, and this "
-                         f"machine has {usable_cores()} for this process; set it to {usable_cores()} or fewer, or "
-                         f"leave the collectives out of sampling.ops", field="sampling.collective_world_size")
+                         f"machine has {cores} for this process; set it to {cores} or fewer, or leave the "
+                         f"collectives out of sampling.ops", field="sampling.collective_world_size")
     output_dir = writable("output_dir", store.store_folder(cfg.output_dir, "output_dir"), folder=True)
     with store.writer_lock(output_dir) as note:
         if note:

@@ -239,11 +239,12 @@ def row_hardware(gpu: str) -> str:
     if others:
         raise PrismError(f"gpu={gpu!r}: names more than one GPU ({', '.join([name, *others])}); write the one the "
                          f"run used", field="gpu")
-    domain = re.search(r"nvl\s*-?\s*(\d+)", gpu, re.IGNORECASE)  # GB200 NVL36 or NVL4: a smaller NVLink domain
-    if domain and int(domain[1]) != load_hardware(name).nvlink_domain:
-        raise PrismError(f"gpu={gpu!r}: an NVLink domain of {domain[1]} GPUs, and {name} is one of "
-                         f"{load_hardware(name).nvlink_domain}; no profile describes it: add one to conf/hardware "
-                         f"(hardware.node.nvlink_domain) or write the system the run used", field="gpu")
+    named = re.search(r"nvl\s*-?\s*(\d+)", gpu, re.IGNORECASE)  # GB200 NVL36 or NVL4: a smaller NVLink domain
+    domain = load_hardware(name).nvlink_domain if named else None
+    if named and int(named[1]) != domain:
+        raise PrismError(f"gpu={gpu!r}: an NVLink domain of {named[1]} GPUs, and {name} is one of {domain}; no "
+                         f"profile describes it: add one to conf/hardware (hardware.node.nvlink_domain) or write the "
+                         f"system the run used", field="gpu")
     return name
 
 
@@ -398,7 +399,7 @@ def _with_experts(model: ModelConfig, row: Mapping, known: ModelConfig | None, n
         raise PrismError("top_k: blank; a Mixture-of-Experts row needs the experts each token is routed to",
                          field="top_k")
     whose = f"from conf/model ({known.name})" if known else None
-    blank = [c for c in ("num_experts", "top_k", "expert_ffn", "shared_experts", "moe_layer_freq") if not cell(row, c)]
+    blank = [c for c in ("num_experts", *MOE_COLUMNS) if not cell(row, c)]
     expert_ffn = count(row, "expert_ffn") or (known.moe_ffn_hidden_size if known else model.ffn_hidden_size)
     shared_text = cell(row, "shared_experts")
     if shared_text:
