@@ -366,6 +366,36 @@ def load_model(name: str) -> ModelConfig:
     return load_entry("model", name, ModelConfig)
 
 
+def _model_key(text) -> str:
+    """A model name as :func:`match_model` compares it: lower case, without a hub owner
+    ("meta-llama/"), a version's v ("DeepSeek-V3") or separators ("-", "_", ".", spaces). A
+    separator between two digits stays, as one mark: "GPT-3 1.3B" is not "GPT-3 13B", and
+    "Llama 3.1 8B" is "llama3_1_8b" (NeMo's "llama31_8b" is an alias)."""
+    text = re.sub(r"(?<![0-9])v(?=[0-9])", "", str(text).strip().lower().rsplit("/", 1)[-1])
+    return re.sub(r"[\s._-]+", "", re.sub(r"(?<=[0-9])[\s._-]+(?=[0-9])", ":", text))
+
+
+@functools.lru_cache(maxsize=1)
+def _model_names() -> dict[str, tuple[str, ...]]:
+    """Each normalised name or alias of the ``conf/model`` files, and the files it names."""
+    found: dict[str, set[str]] = {}
+    for name in group_options("model"):
+        node = read_yaml(CONF_DIR / "model" / f"{name}.yaml")
+        for spelling in (name, *map(str, node.get("aliases") or [])):
+            found.setdefault(_model_key(spelling), set()).add(name)
+    return {key: tuple(sorted(names)) for key, names in found.items()}
+
+
+@functools.lru_cache(maxsize=4096)
+def match_model(text: str) -> str | None:
+    """The ``conf/model`` entry a table's model cell names: its file name or one of its
+    ``aliases``, case, separators, a hub owner and a version's v ignored ("Llama 3.1 405B",
+    "meta-llama/Meta-Llama-3-70B", "deepseek_v3"). Exact names only: None where no entry
+    matches, or where two do (ambiguous)."""
+    names = _model_names().get(_model_key(text), ())
+    return names[0] if len(names) == 1 else None
+
+
 def as_model(value) -> ModelConfig:
     """A model spec, or a ``conf/model`` name loaded (the API takes either)."""
     if isinstance(value, str):

@@ -151,9 +151,15 @@ class ModelConfig:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0  # the decoupled RoPE part of each query/key head (head_dim: its no-RoPE part)
     v_head_dim: int = 0  # value head width (0: head_dim)
+    # Other names tables and frameworks give the model ("Llama-3.1-8B", "meta-llama/Meta-Llama-3-8B",
+    # NeMo's recipe llama31_8b): predictor.core.profiles.match_model reads them.
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self):
         check_name("model.name", self.name)
+        self.aliases = tuple(self.aliases)  # YAML gives a list
+        for alias in self.aliases:
+            check_name("model.aliases", alias)
         check_switch("model.tied_embeddings", self.tied_embeddings)
         for key, (most, why) in MAX_SIZES.items():
             check_number(f"model.{key}", getattr(self, key), integer=True)

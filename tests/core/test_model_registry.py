@@ -1,0 +1,78 @@
+"""conf/model as a registry of published architectures (issue 52): every file loads, cites a
+source for each figure, and a table's model cell finds its file by name (match_model)."""
+import re
+
+import pytest
+
+from predictor.core import profiles
+from predictor.core.profiles import CONF_DIR, group_options, load_model, match_model
+
+MODELS = group_options("model")
+#: Test fixtures of the repository, not published models: no citation is asked of them.
+SYNTHETIC = {"tiny", "tiny-gpt", "tiny-moe", "small"}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_loads(name):
+    model = load_model(name)
+    assert model.name == name
+    assert isinstance(model.aliases, tuple) and all(isinstance(a, str) for a in model.aliases)
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS) - SYNTHETIC))
+def test_every_figure_is_cited(name):
+    lines = (CONF_DIR / "model" / f"{name}.yaml").read_text(encoding="utf-8").splitlines()
+    assert lines and lines[0].startswith("#"), f"{name}.yaml: no header comment citing its source"
+    for line in lines:
+        value = re.match(r"^(\w+):\s*([^#]*?)\s*(#.*)?$", line)
+        if value and re.fullmatch(r"-?[0-9][0-9_.e+]*", value.group(2)):
+            assert value.group(3) and len(value.group(3)) > 2, f"{name}.yaml: {line!r} cites no source"
+
+
+def test_no_name_names_two_models():
+    """Each normalised name or alias belongs to one file: none is ambiguous in the shipped conf/."""
+    shared = {key: names for key, names in profiles._model_names().items() if len(names) > 1}
+    assert not shared
+
+
+@pytest.mark.parametrize("text, name", [
+    ("Llama 3.1 405B", "llama3-405b"),
+    ("meta-llama/Meta-Llama-3-70B", "llama3-70b"),
+    ("meta-llama/Llama-3.1-8B", "llama3-8b"),
+    ("llama31_8b", "llama3-8b"),
+    ("Llama-2-70b-hf", "llama2-70b"),
+    ("Mixtral-8x22B", "mixtral-8x22b"),
+    ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+    ("DeepSeek-V3", "deepseek-v3"),
+    ("deepseek_v3", "deepseek-v3"),
+    ("DeepSeek V3", "deepseek-v3"),
+    ("GPT3 175B", "gpt3-175b"),
+    ("GPT-3 175B", "gpt3-175b"),
+    ("Qwen3-235B-A22B", "qwen3-235b-a22b"),
+    ("Grok-1", "grok-1"),
+    ("gpt-oss-120b", "gpt-oss-120b"),
+])
+def test_match_model_finds_the_file(text, name):
+    assert match_model(text) == name
+
+
+@pytest.mark.parametrize("text", ["Llama 3", "GPT-3", "Llama 3 8B/70B", "PaLM 540B", "", "8B"])
+def test_match_model_unknown_is_none(text):
+    assert match_model(text) is None
+
+
+def test_match_model_ambiguous_is_none(tmp_path, monkeypatch):
+    """Two files that both answer to a name: neither is guessed."""
+    (tmp_path / "model").mkdir()
+    for name in ("a-8b", "b-8b"):
+        (tmp_path / "model" / f"{name}.yaml").write_text(f"name: {name}\naliases: [Same 8B]\n")
+    monkeypatch.setattr(profiles, "CONF_DIR", tmp_path)
+    profiles._model_names.cache_clear()
+    profiles.match_model.cache_clear()
+    try:
+        assert profiles.match_model("same-8b") is None
+        assert profiles.match_model("A 8B") == "a-8b"
+    finally:
+        monkeypatch.undo()
+        profiles._model_names.cache_clear()
+        profiles.match_model.cache_clear()
