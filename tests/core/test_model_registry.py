@@ -51,12 +51,43 @@ def test_no_name_names_two_models():
     ("Qwen3-235B-A22B", "qwen3-235b-a22b"),
     ("Grok-1", "grok-1"),
     ("gpt-oss-120b", "gpt-oss-120b"),
+    ("Nemotron-4 340B", "nemotron4-340b"),
+    ("nvidia/Nemotron-4-340B-Base", "nemotron4-340b"),
+    ("Nemotron-4 15B", "nemotron4-15b"),
+    ("Kimi K2", "kimi-k2"),
+    ("moonshotai/Kimi-K2-Base", "kimi-k2"),
+    ("BLOOM-176B", "bloom-176b"),
+    ("OPT-175B", "opt-175b"),
+    ("facebook/opt-66b", "opt-66b"),
+    ("MT-NLG 530B", "mt-nlg-530b"),
+    ("Megatron-Turing NLG 530B", "mt-nlg-530b"),
+    ("Qwen2.5-72B", "qwen2.5-72b"),
+    ("Qwen 2.5 7B", "qwen2.5-7b"),
+    ("qwen25_32b", "qwen2.5-32b"),
+    ("Qwen3-32B", "qwen3-32b"),
+    ("DeepSeek-V2", "deepseek-v2"),
+    ("DeepSeek-V2-Lite", "deepseek-v2-lite"),
+    ("Llama 4 Maverick", "llama4-maverick"),
+    ("Mistral-7B-v0.1", "mistral-7b"),
+    ("Falcon-180B", "falcon-180b"),
+    ("tiiuae/falcon-7b", "falcon-7b"),
+    ("Gemma 2 27B", "gemma2-27b"),
+    ("google/gemma-3-12b-pt", "gemma3-12b"),
+    ("OLMo-2-1124-13B", "olmo2-13b"),
+    ("OLMo 7B", "olmo-7b"),
+    ("Phi-3-mini", "phi3-mini"),
+    ("Phi-4", "phi4"),
+    ("gpt-oss-20b", "gpt-oss-20b"),
+    ("NeMo GPT-3 20B", "gpt3-20b"),
+    ("GPT-3 1.3B", "gpt3-1.3b"),
+    ("GPT-3 13B", "gpt3-13b"),
 ])
 def test_match_model_finds_the_file(text, name):
     assert match_model(text) == name
 
 
-@pytest.mark.parametrize("text", ["Llama 3", "GPT-3", "Llama 3 8B/70B", "PaLM 540B", "", "8B"])
+@pytest.mark.parametrize("text", ["Llama 3", "GPT-3", "Llama 3 8B/70B", "PaLM 540B", "", "8B", "Nemotron-3 8B",
+                                  "DeepSeek-V2.5"])
 def test_match_model_unknown_is_none(text):
     assert match_model(text) is None
 
