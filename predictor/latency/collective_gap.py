@@ -2,7 +2,7 @@
 (:mod:`sampling.collectives`), as ``prism train`` stores it and the composer applies it.
 
 On a CPU, gloo's collectives cost more the longer their members computed before them:
-``benchmarks/bench_collective_gap.py`` (2026-11-27, two ranks, the slower rank's time) timed
+``experiments/collective_gap/bench_collective_gap.py`` (2026-11-27, two ranks, the slower rank's time) timed
 a 12 KB all_reduce at a median of 0.9 ms after 0.5 ms of computing, 2.4 ms after 10 ms and
 3.8 ms after 20 ms. The op models are trained on the repeats timed after the reference gap
 :data:`STEP_GAP_S` (10 ms, origin ``sampled``); the sampler also times each collective after
