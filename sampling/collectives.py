@@ -1,4 +1,4 @@
-"""Collective sampling, one process per rank (DESIGN.md, "Collectives").
+"""Collective sampling, one process per rank (docs/architecture.md, "The measuring side").
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m sampling.collectives JOB.json
 

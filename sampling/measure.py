@@ -1,4 +1,4 @@
-"""``prism measure``: time real training steps of one layout (DESIGN.md, "Ground truth").
+"""``prism measure``: time real training steps of one layout (docs/method.md, "measure, validate, calibrate").
 
 :func:`measure` resolves the model, the layout and ``cfg.measure``, runs the reference
 workload (:mod:`sampling.reference`) under ``torchrun`` with ``dp·tp·pp`` ranks (gloo on

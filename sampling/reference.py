@@ -1,5 +1,5 @@
-"""The reference training workload, one process per rank under ``torchrun`` (DESIGN.md,
-"Ground truth").
+"""The reference training workload, one process per rank under ``torchrun`` (docs/architecture.md,
+"The measuring side").
 
     python -m torch.distributed.run --standalone --nproc_per_node=N -m sampling.reference JOB.json
 

@@ -1,4 +1,4 @@
-"""Per-repeat timers: wall clock on CPU, CUDA events on GPU (DESIGN.md, "Measuring side").
+"""Per-repeat timers: wall clock on CPU, CUDA events on GPU (docs/architecture.md, "The measuring side").
 
 A host op (:data:`predictor.core.ops.HOST_OPS`: framework calls, their launches) is the
 host's time, not the device's: ``time(..., host=True)`` reads it on the host's clock.

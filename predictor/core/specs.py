@@ -247,7 +247,7 @@ class VariabilitySpec:
 
 @dataclass
 class HostSpec:
-    """The host side of a device (DESIGN.md, "Composer" step 2): whether the device runs
+    """The host side of a device (docs/method.md, Composer step 2): whether the device runs
     asynchronously from the host (CUDA: the host issues work ahead and the device waits
     only when the host falls behind; a CPU runs the framework and the kernels in turn),
     and the priors of the host ops (:data:`predictor.core.ops.HOST_OPS`) where no host

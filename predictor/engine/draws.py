@@ -1,5 +1,5 @@
 """The composer's random draws: operator residuals from their quantiles, and the
-variability factors that scale whole stages (DESIGN.md, "Composer" step 2).
+variability factors that scale whole stages (docs/method.md, Composer step 2).
 
 Per GPU, a persistent spatial factor times a per-step temporal factor, both lognormal
 with median 1, is lognormal with sigma ``hypot(spatial_cv, temporal_cv)``; a stage runs

@@ -1,5 +1,5 @@
 """A pipeline stage's time per Monte Carlo draw, by the composer's rules, for one layout
-or for thousands at once (DESIGN.md, "Composer" step 2).
+or for thousands at once (docs/method.md, Composer step 2).
 
 This is the composer's arithmetic, written once: :func:`predictor.engine.compose.compose`
 runs it for one layout and walks the pipeline schedule exactly; the search's

@@ -1,5 +1,5 @@
 """Predictive uncertainty: how far a measured run's median step lies from PRISM's
-prediction, learned from measured runs (DESIGN.md, "Composer" step 5: doubt is not
+prediction, learned from measured runs (docs/method.md, Composer step 5: doubt is not
 variability).
 
 The target is ``log(measured median step / predicted median step)`` of published and
