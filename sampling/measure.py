@@ -40,7 +40,7 @@ from sampling.runner import _device
 SHARDINGS = ("none", "fsdp", "zero3")
 SCHEDULES = ("1f1b", "gpipe")
 #: A mean steal share over the steps at which the report says so (sampling.steal): 2.2% over a
-#: suite run's measure stage came with passes up to 25% slow (2026-11-28).
+#: suite run's measure stage came with passes up to 25% slow.
 STEAL_NOTED = 0.01
 
 
