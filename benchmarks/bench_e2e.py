@@ -1,4 +1,4 @@
-"""Predicted vs measured step times of published runs (../shared/data/e2e).
+"""Predicted vs measured step times of published runs (data/e2e).
 
     python benchmarks/bench_e2e.py [--single-node-rows N]
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_hardware.py [--models-dir DIR] [--rows]
 
-The H100 rows of ../shared/data/e2e (torchtitan, megatronlm_readme_h100, neusight_dist)
+The H100 rows of data/e2e (torchtitan, megatronlm_readme_h100, neusight_dist)
 publish tokens/s, TFLOP/s or step times; the measured step time is recovered by
 :func:`predictor.data.published.measured_step_s` (Megatron-LM's TFLOP/s with its own FLOP
 count, no recompute). What the rows leave blank is filled from what their notes and

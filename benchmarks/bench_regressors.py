@@ -2,7 +2,7 @@
 
     python benchmarks/bench_regressors.py [--clusters Perlmutter Vista] [--out DIR]
 
-For each cluster it imports ../shared/data/ett/<cluster>, then prints:
+For each cluster it imports data/ett/<cluster>, then prints:
 1. interpolation: 5-fold cross-validation (folds by shape) per op/pass, the median's
    MAPE over each of the authors' (function, pass) and (collective, topology) pairs' rows
    next to their Best_error%; the share of pairs at or below theirs; the mean ratio;

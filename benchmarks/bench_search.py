@@ -7,7 +7,7 @@ Mixture-of-Experts ``prism search model=qwen3-235b-a22b hardware=h100-sxm gpus=2
 (ep enumerated too) as commands, as a user would (the issue asks for every valid layout
 ranked in at most 10 s on a 2-core machine), and prints their counts and wall times.
 
-(2) vtrain_multi (../shared/data/e2e: Megatron-LM on 64-512 A100, rows sharing model and
+(2) vtrain_multi (data/e2e: Megatron-LM on 64-512 A100, rows sharing model and
 GPU count): per group, the layout predicted fastest (median step) against the measured
 step times: is it the measured fastest, or within 5% of it? The issue wants at least 80%
 of the groups to pass. Ranked twice: by :func:`predictor.analyses.batch.predict_table` (the

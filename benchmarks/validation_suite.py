@@ -82,8 +82,8 @@ STAGES = ("sample", "train", "measure", "validate")
 def seq_lengths(layouts: list[list[str]], plan: list[str]) -> list[int]:
     """The plan's sequence lengths and every one the layouts train at (an override, or the
     model's own): the sample plan targets its models at each, so that no layout's shapes are left to the
-    space-filling design (on run Q, tiny at 256 and small at 512 went from -28% and -21%
-    to -18% and -5% when sampled at their own lengths)."""
+    space-filling design (a layout whose length the plan left out came
+    out far under)."""
     lengths = set(section(load_config(plan), "sampling", SamplingConfig).seq_lengths)
     for overrides in layouts:
         given = dict(o.split("=", 1) for o in overrides)

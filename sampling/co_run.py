@@ -5,9 +5,9 @@ On a CPU, ``prism measure`` runs each rank on a core of the same host, and the s
 times each op alone. On runs P and Q of the ground-truth suite the 1-rank layouts at their
 own shapes came within 6%, while 16 of the 20 2-rank layouts ran 17-40% slower than
 predicted: the two ranks share the caches and memory of one host.
-``benchmarks/bench_co_runner.py`` measured small's step ops beside a copy looping the same
-call on the other core at x1.01-1.08 (2026-11-27; its x1.87 of 11-26 had the copy on the
-timed call's own core), and two independent ``small`` steps side by side at x1.00-1.15.
+``experiments/co_runner/bench_co_runner.py`` measured small's step ops beside a copy looping the same
+call on the other core at x1.01-1.08 (a first
+x1.87 had the copy on the timed call's own core), and two independent ``small`` steps side by side at x1.00-1.15.
 So ``prism sample`` times a share of the
 plan's targeted compute tasks once more beside a *neighbour*: a spawned process training
 the plan's dense targets (PRISM's reference model, each at its own size, in turn) on a

@@ -1,4 +1,4 @@
-"""Collective sampling, one process per rank (DESIGN.md, "Collectives").
+"""Collective sampling, one process per rank (docs/architecture.md, "The measuring side").
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m sampling.collectives JOB.json
 
@@ -15,7 +15,7 @@ ranks of each), one collective at a time across the job, so that no two share th
 network; the other ranks wait. Consecutive tasks of one op and group are timed as a block
 (:func:`blocks`), round by round: repeat r of every size, then repeat r + 1. A slow spell
 of a shared host then lands as one repeat of many sizes, which their medians ignore, not
-as every repeat of one size: in suite run Z (2026-11-26), timed size by size, the 12 KB
+as every repeat of one size: in a suite run timed size by size, the 12 KB
 all_reduce's repeats 6-9 took 5.5-5.8 ms in a row against 2.1-2.4 ms medians of the sizes
 beside it, and its median of 5.1 ms put a tp=2 layout that issues it 69% high. Each
 repeat starts after a barrier of the group and is timed on every member; the stored

@@ -1,4 +1,4 @@
-"""The one way PRISM runs a job under ``torchrun`` (DESIGN.md, "Measuring side"): collective
+"""The one way PRISM runs a job under ``torchrun`` (docs/architecture.md, "The measuring side"): collective
 sampling (:mod:`sampling.collectives`) and the reference workload (:mod:`sampling.reference`)
 both go through it.
 

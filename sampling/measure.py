@@ -1,4 +1,4 @@
-"""``prism measure``: time real training steps of one layout (DESIGN.md, "Ground truth").
+"""``prism measure``: time real training steps of one layout (docs/method.md, "measure, validate, calibrate").
 
 :func:`measure` resolves the model, the layout and ``cfg.measure``, runs the reference
 workload (:mod:`sampling.reference`) under ``torchrun`` with ``dp·tp·pp`` ranks (gloo on
@@ -40,7 +40,7 @@ from sampling.runner import _device
 SHARDINGS = ("none", "fsdp", "zero3")
 SCHEDULES = ("1f1b", "gpipe")
 #: A mean steal share over the steps at which the report says so (sampling.steal): 2.2% over a
-#: suite run's measure stage came with passes up to 25% slow (2026-11-28).
+#: suite run's measure stage came with passes up to 25% slow.
 STEAL_NOTED = 0.01
 
 

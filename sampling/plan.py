@@ -1,6 +1,6 @@
 """Sampling plans: which shapes to time, in which order, within a time budget.
 
-"Lightweight means targeted" (DESIGN.md): a plan first takes the shapes of the compute
+"Lightweight means targeted" (docs/method.md, "Sampling"): a plan first takes the shapes of the compute
 calls the composer makes for its target models (:func:`target_calls`: the calls of
 :func:`predictor.workload.decompose.decompose` for each micro-batch size and TP degree),
 (up to :data:`TARGETED_SHARE` of ``shapes_per_op``, every target in turn), then fills up to

@@ -1,5 +1,5 @@
-"""The reference training workload, one process per rank under ``torchrun`` (DESIGN.md,
-"Ground truth").
+"""The reference training workload, one process per rank under ``torchrun`` (docs/architecture.md,
+"The measuring side").
 
     python -m torch.distributed.run --standalone --nproc_per_node=N -m sampling.reference JOB.json
 
@@ -42,7 +42,7 @@ untraced ones. Spread, so that the traced steps catch the moments the timed ones
 2-core slice's speed wanders within a minute. With the traces after the timed steps,
 ``benchmarks/bench_trace.py`` found a layout's timed steps 21% slower, and another's 20%
 faster, than its traced ones; with all of them halfway, small at one rank's traced steps
-still ran 11-13% slower than its timed ones in two of three runs (2026-11-27).
+still ran slower than its timed ones in some runs.
 """
 from __future__ import annotations
 

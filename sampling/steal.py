@@ -5,7 +5,7 @@ line, in USER_HZ ticks, usually 10 ms; proc(5)).
 A timed call that overlaps a burst of steal runs slow for a reason outside the hardware
 being sampled: on this project's 2-core VM a suite run's measure stage lost 2.2% of its CPU
 time to steal, up to 12% over a minute, and a pass's median step followed the steal of the
-minute before it (correlation 0.38 over 48 passes; README, "Validation suite"). The sampler
+minute before it (correlation 0.38 over 48 passes; docs/validation-log.md, "CPU validation suite"). The sampler
 times such a call again (:func:`sampling.runner._compute_loop`), and ``prism measure``
 stores each step's share beside its time.
 

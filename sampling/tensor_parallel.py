@@ -13,7 +13,7 @@ the op that reads its output (none here; a repeat's barrier follows the collecti
 backward computes the parameters' gradients only, since the input's gradient ends in the
 column-parallel layer's all-reduce, which autograd's thread issues and waits for. With it,
 on two gloo ranks of this 2-core machine, a backward took 3.3 ms against 1.8 ms without
-(median of 60 interleaved repeats, 11-28), and the composer counted that all-reduce twice:
+(median of 60 interleaved repeats), and the composer counted that all-reduce twice:
 `tiny` at tp=2 came out 12-24% over. Left out with it: the input gradient's own framework
 calls (its matmul and the redistribution's autograd node).
 """

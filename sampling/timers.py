@@ -1,4 +1,4 @@
-"""Per-repeat timers: wall clock on CPU, CUDA events on GPU (DESIGN.md, "Measuring side").
+"""Per-repeat timers: wall clock on CPU, CUDA events on GPU (docs/architecture.md, "The measuring side").
 
 A host op (:data:`predictor.core.ops.HOST_OPS`: framework calls, their launches) is the
 host's time, not the device's: ``time(..., host=True)`` reads it on the host's clock.
@@ -51,7 +51,7 @@ HOST_LEAD_S = 5e-4
 #: waiting, so the lead then grows by each repeat's spin less the host's time issuing it;
 #: with HOST_LEAD_S alone at the start, a hiccup of the host (up to 3.1 ms over) came out as a
 #: device time in 0.47% of an H200's repeats, 30 of 72 a task's first (stalled shapes in
-#: `samples/h100` had 1.2 us repeats read as 0.5-1.3 ms; benchmarks/bench_timer_stalls.py).
+#: `samples/h100` had 1.2 us repeats read as 0.5-1.3 ms; experiments/timer_stalls/bench_timer_stalls.py).
 FIRST_LEAD_S = 5e-3
 #: Spin-kernel cycles per second: at most the fastest data-centre GPU's clock (H100/H200
 #: 1,980 MHz boost), so the lead is at least HOST_LEAD_S on any of them.
@@ -110,7 +110,7 @@ class CudaTimer:
 def event_median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
     """The median of ``repeats`` back-to-back calls of ``fn`` timed with CUDA events, after
     ``warmup`` untimed ones: a kernel's throughput at steady state (no L2 flush, no host
-    lead), as the GPU benchmark scripts (benchmarks/bench_attention_backends.py,
+    lead), as the GPU benchmark scripts (experiments/attention_backends/bench_attention_backends.py,
     bench_grouped_gemm.py) report it."""
     for _ in range(warmup):
         fn()

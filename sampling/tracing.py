@@ -27,11 +27,11 @@ def profiler_cost_us(rounds: int = 11, trim: int = 2) -> float:
     traced run timed between two untraced ones so that the machine's drift cancels; the mean
     over ``rounds`` of each round's extra per event, its ``trim`` highest and lowest left out:
     a round that caught this machine in another state moves it no more than the others
-    (summed over 7 rounds, 11-27: 0.64-3.56 us an event in six calls a minute apart).
+    (a sum over rounds moved several-fold between calls a minute apart).
     ``prism import-trace`` takes it off the traced timings.
 
     The op mix is a training step's: modules, autograd nodes, views. A loop of one flat op
-    records cheaper events: on this 2-core Xeon (11-27, 20 interleaved rounds each) a
+    records cheaper events: on a 2-core Xeon (20 interleaved rounds each) a
     ``torch.add`` loop cost 0.63 us an event, where this MLP cost 1.05 and the reference
     workload's tiny step 1.02 (its forward and backward 0.93)."""
     with torch.random.fork_rng(devices=[]):  # the traced job's random state stays its own

@@ -131,7 +131,7 @@ def test_what_hydra_refuses_is_refused_with_one_line(override, names):
 
 @pytest.mark.parametrize("name", group_options("hardware"))
 def test_gemm_dtype_is_set_without_a_plus(name):
-    """The README's hardware.gemm_dtype=float8: every profile has the key (null = train_dtype)."""
+    """docs/method.md's hardware.gemm_dtype=float8: every profile has the key (null = train_dtype)."""
     assert "float8" in read_comments(CONF_DIR / "hardware" / f"{name}.yaml").beside[("gemm_dtype",)][0]
     hw = section(load_config([f"hardware={name}", "hardware.gemm_dtype=float8"]), "hardware", HardwareConfig)
     assert hw.gemm_dtype == "float8"

@@ -27,9 +27,9 @@ def test_deeper_models_count_more_calls_and_take_longer(rows):
         fastest = g.groupby("launches").latency_us.min()
         assert len(fastest) == len(LAYERS)
         # eight layers make eight times a layer's calls: far more time than one layer's (3.2-5.3
-        # times over three runs on 11-27). The fastest of the steps, not their median: a stall
+        # times over three runs). The fastest of the steps, not their median: a stall
         # of this shared slice only adds time, and one made a layer's median 5.5 ms against
-        # eight layers' 5.1 while the whole suite and a probe ran on its two cores (11-27)
+        # eight layers' 5.1 while the whole suite and a probe ran on its two cores
         assert fastest.iloc[-1] > 1.5 * fastest.iloc[0]
 
 
@@ -70,5 +70,5 @@ def test_checkpointing_a_block_costs_host_time_beyond_its_recomputed_calls():
     for _, g in rows.groupby("pass"):
         medians = g.groupby("blocks").latency_us.median()
         # against the cheapest depth, not the first: on a shared VM one depth's 5 steps can all run slow
-        # (1 block 4.8 ms, 2 blocks 3.6 ms, 8 blocks 7.2 ms in a CI run of 2026-11-28)
+        # (1 block 4.8 ms, 2 blocks 3.6 ms, 8 blocks 7.2 ms in one CI run)
         assert medians.index.max() == max(LAYERS) and medians.iloc[-1] > 1.5 * medians.min()

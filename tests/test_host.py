@@ -159,7 +159,7 @@ GPU_PROFILES = ["a100-sxm4-80gb", "b200", "gb200-nvl72", "gb300-nvl72", "gh200",
 
 @pytest.mark.parametrize("hardware", GPU_PROFILES)
 def test_gpu_collective_and_dtensor_priors_are_the_h200_host_s_measurement(hardware):
-    """The figures the profiles cite: benchmarks/bench_collective_launch.py on a lent H200."""
+    """The figures the profiles cite: experiments/collective_launch/bench_collective_launch.py on a lent H200."""
     runs = pd.read_csv(REPO_ROOT / "measurements" / "h200-collective-launch.csv")
     issue = runs[runs.what.isin(["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"])]
     dtensor = runs[runs.what == "dtensor less plain"].groupby("pass_").us.median()

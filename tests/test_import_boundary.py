@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md: predictor never imports torch or sampling, each layer
+"""The import rules of docs/architecture.md ("Layers"): predictor never imports torch or sampling, each layer
 of predictor imports only the layers below it, and every layer below the app imports
 without Hydra.
 

@@ -2,7 +2,9 @@
 
 The ```bash blocks are split into commands (a trailing backslash continues a line, ``&&``
 chains two commands, ``#`` starts a comment) and each ```python block is one snippet;
-plain ``` blocks show printed output and are not run. All of them run in README order,
+plain ``` blocks show printed output and are not run. A command in backticks in the last
+cell of a table row (the accuracy table) is a command too, and where it runs, each figure of
+its row's previous cell (``8.4%``) must appear in what it prints. All of them run in README order,
 as bash and python would run them, in one temporary working copy (``data/``, ``models/``,
 ``samples/``, ``measurements/`` and ``benchmarks/`` copied, so what a command writes
 stays there and a later command can read it), with ``OMP_NUM_THREADS=1``:
@@ -32,6 +34,9 @@ from pathlib import Path
 
 import pytest
 
+#: Every README command runs here: minutes. The fast suite (-m "not slow") leaves this file out.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Copied into the working copy: what README commands read by relative paths.
@@ -52,7 +57,6 @@ REDUCED = {
     "prism measure": "measure.steps=2 measure.warmup=1 measure.trace_steps=1",
     # 1,024 GPUs: 13,104 layouts, 6-10 s; 64 GPUs: the same search over fewer layouts
     "prism search": "gpus=64",
-    "python benchmarks/bench_startup.py": "-n 1",
 }
 #: Exact README command -> why it is not run here, and what covers it.
 NOT_RUN = {
@@ -61,44 +65,26 @@ NOT_RUN = {
     'sampling.budget_s=300 "sampling.space.message_bytes=[1024,16777216]" output_dir=samples/cluster-cpu':
         "4 ranks for 5 minutes on 2 cores; tests/test_cluster_sampling.py::"
         "test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once runs the same job with a tiny plan",
-    "torchrun --nnodes=4 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node001:29500 --rdzv-id=prism-sample "
-    "--no-python prism sample hardware=h100-sxm sampling=cluster output_dir=/shared/prism/samples":
-        "needs 4 GPU nodes; tests/test_cluster_sampling.py::"
-        "test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once runs two torchrun agents with a c10d "
-        "rendezvous on this host",
     "srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 prism sample hardware=h100-sxm sampling=cluster "
     "output_dir=/shared/prism/samples":
         "needs SLURM and GPU nodes; tests/test_cluster_sampling.py::"
         "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish sets srun's variables by hand",
-    'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)':
-        "a line of the SLURM batch script: needs SLURM's scontrol",
-    "srun prism sample hardware=h100-sxm sampling=cluster output_dir=/shared/prism/samples":
-        "a line of the SLURM batch script: needs SLURM; tests/test_cluster_sampling.py::"
-        "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish runs srun's environment here",
     "pip install -e .": "installs PRISM: these tests run in that installation",
     'pip install -e ".[sampling,test]"': "installs PRISM with its test extra: these tests run in that installation",
     "python -m pytest -q -n auto --dist loadfile": "the test suite, this file included",
-    "prism import-trace traces/rank*.json out=samples/trace hardware=local-cpu":
-        "a placeholder for your own traces: the same command on traces `prism measure` recorded runs in the "
-        "README's trace section, and tests/test_import_trace.py::test_cli_reads_files_then_settings",
-    "python benchmarks/bench_regressors.py": "5-fold cross-validation of every regressor on the ETT samples: minutes",
+    'python -m pytest -q -m "not slow"': "the fast test suite, which leaves this file out",
+    "python benchmarks/bench_e2e.py": "predicts the published A100 runs of data/e2e and prints their "
+                                      "accuracy table: a benchmark, not a smoke test; tests/test_predict.py "
+                                      "predicts such rows",
+    "python benchmarks/bench_hardware.py": "predicts the published H100 rows through predict-batch: a benchmark; "
+                                           "tests/test_batch.py covers predict-batch",
+    "python benchmarks/bench_moe_blackwell.py": "predicts every MoE and Blackwell row: a benchmark; tests/test_moe.py "
+                                                "and tests/test_blackwell.py cover those predictions",
     "python benchmarks/bench_search.py": "searches at 1,024 GPUs and ranks vTrain's published layouts: minutes; "
                                          "tests/test_search.py covers the search",
-    "python benchmarks/bench_variability.py": "65,536 GPUs drawn one by one against the shortcut: minutes; "
-                                              "tests/test_variability.py covers the analysis",
     "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts in 3 passes: about 19 minutes",
-    "python benchmarks/validation_suite.py --hardware h200 --stages sample,measure --out runs/h200":
-        "needs a CUDA GPU; the train and validate commands after it run on the H200's kept sample and layouts",
-    "python benchmarks/validation_suite.py --hardware h200 --stages train,validate --out runs/h200":
-        "reads the folder the GPU host wrote; the README's prism train and prism validate on samples/h200 run the same",
-    "python benchmarks/bench_attention_backends.py --out attention.csv": "needs a CUDA GPU (its output is kept in "
-                                                                         "measurements/h200-attention-backends.csv)",
-    "python benchmarks/bench_trace.py": "measures and traces three layouts, then imports a 500 MB trace: minutes; "
-                                        "tests/test_import_trace.py covers the loop",
     "python benchmarks/bench_doubt.py": "predicts all 1,835 published runs and leaves each of 41 sources out: "
                                         "about 4 minutes; tests/test_doubt.py covers the model and its check",
-    "python benchmarks/bench_doubt.py --save": "refits the shipped models/doubt; tests/test_doubt.py covers fit, save "
-                                               "and load",
 }
 
 
@@ -109,6 +95,8 @@ class Snippet:
     line: int
     kind: str
     text: str
+    #: For a command of a table row: the figures of the cell before it, which its output must contain.
+    figures: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"README.md:{self.line}: {self.text if self.kind == 'bash' else 'python snippet'}"
@@ -138,7 +126,13 @@ def readme_snippets(text: str) -> list[Snippet]:
             snippets.append(Snippet(first, kind, body))
         elif kind == "bash":
             snippets += [Snippet(first + offset, kind, command) for offset, command in _commands(body)]
-    return snippets
+    for number, line in enumerate(text.splitlines(), 1):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        command = re.fullmatch(r"`((?:prism|python) [^`]+)`", cells[-1]) if len(cells) >= 2 else None
+        if command:
+            figures = tuple(re.findall(r"\d[\d,.]*%", cells[-2]))
+            snippets.append(Snippet(number, "bash", command.group(1), figures))
+    return sorted(snippets, key=lambda s: s.line)
 
 
 SNIPPETS = readme_snippets(README.read_text())
@@ -218,6 +212,8 @@ def test_readme_command_runs(snippet, workdir, env):
     assert done.returncode == 0, f"{snippet}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     if snippet.kind == "bash" and "--json" in snippet.text.split():
         json.loads(done.stdout)  # --json prints one JSON document
+    missing = [figure for figure in snippet.figures if figure not in done.stdout]
+    assert not missing, f"{snippet}: the README's figures {missing} are not in what it printed\n{done.stdout[-3000:]}"
 
 
 @pytest.mark.parametrize("command", [c for c in NOT_RUN if c.startswith("python benchmarks/")])

@@ -132,7 +132,7 @@ def test_a_regime_the_rounds_cannot_tell_from_zero_keeps_the_cited_figure():
 
 def test_the_composer_uses_the_measured_file_when_present_and_the_cited_figures_when_not():
     bare = ModelSet.load(models_dir() / CPU.name, CPU)
-    assert bare.variability is None  # the shipped set keeps the cited figures (README: fit_variability)
+    assert bare.variability is None  # the shipped set keeps the cited figures (docs/method.md, "Measured variability")
     shipped = ModelSet(CPU, bare.quantiles, bare.models, bare.manifest)
     shipped.variability = fit_variability(_store()[0], CPU)
     work = decompose(load_model("tiny"), ParallelConfig(dp=2, global_batch_size=8), CPU)

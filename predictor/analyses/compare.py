@@ -1,6 +1,6 @@
 """``prism compare``: one model and job over several hardware profiles, side by side.
 
-DESIGN.md, "Analyses". Each profile is predicted by :func:`predictor.analyses.predict.predict` on
+docs/method.md, "Analyses". Each profile is predicted by :func:`predictor.analyses.predict.predict` on
 the same model, parallel layout, GPU count and token budget, so a row is exactly what
 ``prism predict hardware=<profile>`` reports (same draws, same seed); this module only
 adds what needs a profile's price or power and puts the rows side by side:

@@ -1,4 +1,4 @@
-"""``prism predict``: one workload -> the report of DESIGN.md ("Composer", step 5).
+"""``prism predict``: one workload -> the report of docs/method.md (Composer step 6).
 
 :func:`predict` takes the typed specs of :mod:`predictor.core.specs` and returns a
 :class:`Prediction`; the command line (:mod:`predictor.app.cli`) builds the specs from
@@ -40,7 +40,7 @@ SECONDS_PER_DAY = 86400.0
 
 @dataclass
 class Prediction:
-    """One job predicted. Two distributions, kept apart (DESIGN.md, "Composer" step 5):
+    """One job predicted. Two distributions, kept apart (docs/method.md, Composer step 5):
     ``step_time_s`` is the step-time *variability* within one run (what the hardware does:
     the spread of step times its log would show), ``predictive`` the *predictive
     uncertainty* of the run's median step (what PRISM does not know, learned from measured

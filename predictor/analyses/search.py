@@ -1,6 +1,6 @@
 """``prism search``: every parallel layout of a GPU count, ranked by predicted step time.
 
-DESIGN.md, "Analyses". :func:`enumerate_layouts` lists the layouts of exactly ``gpus``
+docs/method.md, "Analyses". :func:`enumerate_layouts` lists the layouts of exactly ``gpus``
 GPUs (dp·tp·pp·cp = gpus) at one global batch; :func:`search` drops those a framework
 would refuse (:func:`predictor.workload.memory.validate_layout`, and the interleaved schedule's
 micro-batch rule) and those that do not fit in the GPU's memory, counting each by

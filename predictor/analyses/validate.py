@@ -107,7 +107,7 @@ MIN_DISTRIBUTION_STEPS = 5
 #: The share of a layout's operator time on priors past which validate notes it.
 MOSTLY_PRIORS = 0.25
 #: A measured step this many times its layout's median is no step of it (the machine's own
-#: drift moves steps by up to about twice, README "Runs of the suite").
+#: drift moves steps by up to about twice, docs/validation-log.md, "CPU validation suite").
 FAR_STEP = 10.0
 
 

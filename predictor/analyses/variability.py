@@ -1,6 +1,6 @@
 """``prism variability``: how a layout's step time spreads at scale, and why.
 
-DESIGN.md, "Analyses". Four studies of one layout, each built on the composer
+docs/method.md, "Analyses". Four studies of one layout, each built on the composer
 (:func:`predictor.engine.compose.compose`) with one shared :class:`~predictor.latency.lookup.QuantileCache`:
 
 1. **Slowdown versus scale.** The *nominal* step is the step with every variability

@@ -127,7 +127,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("reduce_scatter", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("all_to_all", ("message_bytes", "group_size"), _ONCE, collective=True),
         OpSpec("send_recv", ("message_bytes", "group_size"), _ONCE, collective=True),
-        # Host time (DESIGN.md, "Vocabulary"; :mod:`predictor.workload.host`): ``launches``
+        # Host time (docs/method.md, "Vocabulary"; :mod:`predictor.workload.host`): ``launches``
         # eager framework calls around a compute op at shapes where the kernels take no time:
         # Python, module and autograd.Function calls, the dispatcher, autograd's recording
         # (fwd) or the autograd engine's node (bwd), and the device API's kernel launch.

@@ -44,7 +44,7 @@ BALANCINGS = ("aux_loss", "aux_free", "none")
 DISPATCHERS = ("alltoall", "flex", "allgather")
 #: A call or step timed while the hypervisor took more than this share of the busy CPU time
 #: (its steal, :mod:`sampling.steal`) times the host's other guests as much as the hardware: in a
-#: suite run's measure stage passes under 1-12% steal ran up to 25% slower (2026-11-28). The
+#: suite run's measure stage passes under 1-12% steal ran up to 25% slower. The
 #: sampler times such a call again (``sampling.max_steal``), ``prism measure`` such a step, and
 #: ``prism validate`` leaves it out.
 DISTURBING_STEAL = 0.05
@@ -77,7 +77,7 @@ def check_number(key: str, value, *, integer: bool = False, zero: bool = False) 
 
 
 #: The most Monte Carlo draws (or runs) an analysis takes, predict-batch's too: a million take
-#: 4 GB for llama3-405b at pp=16 (2026-11-27), ten thousand times that did not fit, and their
+#: 4 GB for llama3-405b at pp=16, ten thousand times that did not fit, and their
 #: sampling error is long negligible (about 0.2% of a step at 500 draws).
 MAX_DRAWS = 1_000_000
 
@@ -253,7 +253,7 @@ class VariabilitySpec:
 
 @dataclass
 class HostSpec:
-    """The host side of a device (DESIGN.md, "Composer" step 2): whether the device runs
+    """The host side of a device (docs/method.md, Composer step 2): whether the device runs
     asynchronously from the host (CUDA: the host issues work ahead and the device waits
     only when the host falls behind; a CPU runs the framework and the kernels in turn),
     and the priors of the host ops (:data:`predictor.core.ops.HOST_OPS`) where no host
@@ -487,11 +487,11 @@ class SamplingConfig:
     co_run_share: float = 0.25
     # timed repeats of each task of the collective job (collectives, dtensor pairs): a CPU's
     # small collectives vary 0.6-7.6 ms between repeats (gloo's threads waking); ten repeats
-    # gave the sizes of 1-140 KB medians of 1.4-4.9 ms where all of them pool to 2.8 (2026-11-26)
+    # gave the sizes of 1-140 KB medians of 1.4-4.9 ms where all of them pool to 2.8
     collective_repeats: int = 30
     # passes over the compute plan, each timing its share of every shape's repeats, so that a
     # shape's repeats span the run: a CPU slice's speed wanders by 1.5x over tens of seconds
-    # (5 s medians of one gemm, 2026-11-27), and repeats timed back to back catch one moment
+    # (5 s medians of one gemm), and repeats timed back to back catch one moment
     rounds: int = 1
     # a compute call timed while the hypervisor took more than this share of the busy CPU time
     # (DISTURBING_STEAL) is timed again, at most steal_retakes times

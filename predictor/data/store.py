@@ -1,4 +1,4 @@
-"""The sample store: Parquet files of timed operator repeats (DESIGN.md, "Sample store").
+"""The sample store: Parquet files of timed operator repeats (docs/method.md, "Sample store").
 
 One file per sampling run, never rewritten; every row is one timed repeat. A run in
 progress writes its rows as small, complete Parquet *parts* in a hidden folder beside

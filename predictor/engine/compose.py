@@ -1,6 +1,6 @@
 """The probabilistic composer: operator distributions -> step-time distribution.
 
-DESIGN.md, "Composer". For S Monte Carlo draws at once (numpy, no loop over draws):
+docs/method.md, "Composer". For S Monte Carlo draws at once (numpy, no loop over draws):
 
 1. Each distinct operator call of the decomposition (:mod:`predictor.workload.decompose`)
    gets its latency quantiles and the evidence they rest on
@@ -41,7 +41,7 @@ from predictor.latency.variability_profile import Variability, variability_of
 from predictor.workload.decompose import Workload
 
 REPORT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
-#: Variability components of the composer (DESIGN.md, "Composer", step 2); the first
+#: Variability components of the composer (docs/method.md, Composer step 2); the first
 #: varies within a job from step to step, spatial persists for a job's allocation.
 COMPONENTS = ("temporal", "spatial", "regime", "residual")
 #: Components that average out over the steps of a long run.

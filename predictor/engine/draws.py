@@ -1,5 +1,5 @@
 """The composer's random draws: operator residuals from their quantiles, and the
-variability factors that scale whole stages (DESIGN.md, "Composer" step 2).
+variability factors that scale whole stages (docs/method.md, Composer step 2).
 
 Per GPU, a persistent spatial factor times a per-step temporal factor, both lognormal
 with median 1, is lognormal with sigma ``hypot(spatial_cv, temporal_cv)``; a stage runs
@@ -73,7 +73,7 @@ def tail_slopes(logq: np.ndarray, z_levels: np.ndarray) -> tuple[np.ndarray, np.
     """(n,) slopes of log latency against z below the lowest level and above the highest: the
     outermost pair's, but no steeper than the whole fitted span's. The outermost quantiles
     rest on the fewest samples; one stalled call among a shape's repeats (a pre-empted core:
-    5.7 ms against a 346 us median in a trace of tiny's steps, 11-27) makes the top pair
+    milliseconds against a median of hundreds of microseconds) makes the top pair
     steep, and extended at that slope the tail's mean alone put the traced steps' operators
     at 65 ms where their rows summed to 38. A lognormal's slopes are all its sigma, unchanged."""
     span = (logq[:, -1] - logq[:, 0]) / (z_levels[-1] - z_levels[0])

@@ -1,6 +1,6 @@
 """Pipeline schedules as dependency graphs, walked once and vectorised over Monte Carlo draws.
 
-Composer step 3 ("Schedule", DESIGN.md). The caller hands in, for every pipeline rank i,
+Composer step 3 ("Schedule", docs/method.md). The caller hands in, for every pipeline rank i,
 model chunk v and micro-batch j, the forward and backward duration of that piece of work
 for each of S draws; this module walks the schedule's dependency graph once, in Python
 over the O(pp·vpp·m) nodes, with every time a numpy vector over the S draws, and returns

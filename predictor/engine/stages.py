@@ -1,5 +1,5 @@
 """A pipeline stage's time per Monte Carlo draw, by the composer's rules, for one layout
-or for thousands at once (DESIGN.md, "Composer" step 2).
+or for thousands at once (docs/method.md, Composer step 2).
 
 This is the composer's arithmetic, written once: :func:`predictor.engine.compose.compose`
 runs it for one layout and walks the pipeline schedule exactly; the search's
@@ -13,8 +13,8 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    its mean and variance exact (the mean of the distribution the draws come from,
    :func:`~predictor.engine.draws.quantile_mean`). Centred on the median instead, a sum fell
    short by ``(count - sqrt(count)) * (mean - median)``: little for a GPU kernel, whose
-   repeats are tight, but a CPU's small collectives are bimodal (run GG: a 192 KB all_reduce's
-   median 0.9 ms, its mean 3.2 ms), and small at tp=2 lost 0.15 s of its 0.79 s step. A
+   repeats are tight, but a CPU's small collectives are bimodal (a 192 KB all_reduce's mean
+   several times its median), and a tp=2 step of them fell short by a fifth. A
    micro-batch's calls carry ``1/sqrt(m)`` of that deviation, because the schedule repeats
    one draw for all ``m`` micro-batches, whose own residuals would partly cancel. Calls
    resting on a prior (:attr:`~predictor.latency.lookup.Evidence.prior`) stay at their
@@ -94,8 +94,8 @@ DISPATCHER_SMS = {"flex": 20, "alltoall": 0, "allgather": 0}
 #: (torch/distributed/pipelining/schedules.py, torch 2.13), where its ``Schedule1F1B`` waits
 #: on each send fused with the next receive, and Megatron-LM blocks on every one. Only on an
 #: asynchronous device: on a CPU gloo moves the bytes on the cores that compute, so a send
-#: costs its sender the same waited on or not (suite run CC, 2026-11-27: tiny at pp=2 measured
-#: 8% slower under GPipe than under 1F1B, where sends in flight would have made it 21% faster).
+#: costs its sender the same waited on or not (on this project's CPU, tiny at pp=2
+#: measured slower under GPipe than under 1F1B, where sends in flight would have made it faster).
 DEFERRED_SENDS = ("gpipe",)
 
 

@@ -664,7 +664,7 @@ def replaced_set(directory: Path, models: int) -> str | None:
 
 
 #: A new set's temporary folder untouched this long was left by a save killed outright: a
-#: save writes its files in seconds (27 models, 2026-11-28), a concurrent one is never idle an hour.
+#: save writes its files in seconds (27 models), a concurrent one is never idle an hour.
 ABANDONED_TMP_S = 3600.0
 
 
@@ -733,7 +733,7 @@ def whole_folder(directory: Path) -> Iterator[Path]:
 #: another unit (ns), not a time.
 MAX_LATENCY_US = 1e9
 #: How far past the profile's datasheet peak the median GEMM sample of an op may run: the
-#: fastest measured reach 0.95-1.04 of it (the shipped sets' compute_ceiling, 2026-11-28;
+#: fastest measured reach 0.95-1.04 of it (the shipped sets' compute_ceiling;
 #: local-cpu's peak is an estimate), so a median at twice the peak is a unit (s or ms written
 #: as µs) or a profile's peak wrong. The median: a traced call whose profiler cost left it at
 #: the importer's floor (predictor.data.importers.trace.FLOOR_US) runs past it alone.

@@ -10,7 +10,7 @@ utils.py, ``get_attention_backend``).
 PRISM's Hopper attention models are FlashAttention-2's published microbenchmarks. A
 ``cudnn`` call on such a model is priced at its FlashAttention-2 quantiles times
 :data:`CUDNN_OVER_FLASH`, the two kernels' measured time ratio on one H100 SXM
-(``benchmarks/bench_attention_backends.py``, ``measurements/h100-attention-backends.csv``:
+(``experiments/attention_backends/bench_attention_backends.py``, ``measurements/h100-attention-backends.csv``:
 causal, head dim 128, bf16, torch 2.11's SDPA backends). The ratio is applied only to a
 model of FlashAttention data; a roofline prior is the same for either kernel.
 """

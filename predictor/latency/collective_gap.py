@@ -2,7 +2,7 @@
 (:mod:`sampling.collectives`), as ``prism train`` stores it and the composer applies it.
 
 On a CPU, gloo's collectives cost more the longer their members computed before them:
-``benchmarks/bench_collective_gap.py`` (2026-11-27, two ranks, the slower rank's time) timed
+``experiments/collective_gap/bench_collective_gap.py`` (two ranks, the slower rank's time) timed
 a 12 KB all_reduce at a median of 0.9 ms after 0.5 ms of computing, 2.4 ms after 10 ms and
 3.8 ms after 20 ms. The op models are trained on the repeats timed after the reference gap
 :data:`STEP_GAP_S` (10 ms, origin ``sampled``); the sampler also times each collective after
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pandas only where samples are trained on
     import pandas as pd
 
 #: The reference gap (s): a CPU collective's own repeats, which its op model is trained on,
-#: are timed after this much computing on every member (run Y on, 2026-11-26). A 393 KB
+#: are timed after this much computing on every member (since suite run Y). A 393 KB
 #: gloo all_reduce (``small``'s tensor-parallel one) on a 2-core EPYC slice took 0.7-1.2 ms
 #: straight after a barrier and 3.5-3.8 ms after 8 or 16 ms of computing on both ranks,
 #: 2.7-3.1 ms of it after the later rank had arrived: the collective itself (gloo's threads

@@ -1,5 +1,5 @@
 """Predictive uncertainty: how far a measured run's median step lies from PRISM's
-prediction, learned from measured runs (DESIGN.md, "Composer" step 5: doubt is not
+prediction, learned from measured runs (docs/method.md, Composer step 5: doubt is not
 variability).
 
 The target is ``log(measured median step / predicted median step)`` of published and
@@ -16,8 +16,8 @@ framework or lab is treated as new, as a user's own job is. Every source weighs 
 in the calibration (a table of 1,440 single-node runs must not decide alone what a 90%
 interval is), and a machine's validation-suite runs, each its own source, weigh together
 as one (:func:`source_family`): 32 suite runs of this CPU among 40 sources, each weighing
-the same, set the 90% interval by the CPU's errors, under which vTrain's single-node runs
-fell to 80.6% (2026-11-27, suite runs W to JJ joined).
+the same, would set the 90% interval by the CPU's errors and leave the published sources
+short of it.
 
 The learned quantiles are not centred on the prediction: runs like a query's may have
 landed above PRISM's composed median (an eager framework's step is longer than its

@@ -1,6 +1,6 @@
 """Features of an operator call, and the hardware floor its latency is measured against.
 
-The regressors learn ``log(latency / floor)`` (DESIGN.md, "Regressors"): the floor is
+The regressors learn ``log(latency / floor)`` (docs/method.md, "Regressors"): the floor is
 the roofline time ``max(flops / peak, bytes / bandwidth)`` for compute ops (Williams et
 al. 2009, "Roofline") and ``alpha + bytes * bus_factor / bandwidth`` for collectives
 (the nccl-tests bus bandwidth model). Trees cannot extrapolate, but a floor-relative

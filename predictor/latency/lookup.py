@@ -1,6 +1,6 @@
 """Latency quantiles of a workload's operator calls, and the evidence each rests on.
 
-DESIGN.md, "Composer" step 2, and README "Evidence tiers". A compute op takes its
+docs/method.md, Composer step 2 and "Evidence tiers". A compute op takes its
 quantiles from the hardware's trained model (:class:`predictor.latency.artifacts.ModelSet`)
 where one exists, else from the roofline prior: the floor of
 :mod:`predictor.latency.features` over :data:`ROOFLINE_EFFICIENCY`. A collective takes

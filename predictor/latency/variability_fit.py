@@ -20,7 +20,7 @@ A store that cannot show a component (timed before rounds, imported), or whose f
 cannot be told from 0 (step 8), leaves it to the profile's cited figure. The spread of
 one shape's repeats is no per-step factor: fitted as the temporal sigma, it put the
 within-run spread of 5 of the 16 suite layouts within 5% of the measured, against 10
-with the cited figures (2026-11-22), the calls' own jitter counted twice.
+with the cited figures, the calls' own jitter counted twice.
 
 Method, per component:
 
@@ -59,16 +59,16 @@ Method, per component:
    the machine's speed at that moment; temporal is the spread of those speeds, times
    k/(k-1) for the k rounds' own centring, less the noise the average keeps (the
    residuals' spread about it over the entries averaged). Its interval resamples the
-   shape groups. On suite run GG's sample (3 rounds over 125 s; 2,628 rounds of 876
-   shape groups of 200 us or more) the speed wandered by 0.085 (0.080-0.095).
+   shape groups. On a 2-core CPU slice's sample the speed wanders by
+   several percent (docs/validation-log.md).
 7. Regime, where collectives were timed round by round (repeat r of every size, then
    r + 1: :func:`sampling.collectives.blocks`, one timestamp per block): what the sizes of
    one round share. Each repeat's log latency less the mean of its op and size; per round
    (op, block, repeat) of at least :data:`MIN_SIZES` sizes, the mean of those residuals;
    regime is the spread of the round means less their own noise (the residuals' variance
    within a round over its size count). A CPU's small collectives vary several-fold from
-   call to call (suite run GG: a sigma of 0.82), which their quantiles hold; the step's
-   shared regime is what their rounds share (0.20 on GG's sample, against 0.52 from the
+   call to call, which their quantiles hold; the step's
+   shared regime is what their rounds share (far less than the
    repeats' whole spread, which would count the calls' own spread twice).
 8. A fitted sigma replaces the profile's cited figure only where the samples tell it from
    0: the sigma and the lower end of its 90% interval above 0 (a bootstrap over few groups

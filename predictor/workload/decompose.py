@@ -1,6 +1,6 @@
 """A training step as operator calls: per pipeline stage, per micro-batch, per step.
 
-DESIGN.md, "Composer" step 1. Compute ops come from :func:`predictor.workload.layers.layer_ops`
+docs/method.md, Composer step 1. Compute ops come from :func:`predictor.workload.layers.layer_ops`
 (TP splits heads and the FFN, CP splits the sequence); this module adds what
 parallelism costs, following Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053;
 Narayanan et al. 2021, arXiv 2104.04473; Korthikanti et al. 2022, arXiv 2205.05198):

@@ -1,6 +1,6 @@
 """The host side of a training step: the framework calls each operator call makes.
 
-DESIGN.md, "Vocabulary" and "Composer" step 2. A vocabulary call (one ``gemm``, one
+docs/method.md, "Vocabulary" and Composer step 2. A vocabulary call (one ``gemm``, one
 ``rmsnorm`` ...) is more than its kernel: the framework around it makes eager calls of
 its own (Python ``nn.Module`` and ``autograd.Function`` calls, views, transposes and
 splits, RNG state for dropout, the dispatcher, autograd's recording) in the forward, and

@@ -1,4 +1,4 @@
-"""Importers: outside measurements turned into sample-store rows (DESIGN.md, "Sample store").
+"""Importers: outside measurements turned into sample-store rows (docs/method.md, "Sample store").
 
 Each importer maps a foreign layout onto PRISM's operator vocabulary
 (:mod:`predictor.core.ops`), keeps where every row came from in the ``origin`` column,

@@ -337,7 +337,7 @@ def _identity(e: dict) -> bytes:
     JSON tool (whitespace, key order) is known as the same. Their arguments stay out: no two
     recordings share every event's start to the nanosecond, and rendering them as well (sorted
     JSON) cost 14 us an event against 3.5 on this machine's CPU trace events, where the whole
-    import takes about 8 (README, the 502 MB trace: 11.5 s for 1.38 M events)."""
+    import takes about 8 (docs/validation-log.md, the 502 MB trace: 11.5 s for 1.38 M events)."""
     return repr((e.get("ph"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"), e.get("ts"),
                  e.get("dur"))).encode("utf-8", "backslashreplace")
 

@@ -3,7 +3,7 @@ prices a grouped GEMM without a model of its own, ``STAND_INS`` in
 predictor/latency/lookup.py) against one grouped kernel (``torch._grouped_mm``) and against
 a single dense GEMM of all the experts' tokens (the best case).
 
-    python benchmarks/bench_grouped_gemm.py --out grouped_gemm.csv   # on a GPU host
+    python experiments/grouped_gemm/bench_grouped_gemm.py --out grouped_gemm.csv   # on a GPU host
 
 Shapes: the fc1 (gate and up, 2·ffn wide) and fc2 GEMMs of a rank's local experts at
 balanced routing, forward, bf16, for Qwen3-235B-A22B (hidden 4096, expert ffn 1536; 16 or

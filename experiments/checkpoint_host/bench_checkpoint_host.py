@@ -1,8 +1,8 @@
 """Activation checkpointing's host time per block: what ``prism sample`` stores as the
 ``checkpoint`` op (:func:`sampling.framework.checkpoint_rows`), on this machine's device.
 
-    python benchmarks/bench_checkpoint_host.py                  # this CPU
-    python benchmarks/bench_checkpoint_host.py --device cuda    # a GPU host: the profiles' prior
+    python experiments/checkpoint_host/bench_checkpoint_host.py                  # this CPU
+    python experiments/checkpoint_host/bench_checkpoint_host.py --device cuda    # a GPU host: the profiles' prior
 
 For each pass, the Theil-Sen slope over the depths of the rows' medians: the time one
 checkpointed block adds beyond its recomputed forward's calls. Two wrappers are timed:

@@ -1,8 +1,8 @@
 """A CPU collective's latency against the compute gap before it, and the gaps the suite's
 tensor-parallel layouts leave between their collectives.
 
-    python benchmarks/bench_collective_gap.py                 # 2 ranks, 40 rounds (~1 min)
-    python benchmarks/bench_collective_gap.py --rounds 100
+    python experiments/collective_gap/bench_collective_gap.py                 # 2 ranks, 40 rounds (~1 min)
+    python experiments/collective_gap/bench_collective_gap.py --rounds 100
 
 ``prism sample`` times a CPU's collectives after ``STEP_GAP_S`` (10 ms) of computing on
 every member (:mod:`sampling.collectives`), because gloo's collectives cost several times

@@ -1,7 +1,7 @@
 """A GEMM on the SMs a userbuffers collective leaves: the ratio PRISM prices it at
 (:data:`predictor.workload.decompose.USERBUFFER_SMS`: SMs / (SMs - 16)) against a GPU.
 
-    python benchmarks/bench_sm_margin.py --out sm_margin.csv    # on a GPU host (CuPy)
+    python experiments/sm_margin/bench_sm_margin.py --out sm_margin.csv    # on a GPU host (CuPy)
 
 Transformer Engine's pipelined and bulk overlaps run their collective on 16 SMs beside the
 GEMM (``initialize_ub``'s ``num_sm``, with ``set_sm_margin``). Here a kernel holds 16 SMs

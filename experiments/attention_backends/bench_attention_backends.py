@@ -1,7 +1,8 @@
 """Causal attention throughput of each SDPA backend on this GPU, forward and forward+backward.
 
-    python benchmarks/bench_attention_backends.py --out attention_backends.csv   # on a GPU host
-    python benchmarks/bench_attention_backends.py --out long.csv --seqs 65536,131072 --heads 16 --backends flash,cudnn
+    python experiments/attention_backends/bench_attention_backends.py --out attention_backends.csv   # on a GPU host
+    python experiments/attention_backends/bench_attention_backends.py --out long.csv --seqs 65536,131072 --heads 16 \
+        --backends flash,cudnn
 
 Why: PRISM's H100 attention model is FlashAttention-2's published throughput, while
 Transformer Engine prefers its cuDNN fused attention on Hopper; the MoE long-context rows

@@ -20,7 +20,7 @@ Python's garbage collector off while the repeats are issued, 0.54% stalled again
 with it on; with the device drained before each repeat (no lead carried from one repeat
 to the next), 1.77%.
 
-    python benchmarks/bench_timer_stalls.py --hardware h200 --out stalls.csv   # a GPU host
+    python experiments/timer_stalls/bench_timer_stalls.py --hardware h200 --out stalls.csv   # a GPU host
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How much a CPU rank's operators slow down while another rank on the host runs the same ones.
 
-    python benchmarks/bench_co_runner.py                          # small at seq 256, this CPU
-    python benchmarks/bench_co_runner.py --model tiny --seconds 0.5
+    python experiments/co_runner/bench_co_runner.py                          # small at seq 256, this CPU
+    python experiments/co_runner/bench_co_runner.py --model tiny --seconds 0.5
 
 ``prism sample`` times each compute op in one process while the host's other cores idle;
 a 2-rank CPU layout (dp, tp or pp = 2 in the validation suite) runs two ranks that execute

@@ -2,8 +2,8 @@
 machine's device: the GPU profiles' ``collective_launch_us`` and ``dtensor_fwd_us``/``dtensor_bwd_us`` priors
 (``predictor.workload.host``).
 
-    python benchmarks/bench_collective_launch.py                  # this CPU (gloo)
-    python benchmarks/bench_collective_launch.py --device cuda    # a GPU host (NCCL): the priors
+    python experiments/collective_launch/bench_collective_launch.py                  # this CPU (gloo)
+    python experiments/collective_launch/bench_collective_launch.py --device cuda    # a GPU host (NCCL): the priors
 
 On a device that runs asynchronously the host returns from a collective once it has
 queued it, so a loop of issues, timed without waiting for the device, gives the host's
