@@ -148,7 +148,12 @@ class FrameworkSpec:
 
 def framework_dir() -> Path:
     """``conf/framework`` of :data:`predictor.core.profiles.CONF_DIR` where it holds one, else the shipped one."""
-    own = profiles.CONF_DIR / "framework"
+    return _framework_dir(profiles.CONF_DIR)
+
+
+@functools.cache
+def _framework_dir(conf: Path) -> Path:
+    own = conf / "framework"
     return own if own.is_dir() else profiles.SHIPPED_CONF / "framework"
 
 
@@ -285,10 +290,6 @@ def _all() -> dict[str, FrameworkSpec]:
     return _specs(framework_dir())
 
 
-def _aliases() -> dict[str, str]:
-    return {alias: spec.name for spec in _all().values() for alias in spec.aliases}
-
-
 def known_frameworks() -> list[str]:
     """The frameworks' names (their files'), sorted."""
     return sorted(_all())
@@ -302,18 +303,25 @@ def all_frameworks() -> list[FrameworkSpec]:
 
 def load_framework(name: str | None) -> FrameworkSpec:
     """The spec of framework ``name`` (case ignored; an alias reads its framework's file; None
-    is the default framework). An unknown name is one :class:`PrismError` on ``framework``
+    (or blank) is the default framework). An unknown name is one :class:`PrismError` on ``framework``
     listing the known names."""
-    if name is None:
+    if name is None or name == "":
         return default_framework()
-    specs = _all()
-    key = str(name).strip().lower()
-    key = _aliases().get(key, key)
+    return _load(framework_dir(), str(name))
+
+
+@functools.cache
+def _load(folder: Path, name: str) -> FrameworkSpec:
+    specs = _specs(folder)
+    aliases = {alias: spec.name for spec in specs.values() for alias in spec.aliases}
+    key = name.strip().lower()
+    key = aliases.get(key, key)
     if key not in specs:
-        aliases = ", ".join(f"{a} = {n}" for a, n in sorted(_aliases().items()))
-        families = "; ".join(f"{s.name} = {s.display}" for s in all_frameworks() if s.display != s.name)
-        raise PrismError(f"framework={name}: choose the family that runs the job, one of "
-                         f"{', '.join(known_frameworks())} ({families}; aliases: {aliases})", field="framework")
+        known = ", ".join(sorted(specs))
+        families = "; ".join(f"{s.name} = {s.display}" for _, s in sorted(specs.items()) if s.display != s.name)
+        also = ", ".join(f"{a} = {n}" for a, n in sorted(aliases.items()))
+        raise PrismError(f"framework={name}: choose the family that runs the job, one of {known} ({families}; "
+                         f"aliases: {also})", field="framework")
     return specs[key]
 
 
@@ -338,7 +346,12 @@ def unrecognised_framework() -> FrameworkSpec:
 
 def host_tables() -> dict[str, HostTable]:
     """Every host-call table the frameworks name, by its name (on a CPU: the reference's ``host_on_cpu``)."""
-    return {t.name: t for s in all_frameworks() for t in (s.host, s.host_on_cpu) if t is not None}
+    return _host_tables(framework_dir())
+
+
+@functools.cache
+def _host_tables(folder: Path) -> dict[str, HostTable]:
+    return {t.name: t for s in _specs(folder).values() for t in (s.host, s.host_on_cpu) if t is not None}
 
 
 def uncertainty_features() -> tuple[str, ...]:
