@@ -509,10 +509,9 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     if note:
         notes.append(note)
     sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
-    # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
-    # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused
-    # scale-mask-softmax, bmm) rather than FlashAttention.
-    legacy_megatron = not spec.overlap_grad_reduce
+    # the spec's defaults.overlap_grad_reduce: Megatron-LM before Megatron-Core (2023) reduced DP
+    # gradients after the backward (--overlap-grad-reduce came with Core) and ran attention
+    # unfused (baddbmm, fused scale-mask-softmax, bmm) rather than FlashAttention (its attention).
     text = f"{framework} {cell(row, 'notes')}"
     tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
@@ -527,7 +526,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     par = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
-        overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
+        overlap_grad_reduce=spec.overlap_grad_reduce, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
         attention=attention, **_expert_settings(model, text, notes),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:
