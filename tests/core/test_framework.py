@@ -154,6 +154,10 @@ _WORDS = re.compile(r"megatron|torchtitan|deepspeed|maxtext|nemo\b", re.IGNORECA
 _LOADER = REPO_ROOT / "predictor" / "core" / "framework.py"
 
 
+#: String tokens: literals, and from Python 3.12 the literal parts of f-strings.
+_STRINGS = {tokenize.STRING} | ({tokenize.FSTRING_MIDDLE} if hasattr(tokenize, "FSTRING_MIDDLE") else set())
+
+
 def _docstring_lines(tree: ast.AST) -> set[int]:
     lines: set[int] = set()
     for node in ast.walk(tree):
@@ -174,10 +178,10 @@ def _names_in_code(path: Path, names: set[str]) -> list[str]:
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
         if tok.type == tokenize.NAME and _WORDS.search(tok.string):
             hits.append(f"{path.relative_to(REPO_ROOT)}:{tok.start[0]}: {tok.string}")
-        elif tok.type == tokenize.STRING and tok.start[0] not in docs:
+        elif tok.type in _STRINGS and tok.start[0] not in docs:
             try:
                 value = ast.literal_eval(tok.string)
-            except (ValueError, SyntaxError):  # an f-string: its literal text
+            except (ValueError, SyntaxError):  # an f-string (or, from Python 3.12, a part of one): its text
                 value = tok.string
             if not isinstance(value, str):
                 continue
