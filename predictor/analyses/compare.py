@@ -161,7 +161,7 @@ def _price_source(profiles: list[HardwareConfig]) -> str:
 
 def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None, layout: ParallelConfig,
             gpus: int | None = None, *, models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0,
-            train_tokens: float = 1e12, pue: float = 1.0, framework: str = "megatron-core",
+            train_tokens: float = 1e12, pue: float = 1.0, framework: str | None = None,
             leave_out: bool = False) -> Comparison:
     """Predict one job on several hardware profiles.
 

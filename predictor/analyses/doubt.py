@@ -22,14 +22,21 @@ import numpy as np
 
 from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
+from predictor.core.framework import (
+    default_framework,
+    known_frameworks,
+    load_framework,
+    reference_framework,
+    uncertainty_code,
+    uncertainty_features,
+    uncertainty_framework,
+)
 from predictor.core.profiles import DATA_DIR, REPO_ROOT
-from predictor.data.runs_table import framework_family
 from predictor.engine.compose import StepDistribution, compose
 from predictor.engine.draws import inverse_cdf
 from predictor.latency.artifacts import TIERS, evidence_tier, models_dir
 from predictor.latency.doubt import (
     FEATURES,
-    FRAMEWORKS,
     DoubtModel,
     calibrated,
     conformal_offsets_by_source,
@@ -53,14 +60,11 @@ COVERAGES = (0.5, 0.8, 0.9)
 
 def family(framework: str) -> str:
     """The framework family (:data:`~predictor.latency.doubt.FRAMEWORKS`) of a runs table's
-    framework cell: the table's own reading (:func:`~predictor.data.runs_table.framework_family`),
-    and the two families it has no defaults for, DeepSpeed and llm-foundry."""
-    low = str(framework).lower()
-    if "deepspeed" in low:
-        return "deepspeed"
-    if "foundry" in low or "composer" in low:
-        return "llm-foundry"
-    return framework_family(str(framework)) or "other"
+    framework cell: the frameworks' files' ``uncertainty.cells`` (the two families the table
+    has no defaults for, DeepSpeed and llm-foundry), else the table's own reading
+    (:func:`~predictor.data.runs_table.framework_family`), else the unrecognised one's
+    (:func:`predictor.core.framework.uncertainty_framework`)."""
+    return uncertainty_framework(str(framework))
 
 
 def tier_code(tier: str) -> int:
@@ -87,7 +91,7 @@ def features(work: Workload, dist: StepDistribution, tier: str, framework: str) 
         "log2_pp": math.log2(par.pp), "log2_dp": math.log2(par.dp), "log2_cp": math.log2(par.cp),
         "log2_micro_batches": math.log2(work.micro_batches), "log10_params": math.log10(parameter_count(work.model)),
         "log2_seq": math.log2(work.seq), "fp8": float(low_precision), "gpu": float(work.hardware.host.asynchronous),
-        "framework": FRAMEWORKS.index(framework if framework in FRAMEWORKS else "other")}
+        "framework": uncertainty_code(framework)}
     return np.array([values[f] for f in FEATURES], float)
 
 
@@ -160,7 +164,7 @@ def measured_errors(measured: pd.DataFrame, models, hardware, source: str, draws
                     seed: int = 0) -> Errors:
     """The layouts of a ``prism measure`` file (``measured``, :func:`~predictor.data.measurements.read_measurements`)
     predicted from ``models`` on ``hardware`` as ``prism validate`` does (the reference
-    workload runs PyTorch's own parallelism: framework "other"), their median step against
+    workload runs PyTorch's own parallelism: its framework file's uncertainty feature), their median step against
     the measured one: the composer's error on this machine, ``source`` naming the run."""
     import pandas as pd
 
@@ -171,8 +175,9 @@ def measured_errors(measured: pd.DataFrame, models, hardware, source: str, draws
     out, X = [], []
     for layout_id, work, t in measured_workloads(measured, hardware):
         dist = compose(work, models, draws=draws, seed=seed, cache=cache)
-        X.append(features(work, dist, tier, "other"))
-        out.append(_error_row(source, tier, "other", hardware.name, work, layout_id, dist, float(np.median(t))))
+        reference = reference_framework().uncertainty_feature
+        X.append(features(work, dist, tier, reference))
+        out.append(_error_row(source, tier, reference, hardware.name, work, layout_id, dist, float(np.median(t))))
     return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), {})
 
 
@@ -244,7 +249,7 @@ def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
         nested = model.held_out_predictions(X[train], y[train], sources[train])
         q[test] = calibrated(held_out[test], conformal_offsets_by_source(nested, y[train], sources[train], levels))
         # as DoubtModel.predict, with what a model fitted without this source knows
-        seen = {FRAMEWORKS[int(f)] for f in X[train, FEATURES.index("framework")]}
+        seen = {uncertainty_features()[int(f)] for f in X[train, FEATURES.index("framework")]}
         q[test] = widen(q[test], outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen),
                         source_reach(y[train], sources[train], levels))
     with_model = _covered(q, y, levels)
@@ -286,12 +291,15 @@ def shipped_model() -> DoubtModel | None:
 
 
 def check_framework(value) -> str:
-    """``framework`` as one of :data:`~predictor.latency.doubt.FRAMEWORKS`."""
-    if value not in FRAMEWORKS:
-        raise PrismError(f"framework={value}: choose the family that runs the job, one of {', '.join(FRAMEWORKS)} "
-                         f"(megatron-core = Megatron-Core or NeMo; megatron-lm = Megatron-LM before Core; "
-                         f"accelerate = Megatron-LM under HF Accelerate)",
-                         field="framework")
+    """``framework`` as a framework ``conf/framework/`` knows (an alias too; None: the default
+    framework's name), refused with the known names otherwise
+    (:func:`predictor.core.framework.load_framework`)."""
+    if value is None:
+        return default_framework().name
+    if not isinstance(value, str) or not value:
+        raise PrismError(f"framework={value}: choose the family that runs the job, one of "
+                         f"{', '.join(known_frameworks())}", field="framework")
+    load_framework(value)
     return value
 
 

@@ -182,7 +182,7 @@ def _memory_precision_note(hw: HardwareConfig) -> str | None:
 def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
             models_dir: str | Path | None = None, draws: int = DRAWS, seed: int = 0, train_tokens: float = 1e12,
             target_step_s: float | None = None, confidence: float | None = None,
-            framework: str = "megatron-core") -> Prediction:
+            framework: str | None = None) -> Prediction:
     """Predict one training job: its step-time distribution, throughput, memory and time
     and cost to train.
 
@@ -210,9 +210,10 @@ def predict(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig
     confidence : float, optional
         Also report the step time and time to train that hold with this probability
         (variability and predictive uncertainty together).
-    framework : str
-        The framework family that runs the job (:data:`~predictor.latency.doubt.FRAMEWORKS`),
-        a feature of the predictive uncertainty.
+    framework : str or None
+        The framework that runs the job, a file of ``conf/framework/`` or its alias (None: the
+        default one, :func:`~predictor.core.framework.default_framework`); its family is a
+        feature of the predictive uncertainty.
 
     Raises
     ------

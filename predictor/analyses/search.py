@@ -227,7 +227,7 @@ class Ranking(NamedTuple):
 
 
 def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int = 10, seed: int = 0,
-                 memory_gib=None, cache: QuantileCache | None = None, framework: str = "megatron-core") -> Ranking:
+                 memory_gib=None, cache: QuantileCache | None = None, framework: str | None = None) -> Ranking:
     """Rank ``works`` (layouts of one model on one hardware and GPU count) by ``rank_by``.
 
     Returns every layout as a dict, best first, and the two Pareto fronts: ``rank_by``
@@ -313,7 +313,7 @@ SEARCHED = ("dp", "tp", "pp", "cp", "ep", "vpp", "schedule", "sequence_parallel"
 
 def search(model: ModelConfig, hardware: HardwareConfig, gpus: int, *, base: ParallelConfig | None = None,
            rank_by: str = "p50", top: int = 10, models_dir: str | Path | None = None, seed: int = 0,
-           framework: str = "megatron-core") -> SearchResult:
+           framework: str | None = None) -> SearchResult:
     """Enumerate, check and rank the layouts of ``gpus`` GPUs for ``model`` on ``hardware``.
 
     Parameters

@@ -39,6 +39,7 @@ from scipy.stats import ks_2samp
 from predictor.analyses.doubt import COVERAGES, doubt_of, predict_runs, shipped_model
 from predictor.analyses.predict import predictive_report
 from predictor.core.errors import PrismError
+from predictor.core.framework import reference_framework
 from predictor.core.profiles import as_hardware
 from predictor.core.specs import DISTURBING_STEAL, HardwareConfig
 from predictor.data.measurements import COLUMNS, check_step_unit, measured_on, measured_workloads, step_times
@@ -197,8 +198,9 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
         threads = _other_threads(measured[measured.layout_id == layout_id], models)
         if threads:
             s.notes.append(threads)
-        if doubt_model is not None:  # the reference workload runs PyTorch's own parallelism: "other"
-            lo, hi = predictive_report(doubt_of(work, dist, tier, "other", doubt_model))["interval_s"]["80%"]
+        if doubt_model is not None:  # the reference workload runs PyTorch's own parallelism
+            doubt = doubt_of(work, dist, tier, reference_framework().name, doubt_model)
+            lo, hi = predictive_report(doubt)["interval_s"]["80%"]
             s.predictive_80_s, s.median_in_80 = (lo, hi), bool(lo <= s.measured_p50_s <= hi)
         scores.append(s)
         meas[layout_id], pred[layout_id] = t, dist.draws

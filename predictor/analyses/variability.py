@@ -486,7 +486,7 @@ def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus
 
 def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelConfig, gpus: int | None = None, *,
                 settings: AnalysisConfig | None = None, models_dir: str | Path | None = None, seed: int = 0,
-                train_tokens: float = 1e12, framework: str = "megatron-core") -> VariabilityReport:
+                train_tokens: float = 1e12, framework: str | None = None) -> VariabilityReport:
     """The four studies of the module docstring for one job.
 
     Parameters

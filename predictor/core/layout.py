@@ -9,6 +9,7 @@ import numbers
 from dataclasses import replace
 
 from predictor.core.errors import PrismError
+from predictor.core.framework import load_framework
 from predictor.core.specs import DISPATCHERS, ModelConfig, ParallelConfig, check_number
 
 #: The parallel axes a layout names (torchtitan's and Megatron's names), as reports list them.
@@ -288,58 +289,45 @@ def resolve_layout(par: ParallelConfig, gpus: int | None, framework: str | None 
     return with_default_batch(framework_layout(par, framework))
 
 
-#: Framework families (:data:`predictor.latency.doubt.FRAMEWORKS`) that run Megatron-LM's layers:
-#: Megatron-Core and NeMo, Megatron-LM before Core, Megatron-LM under HF Accelerate.
-MEGATRON_FAMILIES = ("megatron-core", "megatron-lm", "accelerate")
 #: Shardings that keep gradients or weights sharded through the backward: ZeRO-2 and -3, FSDP.
 BACKWARD_SHARDINGS = ("zero2", "zero3", "fsdp")
 
 
 def framework_recompute(recompute: str, framework: str | None) -> tuple[str, str | None]:
-    """``parallel.recompute`` as framework family ``framework`` runs it, and a note where
-    that is not what the name says elsewhere: torchtitan's selective mode is its per-op
-    policy (``selective_ac_option='op'`` in its Llama 3 train configs), ``per_op``. The one
-    reading of a recompute name by framework, for ``predict`` and ``predict-batch`` alike."""
-    if recompute == "selective" and framework == "torchtitan":
-        return "per_op", ("recompute=selective under torchtitan: its per-op policy (selective_ac_option='op', as "
-                          "in its Llama 3 train configs), priced as recompute=per_op")
-    return recompute, None
+    """``parallel.recompute`` as framework family ``framework`` (None: any) runs it, and a note
+    where that is not what the name says elsewhere (its spec's ``recompute.aliases``:
+    torchtitan's selective mode is its per-op policy, ``selective_ac_option='op'`` in its
+    Llama 3 train configs, ``per_op``). The one reading of a recompute name by framework, for
+    ``predict`` and ``predict-batch`` alike."""
+    if not framework:
+        return recompute, None
+    return load_framework(framework).recompute(recompute)
 
 
 def framework_layout(par: ParallelConfig, framework: str | None) -> ParallelConfig:
     """``par`` as framework family ``framework`` (None: any) runs it
-    (:func:`framework_recompute`), or one error naming the setting it does not offer."""
-    if par.recompute == "per_op" and framework in MEGATRON_FAMILIES:
-        raise PrismError(f"parallel.recompute=per_op: torchtitan's per-op selective checkpointing, which "
-                         f"framework={framework} does not offer; use recompute=selective (the attention core, or "
-                         f"parallel.recompute_modules), full or none, or framework=torchtitan",
-                         field="parallel.recompute")
-    if par.recompute_modules and framework == "torchtitan":
-        raise PrismError(f"parallel.recompute_modules={par.recompute_modules!r}: Megatron-Core's "
-                         f"--recompute-modules, which framework=torchtitan does not read (its selective mode is "
-                         f"per-op); leave it empty", field="parallel.recompute_modules")
-    if framework == "deepspeed" and par.pp > 1 and par.sharding in BACKWARD_SHARDINGS:
-        # deepspeed/runtime/pipe/engine.py: PipelineEngine asserts zero_optimization_stage() < 2
-        raise PrismError(f"parallel.sharding={par.sharding}: DeepSpeed's pipeline engine refuses ZeRO-2 and "
-                         f"ZeRO-3 with pipeline parallelism (pp={par.pp}); use sharding=zero1 or pp=1",
-                         field="parallel.sharding")
-    recompute = framework_recompute(par.recompute, framework)[0]
+    (:func:`framework_recompute`), or one error naming the setting it does not offer (its
+    spec's ``refuses``)."""
+    if not framework:
+        return par
+    spec = load_framework(framework)
+    for rule in spec.refuses:
+        if rule.holds(par):
+            raise PrismError(rule.text(par, spec.name), field=rule.field)
+    recompute = spec.recompute(par.recompute)[0]
     return par if recompute == par.recompute else replace(par, recompute=recompute)
 
 
 def framework_note(given: ParallelConfig, framework: str | None) -> str | None:
     """What a setting of ``given`` means under framework family ``framework`` where the
-    price reads it otherwise than its name (:func:`framework_layout`)."""
-    note = framework_recompute(given.recompute, framework)[1]
+    price reads it otherwise than its name (:func:`framework_layout`; its spec's ``notes``)."""
+    if not framework:
+        return None
+    spec = load_framework(framework)
+    note = spec.recompute(given.recompute)[1]
     if note:
         return note
-    if given.sharding in ("zero3", "fsdp") and framework in ("megatron-lm", "accelerate"):
-        # the sharding names are the cost's, not a framework's: Narayanan et al. (2021) ran ZeRO-3
-        # under DeepSpeed beside Megatron-LM's rows
-        return (f"parallel.sharding={given.sharding}: Megatron-LM before Core shards only its optimizer "
-                f"(--use-distributed-optimizer); priced as ZeRO-3/FSDP's per-layer weight gathers as another "
-                f"framework runs them (DeepSpeed ZeRO-3, torch FSDP)")
-    return None
+    return next((rule.text(given, spec.name) for rule in spec.notes if rule.holds(given)), None)
 
 
 def report_layout(model: ModelConfig, par: ParallelConfig) -> dict:

@@ -27,13 +27,13 @@ import numpy as np
 import pandas as pd
 
 from predictor.core.errors import PrismError
+from predictor.core.framework import FrameworkSpec, all_frameworks, load_framework, unrecognised_framework
 from predictor.core.layout import framework_recompute, validate_layout
 from predictor.core.precision import LOW_PRECISION_OPS, check_gemm_dtype
 from predictor.core.profiles import load_hardware, match_hardware, names_profile, other_gpus_named
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data.runs_table import (
     BY_NAME,
-    FRAMEWORK_DEFAULTS,
     MISSING_WORDS,
     OFF_WORDS,
     PRECISIONS,
@@ -44,13 +44,14 @@ from predictor.data.runs_table import (
     cell,
     choice,
     count,
+    default_whose,
     framework_default,
     framework_family,
     mentions,
     says,
     switch,
 )
-from predictor.workload.decompose import UNFUSED_FRAMEWORKS, attention_kernel
+from predictor.workload.decompose import attention_kernel
 from predictor.workload.flops import model_flops_per_step
 
 GPT_VOCAB = 51200
@@ -439,8 +440,15 @@ def _with_experts(model: ModelConfig, row: Mapping, known: ModelConfig | None, n
         raise in_table_terms(exc) from None
 
 
+def _spec(family: str) -> FrameworkSpec:
+    """The spec a row of framework ``family`` is read under ("": none recognised, read as an
+    unrecognised framework: gradients overlapped, no loss fusion read from its text; its blank
+    cells take the fallback file's defaults, its attention the default framework's)."""
+    return load_framework(family) if family else unrecognised_framework()
+
+
 def _default_note(column: str, value: str, family: str, text: str = "") -> str:
-    whose = family if family and family in FRAMEWORK_DEFAULTS[column] else "Megatron"  # LM and Core: one launcher
+    whose = default_whose(column, family)  # Megatron-LM and -Core: one launcher, one "Megatron"
     return f"{column}={value} ({repr(text) if text else 'blank'}: {whose}'s default)"
 
 
@@ -457,14 +465,16 @@ def _chosen(row: Mapping, column: str, phrases, off, family: str, notes: list[st
 
 def _virtual_stages(row: Mapping, family: str, notes: list[str]) -> int:
     """The vp cell: a count, or yes/no; "yes" without a size takes torchtitan's 2 stages
-    per rank and is refused under other frameworks, which have no default."""
+    per rank (its spec's ``defaults.interleave_stages``) and is refused under other
+    frameworks, which have no default."""
     word = re.match(r"[a-z]+", cell(row, "vp").lower())
     if word and word.group(0) in ("yes", "interleaved", "on", "true"):
-        if family != "torchtitan":
+        stages = _spec(family).interleave_stages if family else None
+        if stages is None:
             raise PrismError(f"vp={cell(row, 'vp')!r}: interleaving without its size; write the virtual stages "
                              f"per rank as a number", field="vp")
-        notes.append(f"vp=2 ({cell(row, 'vp')!r}: torchtitan's 2 stages per rank)")
-        return 2
+        notes.append(f"vp={stages} ({cell(row, 'vp')!r}: {default_whose('vp', family)}'s {stages} stages per rank)")
+        return stages
     if word and word.group(0) in OFF_WORDS:
         return 1
     return count(row, "vp") or 1
@@ -480,9 +490,11 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     model = row_model(row, notes)
     framework = cell(row, "framework")
     family = framework_family(framework)
-    if framework and not family and not says(framework.lower(), "deepspeed", "foundry", "composer"):
-        notes.append(f"framework {framework!r} is none PRISM knows the defaults of (Megatron-LM, Megatron-Core, "
-                     f"NeMo, torchtitan, HF Accelerate, DeepSpeed, llm-foundry): Megatron-LM's defaults")
+    if framework and not family and not says(framework.lower(), *(w for s in all_frameworks()
+                                                                   for w in s.uncertainty_cells)):
+        notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(
+            framework=repr(framework)))
+    spec = _spec(family)
     dp, tp, pp, gbs, gpus = (count(row, c) for c in ("dp", "tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
     vp = _virtual_stages(row, family, notes)
@@ -491,21 +503,20 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         notes.append(", ".join(f"{c}=1" for c in ones) + " (blank)")
     sp = switch(row, "seq_parallel")
     if sp is None:
-        sp = family == "torchtitan" and tp > 1
+        sp = spec.sequence_parallel_default == "with_tp" and tp > 1
         notes.append(_default_note("seq_parallel", "on" if sp else "off", family))
     recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", family, notes), family)
     if note:
         notes.append(note)
     sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
-    # Megatron-LM before Megatron-Core (2023) reduced DP gradients after the backward
-    # (--overlap-grad-reduce came with Core) and ran attention unfused (baddbmm, fused
-    # scale-mask-softmax, bmm) rather than FlashAttention.
-    legacy_megatron = family in UNFUSED_FRAMEWORKS
+    # the spec's defaults.overlap_grad_reduce: Megatron-LM before Megatron-Core (2023) reduced DP
+    # gradients after the backward (--overlap-grad-reduce came with Core) and ran attention
+    # unfused (baddbmm, fused scale-mask-softmax, bmm) rather than FlashAttention (its attention).
     text = f"{framework} {cell(row, 'notes')}"
     tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
         notes.append("TP collectives overlapped (framework or notes say async TP / --tp-comm-overlap)")
-    loss_fusion = family == "megatron-core" and _loss_fused(text)
+    loss_fusion = spec.reads_loss_fusion and _loss_fused(text)
     if loss_fusion:
         notes.append("loss fused (NeMo's default cross_entropy_loss_fusion, or the notes say so)")
     hw_key = _hardware_key(row, framework, hardware, notes)
@@ -515,7 +526,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     par = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
-        overlap_grad_reduce=not legacy_megatron, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
+        overlap_grad_reduce=spec.overlap_grad_reduce, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
         attention=attention, **_expert_settings(model, text, notes),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:
@@ -538,7 +549,7 @@ def _loss_fused(text: str) -> bool:
     named = mentions(text, {"fused": LOSS_FUSION})
     if named:
         return not named[0][1]
-    return says(text, "nemo", "megatron-bridge")
+    return says(text, *(w for s in all_frameworks() if s.loss_fusion for w in s.table_cells))
 
 
 def _attention(family: str, hw: HardwareConfig, notes: list[str]) -> str:

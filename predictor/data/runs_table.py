@@ -13,7 +13,7 @@ of 12 as 12.0 where another row of the column is blank). Free text is read
 conservatively: a scheme it names counts only where the text does not negate it
 ("DDP (FSDP=0)" is plain data parallelism), the first scheme named wins, and text that
 names none is refused rather than guessed. A blank cell takes its framework's default
-(:data:`FRAMEWORK_DEFAULTS`); the reader says what it assumed.
+(each framework's ``runs_table.blank`` in ``conf/framework/``); the reader says what it assumed.
 
 This module imports nothing heavy: ``prism --help`` builds its text from it.
 """
@@ -48,37 +48,6 @@ class Column:
     spellings: str = ""
     limit: int = 0
 
-
-#: What a blank cell of these columns takes, by framework (:func:`framework_family`),
-#: each with where the framework says so. Frameworks not named take the ``""`` entry.
-FRAMEWORK_DEFAULTS = {
-    "recompute": {
-        "torchtitan": ("per_op", "torchtitan's selective mode (ActivationCheckpoint.mode default, "
-                       "torchtitan/config/job_config.py) with the per-op policy its Llama 3 8B train config sets "
-                       "(selective_ac_option='op'; job_config's own option is every 2nd layer)"),
-        "": ("none", "Megatron-LM's --recompute-granularity is unset by default, megatron/training/arguments.py"),
-    },
-    "seq_parallel": {
-        "torchtitan": ("on where tp > 1", "torchtitan's tensor-parallel plan shards norms along the sequence "
-                       "(SequenceParallel in models/llama3/infra/parallelize.py)"),
-        "": ("off", "Megatron-LM's --sequence-parallel is opt-in"),
-    },
-    "zero_or_distopt": {
-        "torchtitan": ("fsdp", "torchtitan shards over every data-parallel rank by default "
-                       "(data_parallel_shard_degree=-1)"),
-        "": ("none", "Megatron-LM's --use-distributed-optimizer is opt-in"),
-    },
-    "precision": {
-        "accelerate": ("fp32", "HF Accelerate's mixed_precision default is 'no'"),
-        "": ("bf16", "Megatron-Core's recipes train in --bf16; torchtitan's mixed_precision_param is bfloat16"),
-    },
-    "vp": {
-        "torchtitan": ("2 where interleaving is stated without its size",
-                       "torchtitan gives a multi-stage schedule 2 stages per rank, "
-                       "torchtitan/distributed/pipeline_parallel.py"),
-        "": ("1 (1F1B)", "Megatron-LM interleaves only with --num-layers-per-virtual-pipeline-stage"),
-    },
-}
 
 #: Precision spellings: a cell naming fp8 runs the linear layers' GEMMs in float8 and the
 #: rest in the other precision it names, else bf16 (torchtitan Float8, Transformer Engine).
@@ -375,23 +344,28 @@ def asks_default(text: str) -> bool:
 
 
 def framework_family(text: str) -> str:
-    """torchtitan, accelerate (Megatron-LM under HF Accelerate), megatron-lm (before
-    Megatron-Core; also Microsoft's Megatron-DeepSpeed, a fork of it with its kernels),
-    megatron-core, or "" (not recognised) for a framework cell."""
-    low = text.lower()
-    if "torchtitan" in low:
-        return "torchtitan"
-    if "accelerate" in low:
-        return "accelerate"
-    if re.search(r"megatron[- ]?(lm|deepspeed)", low) and "core" not in low:
-        return "megatron-lm"
-    return "megatron-core" if re.search(r"megatron|nemo|mcore", low) else ""
+    """The framework family a framework cell names, as the frameworks' files read a table's
+    cells (:func:`predictor.core.framework.table_framework`: torchtitan, accelerate
+    (Megatron-LM under HF Accelerate), megatron-lm (before Megatron-Core; also Microsoft's
+    Megatron-DeepSpeed, a fork of it with its kernels), megatron-core (NeMo and
+    Megatron-Bridge too)), or "" (not recognised)."""
+    from predictor.core.framework import table_framework  # the frameworks' files: not for --help
+    spec = table_framework(text)
+    return spec.family if spec else ""
 
 
 def framework_default(column: str, family: str) -> tuple[str, str]:
-    """(value, why) a blank ``column`` takes under framework ``family``."""
-    options = FRAMEWORK_DEFAULTS[column]
-    return options.get(family, options[""])
+    """(value, why) a blank ``column`` takes under framework ``family`` ("": none recognised),
+    as its file's ``runs_table.blank`` says, else the fallback file's."""
+    from predictor.core.framework import blank_default, load_framework
+    entry = blank_default(column, load_framework(family) if family else None)
+    return entry.value, entry.why
+
+
+def default_whose(column: str, family: str) -> str:
+    """Whose default a blank ``column`` takes under framework ``family``, as a note names it."""
+    from predictor.core.framework import blank_default, load_framework
+    return blank_default(column, load_framework(family) if family else None).whose
 
 
 def says(text: str, *phrases: str) -> bool:

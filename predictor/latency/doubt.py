@@ -58,14 +58,26 @@ FEATURES = ("tier", "prior_share", "comm_share", "bubble_share", "log2_us_per_ca
 #: Extrapolating on these is a kind of run no source was (a framework, or a device that
 #: is not a GPU): the learned lean says nothing of it (:func:`widen`).
 KIND = ("framework", "gpu")
-#: Framework families (the ``framework`` feature's codes), as a runs table's framework
-#: column is read (:func:`predictor.analyses.doubt.family`); anything else is "other".
-FRAMEWORKS = ("megatron-core", "megatron-lm", "accelerate", "deepspeed", "torchtitan", "llm-foundry", "other")
 #: Evidence tiers (``predictor.latency.artifacts.TIERS``' order), the ``tier`` feature's codes.
 TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
 #: Shallow trees and few rounds: a few hundred runs from a handful of sources.
 LEARNER = dict(n_estimators=60, max_depth=2, learning_rate=0.1, median_rounds=20, spread_estimators=30,
                spread_max_depth=2, min_child_weight=5.0, calibration_fraction=0.0)
+
+
+def __getattr__(name: str):
+    """``FRAMEWORKS``: the framework families, the ``framework`` feature's codes in order, as
+    a runs table's framework column is read (:func:`predictor.analyses.doubt.family`) and each
+    framework's file names its ``uncertainty`` feature
+    (:func:`predictor.core.framework.uncertainty_features`); anything else is "other"."""
+    if name == "FRAMEWORKS":
+        return _frameworks()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _frameworks() -> tuple[str, ...]:
+    from predictor.core.framework import uncertainty_features  # the frameworks' files, read when first asked
+    return uncertainty_features()
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -119,7 +131,7 @@ def outside(X: np.ndarray, low: np.ndarray, high: np.ndarray, frameworks) -> lis
     out = []
     for row in X:
         names = [f for f, v, lo, hi in zip(FEATURES, row, low, high) if f != "framework" and not lo <= v <= hi]
-        if FRAMEWORKS[int(row[FEATURES.index("framework")])] not in frameworks:
+        if _frameworks()[int(row[FEATURES.index("framework")])] not in frameworks:
             names.append("framework")
         out.append(names)
     return out
@@ -180,7 +192,7 @@ class DoubtModel:
         self.reach_ = source_reach(y, sources, levels)
         self.regressor_ = self._learner().fit(X, y)
         self.low_, self.high_ = X.min(axis=0), X.max(axis=0)
-        self.frameworks_ = sorted({FRAMEWORKS[int(f)] for f in X[:, FEATURES.index("framework")]})
+        self.frameworks_ = sorted({_frameworks()[int(f)] for f in X[:, FEATURES.index("framework")]})
         self.sources_ = sorted(map(str, np.unique(sources)))
         self.rows_ = len(y)
         return self
@@ -217,7 +229,7 @@ class DoubtModel:
                       (("center", self.regressor_.center_), ("spread", self.regressor_.booster_))}
             manifest = {
                 "kind": "predictive uncertainty of the median step (log measured / predicted)",
-                "features": list(FEATURES), "frameworks": list(FRAMEWORKS), "tiers": list(TIER_CODES),
+                "features": list(FEATURES), "frameworks": list(_frameworks()), "tiers": list(TIER_CODES),
                 "levels": list(self.levels), "learner": self.learner or LEARNER,
                 "offsets": self.offsets_.tolist(), "reach": self.reach_.tolist(),
                 "low": self.low_.tolist(), "high": self.high_.tolist(), "frameworks_seen": self.frameworks_,

@@ -40,13 +40,13 @@ import math
 from dataclasses import dataclass, field, replace
 
 from predictor.core.errors import PrismError
-from predictor.core.layout import framework_recompute, layers_per_stage, validate_layout, with_default_batch
+from predictor.core.framework import FrameworkSpec, load_framework, reference_framework
+from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.workload.host import (
-    EAGER_FRAMEWORKS,
     TP_REDUCTIONS,
     hook_calls,
     host_calls,
@@ -66,7 +66,6 @@ from predictor.workload.layers import (
 )
 from predictor.workload.memory import (
     GRAD_BYTES,
-    VOCAB_MULTIPLE,
     WEIGHT_BYTES,
     padded_vocab,
     stage_expert_parameters,
@@ -77,9 +76,6 @@ from predictor.workload.memory import (
 #: (Megatron-Core --overlap-moe-expert-parallel-comm, "1F1B A2A overlap"): the composer
 #: counts them like overlapped TP collectives, only where the pass's compute leaves them exposed.
 OVERLAPPED_EP = "ep_overlapped"
-#: Host-call families (:func:`~predictor.workload.host.host_family`) whose weights stay fp32
-#: under ``torch.autocast``: eager frameworks on a GPU (:func:`_master_weights`).
-MASTER_WEIGHT_FAMILIES = ("eager",)
 #: SMs Transformer Engine's userbuffers take from an overlapped GEMM: its default for the
 #: "pipeline" (proj and fc2 forward, with their reduce-scatter) and "bulk" (qkv and fc1
 #: dgrad and wgrad) methods is ``num_sm`` = 16 with ``set_sm_margin``, so the GEMM runs
@@ -277,11 +273,11 @@ def _beside(calls: list[Call], others: int) -> list[Call]:
 
 def userbuffer_sms(par: ParallelConfig, framework: str | None, hw: HardwareConfig) -> int:
     """The SMs an overlapped TP collective holds beside its GEMM: :data:`USERBUFFER_SMS` for
-    Megatron-Core with ``overlap_tp_comm`` (userbuffers need sequence parallelism) on a GPU;
-    0 elsewhere (torchtitan's async TP is not
-    Transformer Engine's)."""
+    a framework whose spec runs Transformer Engine's userbuffers (``userbuffers``: Megatron-Core)
+    with ``overlap_tp_comm`` (userbuffers need sequence parallelism) on a GPU; 0 elsewhere
+    (torchtitan's async TP is not Transformer Engine's)."""
     on = (par.overlap_tp_comm and par.tp > 1 and par.sequence_parallel and hw.device.sms
-          and _family(framework) == "megatron-core")
+          and load_framework(framework).userbuffers)
     if on and hw.device.sms <= USERBUFFER_SMS:  # the GEMM would run on no SM at all: an infinite step
         raise PrismError(f"hardware.device.sms={hw.device.sms}: parallel.overlap_tp_comm's collectives hold "
                          f"{USERBUFFER_SMS} SMs beside each GEMM, leaving it none of this GPU's; give its real SM "
@@ -476,36 +472,28 @@ def _quantize_calls(calls: list[Call], hw: HardwareConfig) -> list[Call]:
     return out
 
 
-def _family(framework: str | None) -> str:
-    """``framework`` as a family name; None is Megatron-Core, as for the host calls."""
-    return (framework or "megatron-core").lower()
-
-
-#: Framework families that ran Megatron-LM's attention unfused (before Megatron-Core, 2023;
-#: HF Accelerate's Megatron-LM port too).
-UNFUSED_FRAMEWORKS = ("megatron-lm", "accelerate")
-
-
 def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) -> str:
     """``parallel.attention`` as the job runs it. ``auto`` is the framework's own kernel on
-    ``hw``: unfused for Megatron-LM before Core; Transformer Engine's for Megatron-Core, which
-    is cuDNN's on compute capability 9.0 and later (:mod:`predictor.latency.attention_backends`);
-    FlashAttention-2 otherwise (torch SDPA's choice changes with a version PRISM is not told)."""
+    ``hw``, as its spec's ``attention`` names it per compute capability (None: the default
+    framework): unfused for Megatron-LM before Core; Transformer Engine's for Megatron-Core,
+    which is cuDNN's on compute capability 9.0 and later
+    (:mod:`predictor.latency.attention_backends`); FlashAttention-2 otherwise (torch SDPA's
+    choice changes with a version PRISM is not told)."""
     if attention == "cudnn" and hw.device.kind != "gpu":
         raise PrismError(f"parallel.attention=cudnn: cuDNN's fused attention runs on NVIDIA GPUs, and hardware="
                          f"{hw.name} is a {hw.device.kind.upper()}; use auto, flash (SDPA's) or unfused",
                          field="parallel.attention")
     if attention != "auto":
         return attention
-    family = _family(framework)
-    if family in UNFUSED_FRAMEWORKS:
-        return "unfused"
-    return "cudnn" if family == "megatron-core" and hw.device.compute_capability >= 9.0 else "flash"
+    return load_framework(framework).attention_kernel(hw.device.compute_capability)
 
 
-#: The framework family of PRISM's reference workload (:mod:`sampling.reference`): eager
-#: ``nn.Module`` layers and PyTorch's own parallelism, mixed precision by ``torch.autocast`` on CUDA.
-REFERENCE_FRAMEWORK = "eager"
+def __getattr__(name: str):
+    """``REFERENCE_FRAMEWORK``: the framework of PRISM's reference workload
+    (:mod:`sampling.reference`; :func:`predictor.core.framework.reference_framework`)."""
+    if name == "REFERENCE_FRAMEWORK":
+        return reference_framework().name
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def activation_bytes(hw: HardwareConfig) -> int:
@@ -516,21 +504,21 @@ def activation_bytes(hw: HardwareConfig) -> int:
     return int(DTYPE_BYTES[hw.train_dtype])
 
 
-def loss_op(family: str, fused: bool) -> str:
-    """The loss's op for a host-call ``family`` (:func:`~predictor.workload.host.host_family`):
-    Megatron's own fp32 vocabulary-parallel cross entropy unless ``fused``
+def loss_op(spec: FrameworkSpec, asynchronous: bool, fused: bool) -> str:
+    """The loss's op under framework ``spec``: its ``loss_kernel`` on an asynchronous device
+    (Megatron's own fp32 vocabulary-parallel cross entropy) unless ``fused``
     (``parallel.loss_fusion``), else torch's ``F.cross_entropy`` (eager frameworks, PRISM's
     reference model on a CPU), the one-pass kernel a fused loss stands closest to."""
-    return "vocab_parallel_cross_entropy" if family == "megatron" and not fused else "cross_entropy"
+    return spec.loss_kernel if asynchronous and not fused else "cross_entropy"
 
 
 def vocab_multiple(framework: str | None) -> int:
-    """What the vocabulary is padded to a multiple of (times tp): Megatron's
-    --make-vocab-size-divisible-by (128) by default; an eager framework (torchtitan, Hugging
-    Face, PRISM's reference workload) keeps the tokenizer's size, GPT-2's odd 50,257 included,
-    whose output-layer GEMMs then run cuBLAS's unaligned kernels
+    """What the vocabulary is padded to a multiple of (times tp), the spec's ``vocab.multiple``:
+    Megatron's --make-vocab-size-divisible-by (128) by default; an eager framework (torchtitan,
+    Hugging Face, PRISM's reference workload) keeps the tokenizer's size, GPT-2's odd 50,257
+    included, whose output-layer GEMMs then run cuBLAS's unaligned kernels
     (:data:`~predictor.latency.features.UNALIGNED_PEAK_SHARE`)."""
-    return 1 if (framework or "").lower() in EAGER_FRAMEWORKS else VOCAB_MULTIPLE
+    return load_framework(framework).vocab_multiple
 
 
 def check_whole_nodes(gpus: int, hw: HardwareConfig) -> None:
@@ -552,7 +540,8 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     kernel = attention_kernel(par.attention, framework, hw)
     if kernel != par.attention:
         par = replace(par, attention=kernel)
-    recompute = framework_recompute(par.recompute, _family(framework))[0]
+    spec = load_framework(framework)
+    recompute = spec.recompute(par.recompute)[0]
     if recompute != par.recompute:  # a copy only where the framework reads it otherwise: a search decomposes thousands
         par = replace(par, recompute=recompute)
     gpus = gpus or par.world_size
@@ -564,11 +553,11 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     dp_group = mesh.grad_group
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
-    multiple = vocab_multiple(framework)
+    multiple = spec.vocab_multiple
     # the frameworks split the vocabulary over tp (Megatron's vocab-parallel layers, torchtitan's
     # ColwiseParallel head); PRISM's reference keeps its embedding, final norm and head whole on
     # every TP rank (sampling/reference.py), whose head GEMMs were priced at half their width
-    shards = 1 if framework == REFERENCE_FRAMEWORK else par.tp
+    shards = par.tp if spec.vocab_parallel else 1
     vocab = padded_vocab(model.vocab_size, shards, multiple) // shards
     params_per_stage = stage_parameters(model, par, multiple, shards)  # one GPU's TP shard of each stage
     family = host_family(framework, hw.host.asynchronous)
@@ -580,7 +569,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     # PRISM's reference checkpoints each block with torch's non-reentrant wrapper, early stop on
     # (sampling/model.py); Megatron's reentrant CheckpointFunction re-runs the whole forward, and
     # torchtitan's wrapper takes early stop from its config: they re-run every call
-    early_stop = framework == REFERENCE_FRAMEWORK
+    early_stop = spec.checkpoint_early_stop
     layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin, act_bytes, early_stop)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
@@ -593,10 +582,11 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
                                         act_bytes, early_stop)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
-                        tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(family, par.loss_fusion), act_bytes)
+                        tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(spec, hw.host.asynchronous, par.loss_fusion),
+                        act_bytes)
             if moe:
                 st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
-            if family in MASTER_WEIGHT_FAMILIES and par.sharding not in ("zero3", "fsdp"):
+            if spec.master_weights and hw.host.asynchronous and par.sharding not in ("zero3", "fsdp"):
                 st = _master_weights(st, params_per_stage[i] + experts_per_stage[i], micro_batches)
             st.forward += _quantize_calls(st.forward, hw)
             st.backward += _quantize_calls(st.backward, hw)

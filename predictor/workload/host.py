@@ -10,8 +10,9 @@ pass's calls into host ops (:data:`~predictor.core.ops.HOST_OPS`), whose latenci
 sampled (``dispatch`` on this machine: :mod:`sampling.kernels`) or taken from the hardware
 profile's cited ``host`` block (a prior).
 
-:data:`CALLS` holds, per framework family and vocabulary call, the host's calls in the
-forward and in the backward, counted from the frameworks' code (one transformer layer,
+:data:`CALLS` holds, per call table (each framework's ``host`` in ``conf/framework/``,
+:mod:`predictor.core.framework`) and vocabulary call, the host's calls in the forward and
+in the backward, counted from the frameworks' code (one transformer layer,
 default settings, bf16; each Python-level entry into PyTorch is a call: an aten op, views
 included, an ``autograd.Function.apply``, an ``nn.Module`` call, a TorchScript function,
 an RNG get or set; the backward counts autograd nodes, a linear layer's two matmuls and a
@@ -49,27 +50,9 @@ from __future__ import annotations
 
 import functools
 
+from predictor.core.framework import host_tables, load_framework, reference_framework
 from predictor.core.ops import OPS, Call
 
-#: (forward calls, backward calls) the host makes per vocabulary call, by framework family
-#: (module docstring); ops missing from a table make none.
-CALLS: dict[str, dict[str, tuple[int, int]]] = {
-    "megatron": {
-        "layernorm": (6, 2), "rmsnorm": (6, 2), "gemm": (6, 3), "bmm": (9, 8), "softmax": (13, 4),
-        "masked_fill": (1, 1), "attention": (8, 6), "rope": (4, 2), "swiglu": (3, 2), "gelu": (2, 1),
-        "residual_add": (4, 2), "embedding": (6, 3), "vocab_parallel_cross_entropy": (15, 10),
-        "cross_entropy": (15, 10),  # the loss fused (parallel.loss_fusion): the same autograd.Function's calls
-    },
-    "eager": {
-        "layernorm": (2, 2), "rmsnorm": (8, 8), "gemm": (5, 8), "bmm": (3, 3), "softmax": (2, 2),
-        "masked_fill": (1, 1), "attention": (8, 7), "rope": (8, 7), "swiglu": (2, 2), "gelu": (1, 1),
-        "residual_add": (2, 1), "embedding": (2, 2), "cross_entropy": (4, 4),
-    },
-    "cpu-eager": {
-        "layernorm": (1, 0), "rmsnorm": (1, 0), "gemm": (3, 2), "attention": (2, 2), "swiglu": (1, 1),
-        "residual_add": (1, 0), "embedding": (1, 0), "cross_entropy": (1, 1),
-    },
-}
 # No framework calls are counted per parameter tensor around the optimizer step: its kernels
 # are multi-tensor, a launch per chunk of tensors (apex/DeepSpeed FusedAdam through
 # multi_tensor_applier, torch's fused and foreach AdamW), and Megatron's per-tensor loops
@@ -82,18 +65,25 @@ CALLS: dict[str, dict[str, tuple[int, int]]] = {
 #: Data parallelism's autograd hook per parameter tensor in the backward (torch DDP's
 #: Reducer; Megatron's DDP ``register_grad_ready``), each a framework call.
 HOOK_CALLS_PER_TENSOR = 1
-#: Framework families (``predict``'s ``framework``) whose layers are written as eager modules.
-EAGER_FRAMEWORKS = ("torchtitan", "llm-foundry", "accelerate", "eager")
 #: The TP collectives that end a pair of linear layers: the row-parallel layer's reduction.
 TP_REDUCTIONS = ("all_reduce", "reduce_scatter")
 
 
+def __getattr__(name: str):
+    """``CALLS``: (forward calls, backward calls) the host makes per vocabulary call, by call
+    table (the module docstring; ops missing from a table make none), read from the
+    frameworks' files (:func:`predictor.core.framework.host_tables`) when first asked for."""
+    if name == "CALLS":
+        return {table.name: dict(table.calls) for table in host_tables().values()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def host_family(framework: str | None, asynchronous: bool) -> str:
-    """The call table of ``framework``: PRISM's reference model on a CPU, eager modules for
-    the families that write them, Megatron's otherwise."""
+    """The call table of ``framework``: PRISM's reference model on a CPU (the reference
+    framework's ``host_on_cpu``), else the framework's own (its ``host``)."""
     if not asynchronous:
-        return "cpu-eager"
-    return "eager" if (framework or "").lower() in EAGER_FRAMEWORKS else "megatron"
+        return reference_framework().host_on_cpu.name
+    return load_framework(framework).host.name
 
 
 def host_calls(calls: list[Call], pass_: str, family: str, asynchronous: bool) -> list[Call]:
@@ -137,18 +127,18 @@ def _host_ops(op: str, call_pass: str, role: str, shape: tuple, pass_: str, fami
               asynchronous: bool) -> tuple[Call, ...]:
     """The host ops (count 1) one call adds to a pass (:func:`host_calls`); ``shape`` is a
     collective's (empty for compute calls)."""
-    spec = OPS[op]
+    spec, table = OPS[op], host_tables()[family]
     if spec.host:
         return ()
     if spec.collective:
         group = (("group_size", dict(shape)["group_size"]),)
         keys = []
-        if family != "megatron" and role == "tp" and op in TP_REDUCTIONS:
+        if table.tp_reductions == "dtensor" and role == "tp" and op in TP_REDUCTIONS:
             keys.append(_host_key("dtensor", pass_, group))
         if asynchronous:
             keys.append(_host_key("collective_launch", "step", group))
         return tuple(keys)
-    launches = CALLS[family].get(op, (0, 0))[call_pass == "bwd"]
+    launches = table.calls.get(op, (0, 0))[call_pass == "bwd"]
     return (_host_key("dispatch", call_pass, (("launches", launches),)),) if launches else ()
 
 
