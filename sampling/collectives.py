@@ -23,8 +23,8 @@ latency is the slowest member's, since a collective ends when its last member do
 CPU each repeat of a collective is timed as a step issues it, after some computing on
 every member rather than straight after the barrier, since gloo's collectives cost several
 times more after a gap: its own repeats after ``STEP_GAP_S``, and a third as many after
-each shorter gap, whose rows train the gap curve (:mod:`predictor.latency.collective_gap`,
-:func:`~predictor.latency.collective_gap.rounds`). The group's lowest rank writes the rows as parts
+each shorter gap, whose rows train the gap curve (:mod:`predictor.latency.adjustments.collective_gap`,
+:func:`~sampling.cpu.collective_gap.rounds`). The group's lowest rank writes the rows as parts
 of the run, so the run keeps every finished block even if killed. The host op ``dtensor``
 (:mod:`sampling.tensor_parallel`) needs a group of ranks too, and is timed alike, without
 the gap.
@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from predictor.core.ops import DTYPE_BYTES
 from predictor.data.store import RunWriter
-from predictor.latency.collective_gap import rounds
+from sampling.cpu.collective_gap import rounds
 from sampling.kernels import TORCH_DTYPES
 from sampling.launch import report_progress, worker_main
 from sampling.tensor_parallel import build_pair

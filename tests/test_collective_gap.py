@@ -16,7 +16,10 @@ from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, Re
 from predictor.data import store
 from predictor.engine.stages import Part, StagePlan, draw_stage_sums
 from predictor.latency.artifacts import ModelSet, models_dir, train
-from predictor.latency.collective_gap import GAPS_S, STEP_GAP_S, gap_curve, is_curve, origin_of, ratio_at, rounds
+from predictor.latency.adjustments.collective_gap import gap_curve, is_curve, ratio_at
+from predictor.latency.origins import GAPS_S, STEP_GAP_S
+from predictor.latency.origins import gap_origin as origin_of
+from sampling.cpu.collective_gap import rounds
 from predictor.latency.lookup import QuantileCache
 from predictor.workload.decompose import decompose
 
@@ -98,10 +101,10 @@ def test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_from_the_op
     hw = section(cfg, "hardware", HardwareConfig)
     models = train(rows, hw, section(cfg, "regressor", RegressorConfig), n_jobs=1)
     assert models.manifest["samples"]["rows"] == 4 * 6  # the op model learns the reference gap's rows alone
-    curve = models.manifest["collective_gap"]
+    curve = models.manifest["adjustments"]["collective_gap"]["params"]
     assert curve["gaps_us"] == [500, 2000, 10000] and curve["ratios"][-1] == 1.0 and curve["sizes"] == 4
     models.save(tmp_path / "models")
-    assert ModelSet.load(tmp_path / "models", hw).manifest["collective_gap"] == curve
+    assert ModelSet.load(tmp_path / "models", hw).manifest["adjustments"]["collective_gap"]["params"] == curve
 
 
 def test_a_damaged_curve_is_named_when_the_models_load(tmp_path):
