@@ -845,7 +845,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
     check_latencies(rows, hw)
     # a neighbouring rank's cost, a CPU collective's by the compute before it, the autograd entry...
-    rows, fitted = training_rows(rows, hw)
+    rows, adjusted = training_rows(rows, hw)
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     # threads, not processes: XGBoost fits without the GIL, and no worker process outlives a
@@ -862,8 +862,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
                 "device": sampled_device(rows[origin == "sampled"])}
     if rows["op"].isin(HOST_OPS).any():
         manifest["host_floor"] = host_fingerprint(hw, {op for op, _ in models})
-    if fitted:
-        manifest[ADJUSTMENTS_KEY] = adjustments_section(fitted)
+    if adjusted:
+        manifest[ADJUSTMENTS_KEY] = adjustments_section(adjusted)
     return ModelSet(hw, rc.quantiles, models, manifest)
 
 
