@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from predictor.core.ops import Call
 from predictor.latency.adjustments.base import Adjustment, Batch
 from predictor.latency.evidence import Evidence, Source
 
@@ -68,3 +69,8 @@ class AttentionKernel(Adjustment):
 
     def evidence(self, evidence: Evidence, batch: Batch) -> Evidence:
         return Evidence(Source.MODEL, f"{batch.models.where} (FlashAttention-2 x cuDNN/FA2 on H100)")
+
+    def example_calls(self) -> tuple[str, list[Call]]:
+        shape = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 4096, "seq_kv": 4096, "head_dim": 128, "causal": 1}
+        return "h100-sxm", [Call.of("attention", p, dict(shape, **kernel)) for p in ("fwd", "bwd")
+                            for kernel in ({}, {"backend": "cudnn"})]

@@ -182,3 +182,9 @@ class Adjustment(ABC):
     def example(self) -> Params | None:
         """Parameters as a training could fit them, for the contract test (None: it fits none)."""
         return None
+
+    def example_calls(self) -> tuple[str, list[Call]]:
+        """A hardware profile whose shipped models it applies with, and calls it applies to
+        among others it leaves alone, for the contract test; no calls: it changes no single
+        call's quantiles (its application is elsewhere: its docstring says where)."""
+        return "", []

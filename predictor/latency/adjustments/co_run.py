@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from predictor.core.ops import OPS
+from predictor.core.ops import OPS, Call
 from predictor.latency.adjustments.base import Adjustment, Batch, Params, malformed, mapping, positive
 from predictor.latency.origins import CO_RUN_ALONE, CO_RUN_BESIDE, CO_RUN_ORIGINS, is_co_run_row
 
@@ -121,3 +121,8 @@ class CoRun(Adjustment):
 
     def example(self) -> CoRunParams:
         return CoRunParams({"gemm/fwd": Slowdown(1.25, 4), "swiglu/bwd": Slowdown(1.1, 2)})
+
+    def example_calls(self) -> tuple[str, list[Call]]:
+        return "local-cpu", [Call.of(op, "fwd", dict(shape, **mark)) for op, shape in
+                             (("gemm", {"m": 128, "n": 384, "k": 128}), ("swiglu", {"tokens": 128, "hidden": 384}))
+                             for mark in ({}, {"co_runners": 1})]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from predictor.core.ops import Call
 from predictor.latency.adjustments.base import Adjustment, Batch
 from predictor.latency.evidence import Evidence, Source
 
@@ -39,3 +40,8 @@ class GroupedGemm(Adjustment):
 
     def evidence(self, evidence: Evidence, batch: Batch) -> Evidence:
         return Evidence(Source.MODEL, f"{batch.models.where} ({STAND_INS[batch.op][0]})")
+
+    def example_calls(self) -> tuple[str, list[Call]]:
+        shape = {"m": 2048, "n": 1536, "k": 4096}
+        return "h100-sxm", [Call.of("grouped_gemm", p, dict(shape, batch=8)) for p in ("fwd", "bwd")] + \
+            [Call.of("gemm", "fwd", shape)]  # a GEMM's own model: left alone

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictor.core.ops import OPS
+from predictor.core.ops import OPS, Call
 from predictor.latency.adjustments.base import Adjustment, Batch
 
 
@@ -35,3 +35,7 @@ class OneNodeFloor(Adjustment):
         one_node.update(group_size=one_node["ranks_per_node"], nodes=np.ones(int(which.sum()), int))
         measured = batch.models.models[(batch.op, batch.pass_)].predict(one_node, batch.models.hw)
         return np.maximum(q, measured[:, batch.quantile_columns()])
+
+    def example_calls(self) -> tuple[str, list[Call]]:
+        return "local-cpu", [Call.of("all_reduce", "step", {"message_bytes": b, "group_size": 4}, role="dp", topology=t)
+                             for b in (4096, 1 << 20) for t in ((2, 2), (4, 1))]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from predictor.core.ops import Call
 from predictor.latency.adjustments.base import Adjustment, Batch
 
 
@@ -27,3 +28,7 @@ class SmMargin(Adjustment):
     def apply(self, batch: Batch, q: np.ndarray, params, which: np.ndarray) -> np.ndarray:
         margin = batch.marks["sm_margin"][which]
         return q * (batch.hw.device.sms / (batch.hw.device.sms - margin))[:, None]
+
+    def example_calls(self) -> tuple[str, list[Call]]:
+        return "h100-sxm", [Call.of("gemm", p, dict({"m": 8192, "n": 8192, "k": 8192}, **mark)) for p in ("fwd", "bwd")
+                            for mark in ({}, {"sm_margin": 16})]
