@@ -64,9 +64,9 @@ from torch.nn.parallel import DistributedDataParallel
 from predictor.core.layout import layers_per_stage
 from predictor.core.specs import ModelConfig, ParallelConfig
 from sampling.collectives import _sync
+from sampling.cpu.steal import read_ticks, steal_share
 from sampling.launch import report_progress, worker_main
 from sampling.model import Transformer, loss_fn
-from sampling.cpu.steal import read_ticks, steal_share
 from sampling.tracing import trace_points, trace_steps
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}

@@ -54,12 +54,12 @@ from predictor.core.specs import HardwareConfig, SamplingConfig
 from predictor.data import store
 from predictor.latency.origins import CO_RUN_ORIGINS, FRAMEWORK, GAPS_S, STEP_GAP_S, is_gap_row
 from sampling import kernels
-from sampling.cpu.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
 from sampling.collectives import BLOCK_BYTES, time_collectives
+from sampling.cpu.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
+from sampling.cpu.steal import read_ticks, steal_share
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
 from sampling.plan import Plan, Task, in_collective_job, make_plan, round_repeats, target_calls, task_key
-from sampling.cpu.steal import read_ticks, steal_share
 from sampling.timers import make_timer
 
 #: What the collective job may take beyond its share of the budget: torchrun's start and

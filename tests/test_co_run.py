@@ -20,13 +20,13 @@ from predictor.core.ops import OPS, Call
 from predictor.core.profiles import load_hardware, load_model, section
 from predictor.core.specs import ParallelConfig, RegressorConfig, SamplingConfig
 from predictor.data import store
-from predictor.latency.artifacts import ModelSet, models_dir, train
 from predictor.latency.adjustments.co_run import slowdowns
+from predictor.latency.artifacts import ModelSet, models_dir, train
+from predictor.latency.evaluate import evaluate
+from predictor.latency.lookup import call_quantiles
 from predictor.latency.origins import CO_RUN_ALONE as ALONE
 from predictor.latency.origins import CO_RUN_BESIDE as BESIDE
 from predictor.latency.origins import CO_RUN_ORIGINS as ORIGINS
-from predictor.latency.evaluate import evaluate
-from predictor.latency.lookup import call_quantiles
 from predictor.workload.decompose import decompose
 
 PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=3", "sampling.shapes_per_op=3",

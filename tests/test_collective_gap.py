@@ -15,13 +15,13 @@ from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig
 from predictor.data import store
 from predictor.engine.stages import Part, StagePlan, draw_stage_sums
-from predictor.latency.artifacts import ModelSet, models_dir, train
 from predictor.latency.adjustments.collective_gap import gap_curve, is_curve, ratio_at
+from predictor.latency.artifacts import ModelSet, models_dir, train
+from predictor.latency.lookup import QuantileCache
 from predictor.latency.origins import GAPS_S, STEP_GAP_S
 from predictor.latency.origins import gap_origin as origin_of
-from sampling.cpu.collective_gap import rounds
-from predictor.latency.lookup import QuantileCache
 from predictor.workload.decompose import decompose
+from sampling.cpu.collective_gap import rounds
 
 
 def test_a_cpu_collective_s_rounds_interleave_a_third_as_many_at_each_shorter_gap():

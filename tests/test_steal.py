@@ -60,8 +60,8 @@ def _loop(tmp_path, monkeypatch, shares, retakes):
     from predictor.core.profiles import load_hardware, section
     from predictor.core.specs import SamplingConfig
     from sampling import runner
-    from sampling.plan import make_plan
     from sampling.cpu.steal import CpuTicks
+    from sampling.plan import make_plan
 
     sc = section(load_config(["sampling.ops=[gemm]", "sampling.shapes_per_op=2", "sampling.rounds=1",
                               "sampling.repeats=3", f"sampling.steal_retakes={retakes}"]), "sampling", SamplingConfig)

@@ -51,8 +51,8 @@ from scipy.sparse import csr_matrix
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS, Call
 from predictor.engine.draws import KeyedStreams, inverse_cdf, quantile_mean
-from predictor.latency.calibration import Calibration
 from predictor.latency.adjustments.collective_gap import ratio_at
+from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import Evidence, QuantileCache, in_step
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import OVERLAPPED_EP, StageWork, Workload

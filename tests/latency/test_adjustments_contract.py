@@ -98,7 +98,7 @@ def test_it_changes_only_the_calls_it_applies_to_and_keeps_their_quantiles_in_or
             np.testing.assert_array_equal(q[i], q0[i])
             assert evidence[i] == evidence0[i]
     assert (np.diff(q, axis=1) >= 0).all() and np.isfinite(q).all() and (q > 0).all()
-    for _, mask, before in recording.masks:  # monotone in, monotone out
+    for _, _, before in recording.masks:  # monotone in, monotone out
         assert (np.diff(before, axis=1) >= 0).all()
 
 

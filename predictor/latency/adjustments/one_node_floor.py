@@ -20,7 +20,8 @@ from predictor.latency.adjustments.base import Adjustment, Batch
 
 class OneNodeFloor(Adjustment):
     name = "one_node_floor"
-    mechanism = "NCCL documentation, NCCL_ALGO (ring and tree cross the intra-node links too); nccl-tests doc/PERFORMANCE.md"
+    mechanism = ("NCCL documentation, NCCL_ALGO (ring and tree cross the intra-node links too); "
+                 "nccl-tests doc/PERFORMANCE.md")
 
     def applies(self, batch: Batch, params) -> np.ndarray:
         models = batch.models
