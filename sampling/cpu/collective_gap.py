@@ -8,6 +8,8 @@ barrier. The gaps and the rows' origins are the sampler's and the trainer's shar
 """
 from __future__ import annotations
 
+import time
+
 from predictor.latency.origins import GAPS_S, STEP_GAP_S, gap_origin
 
 
@@ -22,3 +24,10 @@ def rounds(repeats: int, gaps: bool) -> list[tuple[float, str | None]]:
         return own
     extra = [[(g, gap_origin(g))] * max(repeats // 3, 1) for g in GAPS_S]
     return [r for k in range(repeats) for r in [own[k]] + [e[k] for e in extra if k < len(e)]]
+
+
+def compute_for(seconds: float) -> None:
+    """Keep this rank's core busy for ``seconds`` (0: not at all), as a step's compute does."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
