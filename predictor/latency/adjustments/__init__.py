@@ -2,8 +2,10 @@
 
 Each is one file of this package holding its fit at training time and its application to
 a call's quantiles, behind :class:`~predictor.latency.adjustments.base.Adjustment`; its
-docstring names its mechanism. Adding one is that file and one line below
-(``tests/latency/test_adjustments_contract.py`` checks every registered one).
+docstring names its mechanism. Adding one is that file and its entry below (an import and
+a line of :data:`ADJUSTMENTS`); ``tests/latency/test_adjustments_contract.py`` checks every
+registered one. The order matters: a stand-in replaces a prior before the floors and
+factors that follow scale it.
 
 The last three exist for the CPU testbed alone (``testbed_only``), each naming the test
 that would retire it; their measuring code is in ``sampling/cpu/``.
