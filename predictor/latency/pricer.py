@@ -1,5 +1,5 @@
 """Latency quantiles of operator calls, and the evidence each rests on: a base source, then
-named adjustments in order (DESIGN.md, "Composer" step 2, and README "Evidence tiers").
+named adjustments in order (README "Evidence tiers").
 
 The base source. A compute op takes its quantiles from the hardware's trained model
 (:class:`predictor.latency.artifacts.ModelSet`) where one exists, else from the roofline

@@ -60,7 +60,7 @@ def test_it_names_itself_its_version_and_its_mechanism(name):
     assert isinstance(adjustment.mechanism, str) and len(adjustment.mechanism) > 20
     doc = ast.get_docstring(ast.parse((FOLDER / f"{name}.py").read_text()))
     assert doc and len(doc) > 200, "its file opens with a docstring that names the mechanism"
-    if adjustment.testbed_only:  # DESIGN: what only the CPU testbed needs says why, and what would retire it
+    if adjustment.testbed_only:  # what only the CPU testbed needs says why, and what would retire it
         assert "CPU testbed" in doc and "tests/" in adjustment.retire_when
     assert set(adjustment.marks) <= set(MARKS)
 

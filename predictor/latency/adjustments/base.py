@@ -125,7 +125,7 @@ class Adjustment(ABC):
     version: ClassVar[int] = 1
     #: Where its mechanism lives: a framework's source file, a vendor document, a measurement of ours.
     mechanism: ClassVar[str]
-    #: Only the CPU testbed needs it (DESIGN: a shared 2-core VM's quirks, not a GPU's).
+    #: Only the CPU testbed needs it (a shared 2-core VM's quirks, not a GPU's).
     testbed_only: ClassVar[bool] = False
     #: For a testbed-only one: the test whose passing without it would retire it.
     retire_when: ClassVar[str] = ""
