@@ -23,8 +23,8 @@ latency is the slowest member's, since a collective ends when its last member do
 CPU each repeat of a collective is timed as a step issues it, after some computing on
 every member rather than straight after the barrier, since gloo's collectives cost several
 times more after a gap: its own repeats after ``STEP_GAP_S``, and a third as many after
-each shorter gap, whose rows train the gap curve (:mod:`predictor.latency.collective_gap`,
-:func:`~predictor.latency.collective_gap.rounds`). The group's lowest rank writes the rows as parts
+each shorter gap, whose rows train the gap curve (:mod:`predictor.latency.adjustments.collective_gap`,
+:func:`~sampling.cpu.collective_gap.rounds`). The group's lowest rank writes the rows as parts
 of the run, so the run keeps every finished block even if killed. The host op ``dtensor``
 (:mod:`sampling.tensor_parallel`) needs a group of ranks too, and is timed alike, without
 the gap.
@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from predictor.core.ops import DTYPE_BYTES
 from predictor.data.store import RunWriter
-from predictor.latency.collective_gap import rounds
+from sampling.cpu.collective_gap import compute_for, rounds
 from sampling.kernels import TORCH_DTYPES
 from sampling.launch import report_progress, worker_main
 from sampling.tensor_parallel import build_pair
@@ -74,13 +74,6 @@ def build_collective(op: str, message_bytes: int, dtype: str, device, index: int
         peer = members[index + half] if index < half else members[index - half]
         return (lambda: dist.send(full, peer)) if index < half else (lambda: dist.recv(full, peer))
     raise ValueError(f"unknown collective {op!r}")
-
-
-def _compute_for(seconds: float) -> None:
-    """Keep this rank's core busy for ``seconds`` (0: not at all), as a step's compute does."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
 
 
 def _numbers(rounds: list[tuple[float, str | None]]) -> list[int]:
@@ -170,7 +163,7 @@ def time_collectives(tasks: list[dict], job: dict, rank: int, placement: list[tu
                     for fn, each in zip(fns, times):
                         dist.barrier(group=group)
                         _sync(device)
-                        _compute_for(gap)  # a GPU's gap is its device's compute, not a host spin: not measured there
+                        compute_for(gap)  # a GPU's gap is its device's compute, not a host spin: not measured there
                         t0 = time.perf_counter_ns()
                         fn()
                         _sync(device)

@@ -24,7 +24,7 @@ reference workload's. On an H200 the 4x4 chain composed 4.5 ms of host time per
 micro-batch of ``small``, which took 7.5 ms there (host-bound: its kernels ran about 1 ms).
 
 The rows' origin is ``framework``; trained with a run's chain samples they take their
-place in the ``dispatch`` model (:func:`predictor.latency.backward_entry.in_situ_host`),
+place in the ``dispatch`` model (:func:`predictor.latency.adjustments.backward_entry.in_situ_host`),
 while the chain's backward samples still give the autograd engine's entry.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ import torch
 from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig, ParallelConfig
 from predictor.data.importers.trace import framework_samples
-from predictor.latency.backward_entry import FRAMEWORK
+from predictor.latency.origins import FRAMEWORK
 from predictor.workload.decompose import REFERENCE_FRAMEWORK, decompose
 from sampling.collectives import _sync
 from sampling.kernels import TORCH_DTYPES

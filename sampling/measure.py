@@ -28,7 +28,7 @@ from tqdm import tqdm
 from predictor.analyses.predict import check_gpus
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
-from predictor.core.layout import _divisors, resolve_layout, validate_layout
+from predictor.core.layout import divisors, resolve_layout, validate_layout
 from predictor.core.profiles import load_model, section, usable_cores
 from predictor.core.specs import DISTURBING_STEAL, HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig
 from predictor.data.measurements import read_measurements, step_times, undisturbed, write_measurements
@@ -39,7 +39,7 @@ from sampling.runner import _device
 #: What the reference workload runs (:mod:`sampling.reference`); other values are refused.
 SHARDINGS = ("none", "fsdp", "zero3")
 SCHEDULES = ("1f1b", "gpipe")
-#: A mean steal share over the steps at which the report says so (sampling.steal): 2.2% over a
+#: A mean steal share over the steps at which the report says so (sampling.cpu.steal): 2.2% over a
 #: suite run's measure stage came with passes up to 25% slow.
 STEAL_NOTED = 0.01
 
@@ -128,7 +128,7 @@ def check_layout(model: ModelConfig, par: ParallelConfig) -> None:
     if model.num_kv_heads % par.tp:
         raise PrismError(f"parallel.tp={par.tp}: does not divide model.num_kv_heads={model.num_kv_heads} of "
                          f"{model.name}; the reference workload does not replicate KV heads, pick tp among "
-                         f"{_divisors(model.num_kv_heads)}", field='parallel.tp')
+                         f"{divisors(model.num_kv_heads)}", field='parallel.tp')
     if par.dp > 1 and par.tp > 1 and par.sharding == "none":
         raise PrismError(f"parallel.sharding=none with parallel.dp={par.dp} and parallel.tp={par.tp}: DDP cannot "
                          f"reduce tensor-parallel (DTensor) weights; set parallel.sharding=fsdp (FSDP2 with TP, "

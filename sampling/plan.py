@@ -28,8 +28,8 @@ from predictor.core.errors import PrismError
 from predictor.core.ops import BUS_FACTOR, DTYPE_BYTES, OPS, OPTIMIZERS, Call, bytes_moved, flops, unknown_op_message
 from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig, ParallelConfig, SamplingConfig
-from predictor.latency.collective_gap import rounds
 from predictor.workload.decompose import decompose
+from sampling.cpu.collective_gap import rounds
 
 # Measured kernels on a CPU run far below the roofline; assume 25% of it, plus a fixed
 # per-call overhead, so the budget estimate errs on the slow side.
@@ -244,7 +244,7 @@ def target_calls(sc: SamplingConfig, hw: HardwareConfig) -> list[Call]:
                                  field="sampling.targets") from None
             for stage in work.stages:
                 for call in stage.forward + stage.backward + stage.step:
-                    call = call.keyed("co_runners")  # a neighbouring rank is the co-run phase's (sampling.co_run)
+                    call = call.keyed("co_runners")  # a neighbouring rank is the co-run phase's (sampling.cpu.co_run)
                     if (not OPS[call.op].collective and call.op in sc.ops
                             and (call.op, call.pass_, call.shape) not in seen):
                         seen.add((call.op, call.pass_, call.shape))

@@ -26,7 +26,7 @@ parameters in about 13 ms. Weights are made on the device (initialising 1.5 B
 parameters on one CPU thread took 23 s before the first step). Each rank
 writes its timed steps to ``rank<r>.json`` in the job's folder, each with the share of the
 busy CPU time the hypervisor took during it (its steal, the largest any rank read:
-:mod:`sampling.steal`); warm-up steps are not kept. A step above ``max_steal`` does not count
+:mod:`sampling.cpu.steal`); warm-up steps are not kept. A step above ``max_steal`` does not count
 towards ``steps``: up to ``steal_retakes`` more steps are timed in place of such steps, and
 every timed step is written. Rank 0 reports the steps done for the front-end's progress bar.
 
@@ -64,9 +64,9 @@ from torch.nn.parallel import DistributedDataParallel
 from predictor.core.layout import layers_per_stage
 from predictor.core.specs import ModelConfig, ParallelConfig
 from sampling.collectives import _sync
+from sampling.cpu.steal import read_ticks, steal_share
 from sampling.launch import report_progress, worker_main
 from sampling.model import Transformer, loss_fn
-from sampling.steal import read_ticks, steal_share
 from sampling.tracing import trace_points, trace_steps
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}

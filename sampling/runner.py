@@ -52,16 +52,14 @@ from predictor.core.ops import OPS
 from predictor.core.profiles import section, this_cpu, usable_cores
 from predictor.core.specs import HardwareConfig, SamplingConfig
 from predictor.data import store
-from predictor.latency.backward_entry import FRAMEWORK
-from predictor.latency.co_run import ORIGINS as CO_RUN_ORIGINS
-from predictor.latency.collective_gap import GAPS_S, STEP_GAP_S, is_gap_row
+from predictor.latency.origins import CO_RUN_ORIGINS, FRAMEWORK, GAPS_S, STEP_GAP_S, is_gap_row
 from sampling import kernels
-from sampling.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
 from sampling.collectives import BLOCK_BYTES, time_collectives
+from sampling.cpu.co_run import Neighbour, can_co_run, co_run_tasks, dense_targets
+from sampling.cpu.steal import read_ticks, steal_share
 from sampling.framework import LAYERS, framework_rows
 from sampling.launch import Cluster, cluster_env, run_torchrun
 from sampling.plan import Plan, Task, in_collective_job, make_plan, round_repeats, target_calls, task_key
-from sampling.steal import read_ticks, steal_share
 from sampling.timers import make_timer
 
 #: What the collective job may take beyond its share of the budget: torchrun's start and
@@ -70,7 +68,7 @@ COLLECTIVE_GRACE_S = 120
 #: The key of the in-situ framework sample (:mod:`sampling.framework`) among the tasks a
 #: store holds: one per store and hardware, taken with the plan's ``dispatch``.
 FRAMEWORK_TASK = ("framework",)
-#: The key of the co-run phase (:mod:`sampling.co_run`): one per store and hardware.
+#: The key of the co-run phase (:mod:`sampling.cpu.co_run`): one per store and hardware.
 CO_RUN_TASK = ("co-run",)
 #: Set by a Ctrl-C while :func:`_remembered_interrupts` holds; see there.
 _STOP = threading.Event()
@@ -247,8 +245,8 @@ def _compute_loop(tasks: list[Task], sc: SamplingConfig, device, timer, writer, 
     (``sc.repeats`` less the ``stored`` ones of a resumed run) are split over
     ``sc.rounds`` passes over all the tasks, so that they span the phase rather than one
     moment of it. With a ``neighbour``, each task is timed alone and beside it in one pass
-    (:mod:`sampling.co_run`: the pair is its measurement). A call timed while the hypervisor
-    took more than ``sc.max_steal`` of the busy CPU time (:mod:`sampling.steal`) is timed
+    (:mod:`sampling.cpu.co_run`: the pair is its measurement). A call timed while the hypervisor
+    took more than ``sc.max_steal`` of the busy CPU time (:mod:`sampling.cpu.steal`) is timed
     again after the last round, at most ``sc.steal_retakes`` times, its key appended to
     ``retaken`` each time; each row stores the steal share of the call it came from."""
     rounds, stored = (1 if neighbour else sc.rounds), stored or {}
@@ -318,7 +316,7 @@ def _co_run_work(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device) -> 
 def _sample_co_run(sc: SamplingConfig, tasks: list[Task], targets: list[str], device, timer, writer, base: dict,
                    deadline_wall: float, failures: list, progress: bool) -> None:
     """The targets' longest compute shapes, each timed alone and beside a neighbouring rank
-    (:mod:`sampling.co_run`), for ``sampling.co_run_share`` of the budget at most."""
+    (:mod:`sampling.cpu.co_run`), for ``sampling.co_run_share`` of the budget at most."""
     if progress:
         print(f"prism sample: beside a rank: {len(tasks)} of the targets' compute shapes, each timed alone and "
               f"beside a process training {', '.join(targets)}", file=sys.stderr)

@@ -8,8 +8,8 @@ from conftest import ROOT
 from predictor.core.ops import Call
 from predictor.core.profiles import load_hardware
 from predictor.data.published import row_workload
+from predictor.latency.adjustments.attention_kernel import CUDNN_OVER_FLASH, cudnn_over_flash
 from predictor.latency.artifacts import ModelSet
-from predictor.latency.attention_backends import CUDNN_OVER_FLASH, cudnn_over_flash
 from predictor.latency.lookup import Source, call_quantiles
 from predictor.workload.layers import attention_ops
 

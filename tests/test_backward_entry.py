@@ -6,8 +6,8 @@ import pytest
 from predictor.core.ops import FORWARD_WORK_IN_BWD
 from predictor.core.profiles import REPO_ROOT, load_hardware
 from predictor.data.store import read_samples
+from predictor.latency.adjustments.backward_entry import FLOOR, entry_us, without_entry
 from predictor.latency.artifacts import ModelSet, models_dir
-from predictor.latency.backward_entry import FLOOR, entry_us, without_entry
 
 
 @pytest.fixture(scope="module")

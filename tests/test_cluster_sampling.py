@@ -21,7 +21,8 @@ from predictor.core.ops import OPS  # noqa: E402
 from predictor.core.profiles import load_hardware, section  # noqa: E402
 from predictor.core.specs import SamplingConfig  # noqa: E402
 from predictor.data import store  # noqa: E402
-from predictor.latency.collective_gap import GAPS_S, origin_of  # noqa: E402
+from predictor.latency.origins import GAPS_S  # noqa: E402
+from predictor.latency.origins import gap_origin as origin_of  # noqa: E402
 from sampling.collectives import BLOCK_BYTES, blocks  # noqa: E402
 from sampling.launch import SLURM_PORT_BASE, cluster_env  # noqa: E402
 from sampling.plan import group_shapes, make_plan  # noqa: E402

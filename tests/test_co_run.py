@@ -20,10 +20,13 @@ from predictor.core.ops import OPS, Call
 from predictor.core.profiles import load_hardware, load_model, section
 from predictor.core.specs import ParallelConfig, RegressorConfig, SamplingConfig
 from predictor.data import store
+from predictor.latency.adjustments.co_run import slowdowns
 from predictor.latency.artifacts import ModelSet, models_dir, train
-from predictor.latency.co_run import ALONE, BESIDE, ORIGINS, slowdowns
 from predictor.latency.evaluate import evaluate
 from predictor.latency.lookup import call_quantiles
+from predictor.latency.origins import CO_RUN_ALONE as ALONE
+from predictor.latency.origins import CO_RUN_BESIDE as BESIDE
+from predictor.latency.origins import CO_RUN_ORIGINS as ORIGINS
 from predictor.workload.decompose import decompose
 
 PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=3", "sampling.shapes_per_op=3",
@@ -56,9 +59,10 @@ def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_st
 
     hw = load_hardware("local-cpu")
     models = train(df, hw, section(load_config([]), "regressor", RegressorConfig), n_jobs=1)
-    assert models.manifest["co_run"] == slowdowns(df)
-    assert set(models.manifest["co_run"]) == {"gemm/fwd", "gemm/bwd", "swiglu/fwd", "swiglu/bwd"}
-    assert all(v["slowdown"] > 0 and v["shapes"] >= 2 for v in models.manifest["co_run"].values())
+    stored = models.manifest["adjustments"]["co_run"]["params"]["slowdowns"]
+    assert stored == slowdowns(df)
+    assert set(stored) == {"gemm/fwd", "gemm/bwd", "swiglu/fwd", "swiglu/bwd"}
+    assert all(v["slowdown"] > 0 and v["shapes"] >= 2 for v in stored.values())
     assert models.manifest["samples"]["rows"] == int((~df.origin.isin(ORIGINS)).sum())  # not the models' rows
     scored = evaluate(models, df)
     assert scored.rows.sum() == models.manifest["samples"]["rows"]  # nor the rows prism evaluate scores
@@ -66,7 +70,7 @@ def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_st
 
 def test_the_phase_takes_each_compute_op_s_longest_targeted_shapes_in_turns():
     pytest.importorskip("torch")
-    from sampling.co_run import CALL_CAP_MS, TASKS_PER_OP, co_run_tasks
+    from sampling.cpu.co_run import CALL_CAP_MS, TASKS_PER_OP, co_run_tasks
     from sampling.plan import call_seconds, make_plan, target_calls
     sc = section(load_config(["sampling=quick"]), "sampling", SamplingConfig)
     hw = load_hardware("local-cpu")
@@ -143,7 +147,7 @@ def test_ctrl_c_leaves_the_neighbour_to_its_parent_without_a_traceback(capfd):
     """Ctrl-C reaches the whole process group: the neighbour, importing torch or training,
     outlives it without a traceback of its own, and the parent stops it on its way out."""
     pytest.importorskip("torch")
-    from sampling.co_run import Neighbour
+    from sampling.cpu.co_run import Neighbour
     neighbour, done = Neighbour(["tiny"]), threading.Event()
 
     def ctrl_c():  # from the neighbour's first moments (its imports) to its training

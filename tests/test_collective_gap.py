@@ -15,10 +15,13 @@ from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig
 from predictor.data import store
 from predictor.engine.stages import Part, StagePlan, draw_stage_sums
+from predictor.latency.adjustments.collective_gap import gap_curve, is_curve, ratio_at
 from predictor.latency.artifacts import ModelSet, models_dir, train
-from predictor.latency.collective_gap import GAPS_S, STEP_GAP_S, gap_curve, is_curve, origin_of, ratio_at, rounds
 from predictor.latency.lookup import QuantileCache
+from predictor.latency.origins import GAPS_S, STEP_GAP_S
+from predictor.latency.origins import gap_origin as origin_of
 from predictor.workload.decompose import decompose
+from sampling.cpu.collective_gap import rounds
 
 
 def test_a_cpu_collective_s_rounds_interleave_a_third_as_many_at_each_shorter_gap():
@@ -98,10 +101,10 @@ def test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_from_the_op
     hw = section(cfg, "hardware", HardwareConfig)
     models = train(rows, hw, section(cfg, "regressor", RegressorConfig), n_jobs=1)
     assert models.manifest["samples"]["rows"] == 4 * 6  # the op model learns the reference gap's rows alone
-    curve = models.manifest["collective_gap"]
+    curve = models.manifest["adjustments"]["collective_gap"]["params"]
     assert curve["gaps_us"] == [500, 2000, 10000] and curve["ratios"][-1] == 1.0 and curve["sizes"] == 4
     models.save(tmp_path / "models")
-    assert ModelSet.load(tmp_path / "models", hw).manifest["collective_gap"] == curve
+    assert ModelSet.load(tmp_path / "models", hw).manifest["adjustments"]["collective_gap"]["params"] == curve
 
 
 def test_a_damaged_curve_is_named_when_the_models_load(tmp_path):

@@ -7,7 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from predictor.core.profiles import load_hardware  # noqa: E402
-from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E402
+from predictor.latency.adjustments.backward_entry import in_situ_host  # noqa: E402
+from predictor.latency.origins import FRAMEWORK  # noqa: E402
 from sampling.framework import LAYERS, host_clock_rows, profiled_rows  # noqa: E402
 
 

@@ -21,7 +21,7 @@ def _stat(tmp_path, name="stat", **fields):
 
 
 def test_the_share_is_of_the_busy_time_between_two_readings(tmp_path):
-    from sampling.steal import read_ticks, steal_share
+    from sampling.cpu.steal import read_ticks, steal_share
 
     before = read_ticks(_stat(tmp_path, "a", user=100, system=50, idle=1000, steal=10))
     after = read_ticks(_stat(tmp_path, "b", user=170, system=70, idle=5000, steal=20))
@@ -34,7 +34,7 @@ def test_the_share_is_of_the_busy_time_between_two_readings(tmp_path):
 
 @pytest.mark.parametrize("text", ["", "intr 1 2 3\n", "cpu 1 2 3 4\n", "cpu a b c d e f g h\n"])
 def test_a_system_that_keeps_no_steal_counter_reads_none(tmp_path, text):
-    from sampling.steal import read_ticks
+    from sampling.cpu.steal import read_ticks
 
     path = tmp_path / "stat"
     path.write_text(text)
@@ -43,7 +43,7 @@ def test_a_system_that_keeps_no_steal_counter_reads_none(tmp_path, text):
 
 
 def test_this_machine_reads_its_counters():
-    from sampling.steal import PROC_STAT, read_ticks
+    from sampling.cpu.steal import PROC_STAT, read_ticks
 
     if not PROC_STAT.exists():
         pytest.skip("no /proc/stat here")
@@ -60,8 +60,8 @@ def _loop(tmp_path, monkeypatch, shares, retakes):
     from predictor.core.profiles import load_hardware, section
     from predictor.core.specs import SamplingConfig
     from sampling import runner
+    from sampling.cpu.steal import CpuTicks
     from sampling.plan import make_plan
-    from sampling.steal import CpuTicks
 
     sc = section(load_config(["sampling.ops=[gemm]", "sampling.shapes_per_op=2", "sampling.rounds=1",
                               "sampling.repeats=3", f"sampling.steal_retakes={retakes}"]), "sampling", SamplingConfig)

@@ -32,7 +32,7 @@ from predictor.latency.artifacts import ModelSet, models_dir
 from predictor.latency.lookup import QuantileCache
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import decompose
-from sampling.collectives import _compute_for
+from sampling.cpu.collective_gap import compute_for
 
 GAPS_MS = (0, 0.5, 1, 2, 5, 10, 20)
 SIZES = (3072, 98304)  # float32 elements: 12 KB (tiny's activations at seq 128) and 384 KB (small's at 256)
@@ -51,7 +51,7 @@ def _rank(rank: int, port: int, rounds: int, out) -> None:
         for g in GAPS_MS:
             for n, b in buffers.items():
                 dist.barrier()
-                _compute_for(g / 1e3)
+                compute_for(g / 1e3)
                 t0 = time.perf_counter_ns()
                 dist.all_reduce(b)
                 times[g, n].append((time.perf_counter_ns() - t0) / 1e3)

@@ -1,6 +1,6 @@
 """An MoE layer's expert GEMMs on this GPU: one GEMM per local expert in turn (how PRISM
 prices a grouped GEMM without a model of its own, ``STAND_INS`` in
-predictor/latency/lookup.py) against one grouped kernel (``torch._grouped_mm``) and against
+predictor/latency/adjustments/grouped_gemm.py) against one grouped kernel (``torch._grouped_mm``) and against
 a single dense GEMM of all the experts' tokens (the best case).
 
     python experiments/grouped_gemm/bench_grouped_gemm.py --out grouped_gemm.csv   # on a GPU host

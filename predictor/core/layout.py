@@ -40,7 +40,8 @@ def check_schedule(schedule: str) -> str:
     return schedule
 
 
-def _divisors(n: int) -> str:
+def divisors(n: int) -> str:
+    """``n``'s divisors as a message lists them: "1, 2, 4"."""
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
@@ -131,10 +132,10 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     tp, name = par.tp, model.name
     if model.num_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "
-                         f"pick tp among {_divisors(model.num_heads)}", field='parallel.tp')
+                         f"pick tp among {divisors(model.num_heads)}", field='parallel.tp')
     if model.num_kv_heads >= tp and model.num_kv_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_kv_heads={model.num_kv_heads} of {name}; "
-                         f"pick tp among {_divisors(model.num_kv_heads)} (or above {model.num_kv_heads}, "
+                         f"pick tp among {divisors(model.num_kv_heads)} (or above {model.num_kv_heads}, "
                          f"replicating KV heads)", field='parallel.tp')
     if model.ffn_hidden_size % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.ffn_hidden_size={model.ffn_hidden_size} "
@@ -207,7 +208,7 @@ def _validate_experts(model: ModelConfig, par: ParallelConfig) -> None:
     refuse_experts_of_dense(model, par)
     if model.num_experts % ep:
         raise PrismError(f"parallel.ep={ep}: does not divide model.num_experts={model.num_experts} of {name}; "
-                         f"pick ep among {_divisors(model.num_experts)}", field="parallel.ep")
+                         f"pick ep among {divisors(model.num_experts)}", field="parallel.ep")
     ranks = par.tp * par.cp * par.dp
     if ep * etp > ranks:
         raise PrismError(f"parallel.ep={ep}: ep·etp = {ep}·{etp} = {ep * etp} is beyond the tp·cp·dp = {ranks} "
@@ -216,7 +217,7 @@ def _validate_experts(model: ModelConfig, par: ParallelConfig) -> None:
     if ranks % (ep * etp):
         raise PrismError(f"parallel.ep={ep}: ep·etp = {ep}·{etp} = {ep * etp} must divide the tp·cp·dp = "
                          f"{par.tp}·{par.cp}·{par.dp} = {ranks} GPUs of a pipeline stage (the experts' mesh "
-                         f"etp·ep·expert_dp spans them); pick ep·etp among {_divisors(ranks)}",
+                         f"etp·ep·expert_dp spans them); pick ep·etp among {divisors(ranks)}",
                          field="parallel.ep")
     moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
     if moe_ffn % etp:
@@ -371,7 +372,7 @@ def kv_replication_note(model: ModelConfig, par: ParallelConfig) -> str | None:
     return (f"parallel.tp={par.tp} exceeds model.num_kv_heads={model.num_kv_heads}: priced with each rank holding a "
             f"copy of one KV head; Megatron-Core's TransformerConfig refuses this layout in its releases "
             f"(num_query_groups must be a multiple of tensor_model_parallel_size): check the framework takes it, "
-            f"or pick tp among {_divisors(model.num_kv_heads)}")
+            f"or pick tp among {divisors(model.num_kv_heads)}")
 
 
 def split_note(model: ModelConfig, par: ParallelConfig) -> str | None:

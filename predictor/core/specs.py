@@ -43,7 +43,7 @@ ROUTER_SCORES = ("softmax", "sigmoid")
 BALANCINGS = ("aux_loss", "aux_free", "none")
 DISPATCHERS = ("alltoall", "flex", "allgather")
 #: A call or step timed while the hypervisor took more than this share of the busy CPU time
-#: (its steal, :mod:`sampling.steal`) times the host's other guests as much as the hardware: in a
+#: (its steal, :mod:`sampling.cpu.steal`) times the host's other guests as much as the hardware: in a
 #: suite run's measure stage passes under 1-12% steal ran up to 25% slower. The
 #: sampler times such a call again (``sampling.max_steal``), ``prism measure`` such a step, and
 #: ``prism validate`` leaves it out.
@@ -483,7 +483,7 @@ class SamplingConfig:
     space: dict[str, list]  # column -> [low, high]
     seq_lengths: list[int] = field(default_factory=list)  # the targets' sequence lengths; [] = each model's own
     # a CPU host of several ranks: the budget's part for timing targeted ops beside a neighbouring
-    # rank (sampling.co_run); 0: none
+    # rank (sampling.cpu.co_run); 0: none
     co_run_share: float = 0.25
     # timed repeats of each task of the collective job (collectives, dtensor pairs): a CPU's
     # small collectives vary 0.6-7.6 ms between repeats (gloo's threads waking); ten repeats

@@ -17,7 +17,7 @@ threads_per_rank    int64    torch intra-op threads of each rank
 backend             string   gloo | nccl
 measured_at         string   ISO-8601 UTC time the layout's run started
 steal               double   optional: the share of the busy CPU time the hypervisor
-                             took during this rank's step (:mod:`sampling.steal`);
+                             took during this rank's step (:mod:`sampling.cpu.steal`);
                              null where not known
 ==================  =======  ==================================================
 

@@ -21,7 +21,7 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    median: a prior's spread is doubt about the median, not jitter a run would show, so it
    belongs to the predictive uncertainty (:mod:`predictor.latency.doubt`), which is told
    how much of the step rests on priors (:attr:`StageSums.prior_nominal`). Where the
-   models hold a CPU's gap curve (:mod:`predictor.latency.collective_gap`), each part's
+   models hold a CPU's gap curve (:mod:`predictor.latency.adjustments.collective_gap`), each part's
    collectives are scaled by the curve at the compute time before them (:func:`_gap_factors`).
 2. :func:`stage_times`: each stage's forward and backward of one micro-batch and what it
    does after the pipeline, per draw. Compute runs at the pace of the stage's slowest GPU
@@ -51,8 +51,8 @@ from scipy.sparse import csr_matrix
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS, Call
 from predictor.engine.draws import KeyedStreams, inverse_cdf, quantile_mean
+from predictor.latency.adjustments.collective_gap import ratio_at
 from predictor.latency.calibration import Calibration
-from predictor.latency.collective_gap import ratio_at
 from predictor.latency.lookup import Evidence, QuantileCache, in_step
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import OVERLAPPED_EP, StageWork, Workload
@@ -313,7 +313,7 @@ def draw_stage_sums(plan: StagePlan, models, cache: QuantileCache, draws: int,
     buckets = np.ones(len(plan.kinds))
     reduce = part == Part.GRAD_REDUCE
     np.maximum.at(buckets, kinds[reduce], count[reduce])
-    curve = models.manifest.get("collective_gap") if models is not None else None
+    curve = models.adjustment("collective_gap") if models is not None else None
     if curve:  # a CPU's models: its collectives by the compute before them
         collective = np.array([OPS[c.op].collective for c in calls], bool)
         made_of = np.bincount(rows, weights=count * collective[cols], minlength=size)
@@ -332,9 +332,9 @@ _GAPPED = (((Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_EP_OVER
             (Part.BACKWARD_COMPUTE, Part.BACKWARD_HOST)))
 
 
-def _gap_factors(curve: dict, nominal: np.ndarray, buckets: np.ndarray, collectives: np.ndarray) -> np.ndarray:
+def _gap_factors(curve, nominal: np.ndarray, buckets: np.ndarray, collectives: np.ndarray) -> np.ndarray:
     """(kinds·parts,) the factor of each kind's parts by a CPU's gap ``curve``
-    (:mod:`predictor.latency.collective_gap`). ``nominal`` and ``collectives`` (kinds,
+    (:mod:`predictor.latency.adjustments.collective_gap`). ``nominal`` and ``collectives`` (kinds,
     parts): the median sums and how many collectives make them. A pass's collectives come
     after its compute and host time shared among them, the pipeline send after the forward,
     the DP buckets after the backward shared among them."""

@@ -37,10 +37,11 @@ from predictor.core.files import MANIFEST, writable, write_atomically
 from predictor.core.ops import COLLECTIVE_OPS, DTYPE_BYTES, HOST_OPS, OPS, dtype_bytes
 from predictor.core.profiles import REPO_ROOT, as_hardware, group_options, load_hardware, this_cpu
 from predictor.core.specs import HardwareConfig, RegressorConfig
-from predictor.latency.backward_entry import as_trained, origins
+from predictor.latency.adjustments import ADJUSTMENTS, BY_NAME, Params
+from predictor.latency.adjustments.backward_entry import origins
+from predictor.latency.adjustments.co_run import without_co_run
+from predictor.latency.adjustments.collective_gap import without_gap_rows
 from predictor.latency.calibration import Calibration
-from predictor.latency.co_run import slowdowns, without_co_run
-from predictor.latency.collective_gap import STEP_GAP_S, gap_curve, is_curve, is_gap_row
 from predictor.latency.features import TOPOLOGY, call_dtypes, compute_floor_us, feature_names, features
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, check_settings, valid_levels, xgb
 from predictor.latency.variability_profile import (
@@ -306,13 +307,46 @@ def _check_manifest(path: Path, manifest: dict) -> None:
     if device is not None and not (isinstance(device, dict) and isinstance(device.get("name"), str)
                                    and isinstance(device.get("hosts"), list)):
         fail(f"device {device!r:.80} is not the sampled device's name and hosts", "device")
-    co_run = manifest.get("co_run", {})
-    if not (isinstance(co_run, dict) and all(isinstance(v, dict) and _positive(v.get("slowdown"))
-                                             for v in co_run.values())):
-        fail(f"co_run {co_run!r:.80} is not a map of op/pass to a positive slowdown", "co_run")
-    if "collective_gap" in manifest and not is_curve(manifest["collective_gap"]):
-        fail(f"collective_gap {manifest['collective_gap']!r:.80} is not ascending gaps_us with a positive ratio "
-             f"each", "collective_gap")
+    read_adjustments(manifest, path)  # a neighbour's slowdown, a CPU's gap curve...
+
+
+#: The manifest's section of the adjustments' fitted parameters: ``{name: {"version": v, "params": {...}}}``.
+ADJUSTMENTS_KEY = "adjustments"
+
+
+def read_adjustments(manifest: dict, path: Path | None = None) -> dict[str, Params]:
+    """The typed parameters of the adjustments (:mod:`predictor.latency.adjustments`) a
+    manifest stores under :data:`ADJUSTMENTS_KEY`, and under the top-level keys sets saved
+    before it held them (``co_run``, ``collective_gap``, ``backward_entry_us``: each
+    adjustment's ``legacy_key``). A malformed one is one :class:`PrismError` naming its field."""
+    section = manifest.get(ADJUSTMENTS_KEY, {})
+    try:
+        if not isinstance(section, dict):
+            raise PrismError(f"{ADJUSTMENTS_KEY}: {section!r:.60} is not an object of adjustment parameters; retrain "
+                             f"with prism train", field=ADJUSTMENTS_KEY)
+        out = {}
+        for name, entry in section.items():
+            if name not in BY_NAME:
+                raise PrismError(f"{ADJUSTMENTS_KEY}.{name}: no such adjustment in this PRISM (it has "
+                                 f"{', '.join(BY_NAME)}); retrain with prism train", field=f"{ADJUSTMENTS_KEY}.{name}")
+            out[name] = BY_NAME[name].from_json(entry, f"{ADJUSTMENTS_KEY}.{name}")
+        for adjustment in ADJUSTMENTS:  # the loader shim of older sets' keys
+            if adjustment.legacy_key in manifest and adjustment.name not in out:
+                out[adjustment.name] = adjustment.from_legacy(manifest[adjustment.legacy_key], adjustment.legacy_key)
+    except PrismError as exc:
+        if path is None:
+            raise
+        raise PrismError(f"{path}: {exc}", field=exc.field) from None
+    return out
+
+
+def adjustments_section(params: Mapping[str, Params]) -> dict:
+    """:data:`ADJUSTMENTS_KEY`'s JSON of the fitted ``params``, in the registry's order."""
+    return {a.name: a.to_json(params[a.name]) for a in ADJUSTMENTS if a.name in params}
+
+
+#: Top-level keys of older manifests that :data:`ADJUSTMENTS_KEY` replaces.
+LEGACY_KEYS = tuple(a.legacy_key for a in ADJUSTMENTS if a.legacy_key)
 
 
 def _positive(value) -> bool:
@@ -390,6 +424,7 @@ class ModelSet:
         self.variability = variability  # sigmas fitted on the samples' repeats (variability.json), if any
         self.directory = directory  # the folder they were loaded from (None: built in memory)
         self.replaced: str | None = None  # what the last save replaced, as prism train reports it
+        self._adjustments: tuple[dict, dict] | None = None  # (the manifest read, its adjustments)
 
     @property
     def where(self) -> str:
@@ -405,6 +440,17 @@ class ModelSet:
         (a job on its own cluster), or a profile that borrows them (``models_from``); the
         floors, and so the predictions, follow ``hw``."""
         return ModelSet(hw, self.quantiles, self.models, self.manifest, self.variability, self.directory)
+
+    @property
+    def adjustments(self) -> dict[str, Params]:
+        """The adjustments' fitted parameters, typed (:func:`read_adjustments`), by name."""
+        if self._adjustments is None or self._adjustments[0] is not self.manifest:
+            self._adjustments = (self.manifest, read_adjustments(self.manifest))
+        return self._adjustments[1]
+
+    def adjustment(self, name: str) -> Params | None:
+        """The fitted parameters of the adjustment ``name``, None where none were fitted."""
+        return self.adjustments.get(name)
 
     @property
     def calibration(self) -> Calibration | None:
@@ -473,8 +519,8 @@ class ModelSet:
                 "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
                              "numpy": np.__version__, "python": platform.python_version()},
                 **{k: v for k, v in self.manifest.items()
-                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor",
-                            "backward_entry_us", "co_run", "collective_gap")},
+                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor")},
+                **({ADJUSTMENTS_KEY: adjustments_section(self.adjustments)} if self.adjustments else {}),
                 "models": entries,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -771,8 +817,20 @@ def check_latencies(rows: pd.DataFrame, hw: HardwareConfig) -> None:
 def op_samples(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows that time an op as its model learns it: not the co-run phase's nor the gap
     curve's, which time a neighbour's and a shorter gap's cost."""
-    rows = without_co_run(rows)
-    return rows[~is_gap_row(rows)]
+    return without_gap_rows(without_co_run(rows))
+
+
+def training_rows(rows: pd.DataFrame, hw: HardwareConfig) -> tuple[pd.DataFrame, dict[str, Params]]:
+    """``rows`` (one hardware's samples) as its op models learn them, and what each
+    adjustment fitted on them: in the registry's order, each fits on the rows the ones before
+    it prepared, then prepares them (takes its own rows out, or its part off)."""
+    fitted = {}
+    for adjustment in ADJUSTMENTS:
+        params = adjustment.fit(rows, hw)
+        if params is not None:
+            fitted[adjustment.name] = params
+        rows = adjustment.prepare(rows, params, hw)
+    return rows, fitted
 
 
 def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs: int = 2,
@@ -786,10 +844,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
     check_latencies(rows, hw)
-    beside = slowdowns(rows)  # a neighbouring rank's cost, from the co-run phase's own rows
-    gaps = gap_curve(rows, STEP_GAP_S)  # a CPU collective's cost by the compute before it, from its own rows
-    rows = op_samples(rows)
-    rows, entries = as_trained(rows, hw.host.asynchronous)  # the entry once per backward, not per op
+    # a neighbouring rank's cost, a CPU collective's by the compute before it, the autograd entry...
+    rows, adjusted = training_rows(rows, hw)
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
     jobs = (joblib.delayed(fit_operator_model)(op, pass_, g, hw, rc) for op, pass_, g in groups)
     # threads, not processes: XGBoost fits without the GIL, and no worker process outlives a
@@ -806,12 +862,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
                 "device": sampled_device(rows[origin == "sampled"])}
     if rows["op"].isin(HOST_OPS).any():
         manifest["host_floor"] = host_fingerprint(hw, {op for op, _ in models})
-    if entries:
-        manifest["backward_entry_us"] = entries
-    if beside:
-        manifest["co_run"] = beside
-    if gaps:
-        manifest["collective_gap"] = gaps
+    if adjusted:
+        manifest[ADJUSTMENTS_KEY] = adjustments_section(adjusted)
     return ModelSet(hw, rc.quantiles, models, manifest)
 
 

@@ -13,8 +13,7 @@ import pandas as pd
 
 from predictor.core.errors import PrismError
 from predictor.core.ops import OPS
-from predictor.latency.artifacts import ModelSet, check_latencies, data_hash, op_samples, shape_groups
-from predictor.latency.backward_entry import as_trained
+from predictor.latency.artifacts import ModelSet, check_latencies, data_hash, shape_groups, training_rows
 
 COLUMNS = ["op", "pass", "group", "network", "n", "rows", "mape_median", "pinball", "coverage_80", "coverage_90"]
 
@@ -44,8 +43,8 @@ def metrics(rows: pd.DataFrame, quantiles: np.ndarray, levels, groups: np.ndarra
 
 def _as_trained(models: ModelSet, samples: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``samples`` the way ``prism train`` reads them for the models' hardware."""
-    rows, _ = as_trained(op_samples(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)]),
-                         models.hw.host.asynchronous)
+    rows, _ = training_rows(samples[(samples["hardware"] == models.hw.name) & (samples["latency_us"] > 0)],
+                            models.hw)
     return rows
 
 

@@ -267,7 +267,7 @@ def neighbours(gpus: int, hw: HardwareConfig) -> int:
 def _beside(calls: list[Call], others: int) -> list[Call]:
     """``calls`` with every one but the collectives marked as run beside ``others`` ranks
     (``co_runners``: a shape key the lookup reads, not a feature;
-    :mod:`predictor.latency.co_run`)."""
+    :mod:`predictor.latency.adjustments.co_run`)."""
     return [c if OPS[c.op].collective else c.keyed("co_runners", others) for c in calls]
 
 
@@ -477,7 +477,7 @@ def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) 
     ``hw``, as its spec's ``attention`` names it per compute capability (None: the default
     framework): unfused for Megatron-LM before Core; Transformer Engine's for Megatron-Core,
     which is cuDNN's on compute capability 9.0 and later
-    (:mod:`predictor.latency.attention_backends`); FlashAttention-2 otherwise (torch SDPA's
+    (:mod:`predictor.latency.adjustments.attention_kernel`); FlashAttention-2 otherwise (torch SDPA's
     choice changes with a version PRISM is not told)."""
     if attention == "cudnn" and hw.device.kind != "gpu":
         raise PrismError(f"parallel.attention=cudnn: cuDNN's fused attention runs on NVIDIA GPUs, and hardware="

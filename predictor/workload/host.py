@@ -157,7 +157,7 @@ def one_dispatch(calls: list[Call], pass_: str) -> list[Call]:
     is one ``backward()``: the autograd engine is entered once and runs every node, as one
     ``dispatch`` backward sample does; apart, each op's call would pay the entry again (60 us
     on an H200's host, where a node costs 12). A CPU's compute ops have the entry taken off
-    their backward samples (:mod:`predictor.latency.backward_entry`)."""
+    their backward samples (:mod:`predictor.latency.adjustments.backward_entry`)."""
     mine = [c.op == "dispatch" and c.pass_ == pass_ for c in calls]
     launches = sum(c.count * c.shape[0][1] for c, m in zip(calls, mine) if m)  # its one shape column: launches
     rest = [c for c, m in zip(calls, mine) if not m]

@@ -133,7 +133,7 @@ def parameter_tensors(model: ModelConfig) -> int:
 def attention_ops(micro_batch: int, heads: int, kv: int, seq_q: int, seq_kv: int, head_dim: int,
                   kernel: str = "flash") -> list[Call]:
     """The attention core: one fused kernel (FlashAttention-2 or SDPA's flash backend;
-    cuDNN's, named in the call as its ``backend``: :mod:`predictor.latency.attention_backends`),
+    cuDNN's, named in the call as its ``backend``: :mod:`predictor.latency.adjustments.attention_kernel`),
     or Megatron's unfused path before them: QK^T (baddbmm), the fused scale-mask-softmax,
     and PV (bmm)."""
     if kernel in ("flash", "cudnn"):

@@ -18,7 +18,7 @@ machine's speed falls on both.
 The runner times the tasks with :class:`Neighbour` (``prism sample``'s compute loop). The
 rows' origins are :data:`ALONE` and :data:`BESIDE`; ``prism train`` keeps them out of
 the op models and stores each op's median slowdown (beside / alone at the same shape) in
-the manifest (:func:`predictor.latency.co_run.slowdowns`), which the composer applies to
+the manifest (:func:`predictor.latency.adjustments.co_run.slowdowns`), which the composer applies to
 the calls of a rank that shares a synchronous host with other ranks
 (:func:`predictor.workload.decompose.neighbours`).
 """
@@ -35,7 +35,8 @@ import torch
 from predictor.core.ops import OPS, Call
 from predictor.core.profiles import load_model
 from predictor.core.specs import HardwareConfig
-from predictor.latency.co_run import ALONE, BESIDE
+from predictor.latency.origins import CO_RUN_ALONE as ALONE
+from predictor.latency.origins import CO_RUN_BESIDE as BESIDE
 from sampling.model import Transformer, loss_fn
 from sampling.plan import Task, call_seconds, in_collective_job
 
