@@ -94,7 +94,8 @@ def without_co_run(rows: pd.DataFrame) -> pd.DataFrame:
 
 class CoRun(Adjustment):
     name = "co_run"
-    mechanism = "our measurement: experiments/co_runner/bench_co_runner.py and the co-run phase's rows (sampling/cpu/co_run.py)"
+    mechanism = ("our measurement: experiments/co_runner/bench_co_runner.py and the co-run phase's rows "
+                 "(sampling/cpu/co_run.py)")
     testbed_only = True
     retire_when = "tests/test_co_run.py::test_one_rank_on_a_cpu_and_gpu_ranks_are_alone, on a one-rank-per-host testbed"
     marks = {"co_runners": 0}

@@ -119,7 +119,8 @@ def without_gap_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 class CollectiveGap(Adjustment):
     name = "collective_gap"
-    mechanism = "our measurement: experiments/collective_gap/bench_collective_gap.py and the gap rows prism sample takes"
+    mechanism = ("our measurement: experiments/collective_gap/bench_collective_gap.py and the gap rows "
+                 "prism sample takes")
     testbed_only = True
     retire_when = ("tests/test_collective_gap.py::test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_"
                    "from_the_op_models, once the curve it trains comes out flat")
