@@ -4,7 +4,7 @@ score predictions against measured steps, ``prism validate`` and ``prism calibra
 from __future__ import annotations
 
 from predictor.app.models import measuring
-from predictor.app.output import as_json, report, show
+from predictor.app.output import as_json, show, show_result
 from predictor.app.settings import Config, check_seed, load
 from predictor.app.verbs import verb
 from predictor.core.errors import PrismError
@@ -72,8 +72,8 @@ def _validate_published(cfg) -> int:
     result = validate_published(with_step.assign(source=source), seed=seed)
     if len(with_step) < len(rows):
         result.skipped["no measured step"] = int(len(rows) - len(with_step))
-    return report(cfg, result, format_published_validation(result), png, reliability_figure, 13,
-                   "none (plot=reliability.png draws the reliability diagram and the PIT histogram)")
+    return show_result(cfg, result, format_published_validation(result), png, reliability_figure, 13,
+                       "none (plot=reliability.png draws the reliability diagram and the PIT histogram)")
 
 
 @verb("validate", help="score predicted step-time distributions against measured ones",

@@ -40,7 +40,7 @@ def non_finite(value, where: str = "result") -> str | None:
     return None
 
 
-def report(cfg, result, text: str, png, figure, width: int, hint: str) -> int:
+def show_result(cfg, result, text: str, png, figure, width: int, hint: str) -> int:
     """Print a verb's ``result``, as JSON or as ``text`` and a ``plot`` line aligned to its
     table's labels (``width``), after saving ``figure(result)`` to ``png`` where asked;
     ``hint`` says what ``plot=`` would draw."""

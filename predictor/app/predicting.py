@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict
 
 from predictor.app.grammar import Paths, listed
-from predictor.app.output import as_json, report
+from predictor.app.output import as_json, show_result
 from predictor.app.settings import Config, Plain, flag, job, keywords, load, read_plain
 from predictor.app.verbs import verb
 from predictor.core.errors import PrismError
@@ -56,8 +56,8 @@ def _predict(command) -> int:
     if "hardware" not in given:
         p.notes.append(f"hardware={p.hardware}, the default (no hardware= given); for a GPU job name its profile, "
                        f"e.g. hardware=h100-sxm")
-    return report(cfg, p, format_prediction(p), png, prediction_figure, 16,
-                   "none (plot=predict.png draws the step-time CDF and the critical path)")
+    return show_result(cfg, p, format_prediction(p), png, prediction_figure, 16,
+                       "none (plot=predict.png draws the step-time CDF and the critical path)")
 
 
 def _sample_this_machine(hardware, models_dir) -> str | None:
@@ -113,9 +113,9 @@ def _variability(command) -> int:
     png = plot_path(cfg.plot)
     report = variability(*job(cfg), cfg.gpus, settings=section(cfg, "analysis", AnalysisConfig),
                          **keywords(cfg, "models_dir", "seed", "train_tokens", "framework"))
-    return report(cfg, report, format_variability(report), png, variability_figure, 8,
-                   "none (plot=variability.png draws the CDF, slowdown vs scale, variance shares and "
-                   "slow-node placements)")
+    return show_result(cfg, report, format_variability(report), png, variability_figure, 8,
+                       "none (plot=variability.png draws the CDF, slowdown vs scale, variance shares and "
+                       "slow-node placements)")
 
 
 def split_hardware(overrides: list[str]) -> tuple[list[str] | None, list[str]]:
@@ -202,8 +202,8 @@ def _compare(command) -> int:
               f"hardware=[...] names the profiles to compare", file=sys.stderr)
     c = compare(section(cfg, "model", ModelConfig), profiles, section(cfg, "parallel", ParallelConfig), cfg.gpus,
                 **keywords(cfg, "models_dir", "seed", "train_tokens", "pue", "framework"), leave_out=every)
-    return report(cfg, c, format_comparison(c), png, comparison_figure, 6,
-                   "none (plot=compare.png draws the step-time CDFs and the time and cost bands)")
+    return show_result(cfg, c, format_comparison(c), png, comparison_figure, 6,
+                       "none (plot=compare.png draws the step-time CDFs and the time and cost bands)")
 
 
 @verb("search", help="rank every parallel layout of a GPU count by predicted step time; Pareto fronts",
@@ -231,8 +231,8 @@ def _search(command) -> int:
     model, hardware, base = job(cfg)
     result = search(model, hardware, cfg.gpus, base=base,
                     **keywords(cfg, "rank_by", "top", "models_dir", "seed", "framework"))
-    return report(cfg, result, format_search(result), png, search_figure, 10,
-                   "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)")
+    return show_result(cfg, result, format_search(result), png, search_figure, 10,
+                       "none (plot=search.png draws time vs memory and p50 vs risk with the fronts)")
 
 
 @verb("predict-batch", help="predict every job of a CSV table (the data/e2e layout); resumable",
