@@ -75,6 +75,9 @@ def main(argv=None) -> int:
         return _run(args)[1]
     except PrismError as exc:
         return refused(args.verb, exc, args.command.wants_json)
+    except BrokenPipeError:  # the reader left (prism ... | head): nothing more to say (an OSError too: caught first)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush stays quiet
+        return 128 + signal.SIGPIPE
     except OSError as exc:
         if exc.errno not in FULL_DISK:
             raise
@@ -89,9 +92,6 @@ def main(argv=None) -> int:
         if args.command.wants_json:
             print(json.dumps({"error": "interrupted", "field": None}))
         return 130
-    except BrokenPipeError:  # the reader left (prism ... | head): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush stays quiet
-        return 128 + signal.SIGPIPE
     finally:
         # the verb is over (its files saved): a SIGTERM while the interpreter shuts down and joins
         # joblib's worker threads (prism train) is no interrupt to raise, which would print a traceback
