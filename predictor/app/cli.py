@@ -51,7 +51,7 @@ def _plain_text_terminal() -> None:
                 stream.reconfigure(errors="replace")
 
 
-def _run(args) -> tuple[Command, int]:
+def _run(args) -> int:
     """Read ``args`` (argparse's: the verb, its words and flags) as a command and run its verb."""
     verb = VERBS[args.verb]
     command, wrong = read(args.verb, args.words, verb.paths, json=args.json,
@@ -59,7 +59,7 @@ def _run(args) -> tuple[Command, int]:
     args.command = command
     if wrong:
         args.parser.error(wrong)  # as argparse says a missing or extra path: usage, then the line; exit 2
-    return command, verb.run(command)
+    return verb.run(command)
 
 
 def main(argv=None) -> int:
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     _plain_text_terminal()
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return _run(args)[1]
+        return _run(args)
     except PrismError as exc:
         return refused(args.verb, exc, args.command.wants_json)
     except BrokenPipeError:  # the reader left (prism ... | head): nothing more to say (an OSError too: caught first)

@@ -52,14 +52,16 @@ def options(kind: type[StrEnum], last: str = ", ") -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
 
 
-def choice(kind: type[E], value, field: str, say: str = UNKNOWN, *, quoted: bool = True) -> E:
+def choice(kind: type[E], value, field: str, say: str = UNKNOWN, *, quoted: bool = True, written=None) -> E:
     """``value`` as a member of ``kind``, or one :class:`PrismError` naming ``field``:
-    ``{field}={value!r}: {say}`` (``{value}`` unquoted where not ``quoted``), ``say`` a
-    template of ``{options}`` and ``{or_options}`` (:data:`UNKNOWN` by default)."""
+    ``{field}={value!r}: {say}`` (``{value}`` unquoted where not ``quoted``; ``written`` in
+    its place where given: the value as written, where ``value`` is its normalised reading),
+    ``say`` a template of ``{options}`` and ``{or_options}`` (:data:`UNKNOWN` by default)."""
     try:
         return kind(value)
     except (ValueError, TypeError):
         pass
+    value = value if written is None else written
     shown = repr(value) if quoted else value
     text = say.format(options=options(kind), or_options=options(kind, " or "))
     raise PrismError(f"{field}={shown}: {text}", field=field)
