@@ -1,7 +1,7 @@
 """``prism <verb> [PATH ...] [key=value ...]``: the command line's entry point.
 
 :func:`main` reads the words with the one grammar of :mod:`predictor.app.grammar`, calls
-the verb (:mod:`predictor.app.verbs`: each declared once, in :mod:`~predictor.app.models`,
+the verb (:mod:`predictor.app.verbs`: each declared once, in :mod:`~predictor.app.training`,
 :mod:`~predictor.app.predicting`, :mod:`~predictor.app.measuring` and
 :mod:`~predictor.app.store`), which reads its settings node (:mod:`predictor.app.settings`)
 and prints its result as a table or JSON (:mod:`predictor.app.output`). Bad input ends with

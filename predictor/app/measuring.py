@@ -3,9 +3,9 @@ under torchrun and time every step; torch is imported only when it runs), and th
 score predictions against measured steps, ``prism validate`` and ``prism calibrate``."""
 from __future__ import annotations
 
-from predictor.app.models import measuring
 from predictor.app.output import as_json, show, show_result
 from predictor.app.settings import Config, check_seed, load
+from predictor.app.training import sampling_module
 from predictor.app.verbs import verb
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
@@ -23,7 +23,7 @@ from predictor.core.files import writable
       reads=Config("gpus", "out"))
 def _measure(command) -> int:
     cfg = load(command)
-    report = measuring("measure", "sampling.measure").measure(cfg, progress=cfg.output != "json")
+    report = sampling_module("measure", "sampling.measure").measure(cfg, progress=cfg.output != "json")
     show(cfg, report.to_dict(), report.format())
     return 0
 

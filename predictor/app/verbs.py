@@ -24,7 +24,7 @@ from predictor.app.grammar import Paths
 from predictor.app.settings import Config, Plain
 
 #: The modules declaring verbs, in the order ``prism --help`` lists them.
-MODULES = ("predictor.app.models", "predictor.app.predicting", "predictor.app.measuring", "predictor.app.store")
+MODULES = ("predictor.app.training", "predictor.app.predicting", "predictor.app.measuring", "predictor.app.store")
 
 #: What the key=value words of a verb composing conf/ are.
 OVERRIDES_HELP = ("Hydra overrides, key=value: choose a config group (hardware=h100-sxm, "

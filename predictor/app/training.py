@@ -18,7 +18,7 @@ from predictor.core.files import writable
 FEW_SHAPES = 4
 
 
-def measuring(verb: str, module: str):
+def sampling_module(verb: str, module: str):
     """A torch-based module of :mod:`sampling`, imported only when a measuring verb runs."""
     try:
         return import_module(module)
@@ -44,7 +44,7 @@ def measuring(verb: str, module: str):
       reads=Config("output_dir"))
 def _sample(command) -> int:
     cfg = load(command)
-    runner = measuring("sample", "sampling.runner")
+    runner = sampling_module("sample", "sampling.runner")
     report = runner.run_sampling(cfg, progress=sys.stderr.isatty() or not cfg.output == "json")
     if report.rank:  # a cluster job's other ranks: one line each; rank 0 reports the run
         print(f"prism sample: rank {report.rank}: {report.status}, {report.rows} rows in {report.elapsed_s:.1f} s"
