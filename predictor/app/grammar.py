@@ -87,7 +87,7 @@ def read(verb: str, words: list[str], paths: Paths | None, *, json: bool = False
     command = Command(verb, given, settings, json, show_config)
     if paths is None:
         return command, None
-    if not given:
+    if not words or not (given or paths.many):  # FILE... settings alone: the verb says that no file was given
         return command, f"the following arguments are required: {paths.metavar}"
     if len(given) > 1 and not paths.many:
         return command, f"unrecognized arguments: {' '.join(given[1:])}"

@@ -31,6 +31,11 @@ def test_the_number_of_paths_is_said_as_argparse_says_it(words, wrong):
     assert read("predict-batch", words, Paths())[1] == wrong
 
 
+def test_files_given_as_settings_alone_are_the_verb_s_to_refuse():
+    assert read("import-trace", [], Paths("FILE", many=True))[1] == "the following arguments are required: FILE"
+    assert read("import-trace", ["out=x"], Paths("FILE", many=True))[1] is None
+
+
 def test_a_setting_naming_the_path_is_refused_with_the_bare_form():
     with pytest.raises(PrismError, match="prism samples takes the folder itself: prism samples samples/cpu"):
         read("samples", ["samples=samples/cpu"], Paths(key="samples"))
