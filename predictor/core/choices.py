@@ -175,6 +175,14 @@ class Dispatcher(StrEnum):
     ALLGATHER = "allgather"
 
 
+# ---------------------------------------------------------------- the models (RegressorConfig)
+
+class Learner(StrEnum):
+    """The learners ``regressor.name`` picks among: predictor.latency.regressor's QuantileXGBRegressor."""
+
+    XGBOOST = "xgboost"
+
+
 # ---------------------------------------------------------------- the verbs' settings
 
 class Output(StrEnum):
