@@ -1,17 +1,24 @@
 """The verbs of ``prism``, each declared once, beside the function it calls:
 
     @verb("predict", help="...", description="...", examples=[...], reads=Config("gpus", ...))
-    def predict(command, cfg) -> int: ...
+    def _predict(command) -> int:
+        cfg = load(command)
+        ...
 
 A :class:`Verb` holds its name, its help, the examples its ``--help`` teaches, the settings
 node it reads (:mod:`predictor.app.settings`: :class:`Config` or :class:`Plain`), the paths
 it takes (:class:`predictor.app.grammar.Paths`, or none) and the function it calls. The
-function is given the :class:`~predictor.app.grammar.Command` and what its node read: the
-checked configuration (``Config``) or its own settings (``Plain``). The modules of
-:data:`MODULES` declare them; their order is the order of ``prism --help``. Every verb is
-read by the one grammar of :mod:`predictor.app.grammar`, and the parser
+function is given the :class:`~predictor.app.grammar.Command` and reads its node with
+:func:`~predictor.app.settings.load` (the checked configuration) or
+:func:`~predictor.app.settings.read_plain` (its own settings), after any reading of its
+words of its own (``prism compare`` takes ``hardware=[a,b]`` out of Hydra's reach first).
+The modules of :data:`MODULES` declare them; their order is the order of ``prism --help``.
+Every verb is read by the one grammar of :mod:`predictor.app.grammar`, and the parser
 (:func:`build_parser`) is the same for each: words, ``--json``, and ``--show-config`` for
 the verbs that compose ``conf/``.
+
+Adding a verb: declare it in one of :data:`MODULES` (one file), or in a new module named
+in :data:`MODULES` (two); its test is one more.
 """
 from __future__ import annotations
 
