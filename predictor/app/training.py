@@ -164,9 +164,9 @@ def _train(command) -> int:
     table += f"\npredict with them: {use} (every verb that reads models takes {models_dir})"
     table += f"\nnote: {models.replaced}" if models.replaced else ""
     show(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
-                 "models": rows, "few_shapes": thin,
-                 "variability": models.variability.to_dict() if models.variability else None,
-                 "predict": use, "replaced": models.replaced}, table)
+               "models": rows, "few_shapes": thin,
+               "variability": models.variability.to_dict() if models.variability else None,
+               "predict": use, "replaced": models.replaced}, table)
     return 0
 
 
