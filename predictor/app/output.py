@@ -52,10 +52,10 @@ def show_result(cfg, result, text: str, png, figure, width: int, hint: str) -> i
     return 0
 
 
-def show_reports(reports, as_json_too: bool) -> None:
+def show_reports(reports, json_out: bool) -> None:
     """One import report, or a list of them, as JSON (the same shape) or as tables."""
     many = reports if isinstance(reports, list) else [reports]
-    if as_json_too:
+    if json_out:
         payload = [asdict(r) for r in many]
         print(as_json(payload if isinstance(reports, list) else payload[0]))
     else:
