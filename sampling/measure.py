@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from predictor.analyses.predict import check_gpus
+from predictor.core.choices import MeasureDevice, choice
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
 from predictor.core.layout import divisors, resolve_layout, validate_layout
@@ -155,8 +156,7 @@ def _settings(mc: MeasureConfig, hw: HardwareConfig, world: int) -> tuple[str, s
     if not 0 < mc.timeout_s < math.inf:  # a NaN limit never stops a hung layout
         raise PrismError(f"measure.timeout_s={mc.timeout_s}: must be a positive finite number of seconds, e.g. 900",
                          field='measure.timeout_s')
-    if mc.device not in ("auto", "cpu", "cuda"):
-        raise PrismError(f"measure.device={mc.device}: choose auto, cpu or cuda", field='measure.device')
+    choice(MeasureDevice, mc.device, "measure.device", "choose {or_options}", quoted=False)
     device = _device(hw).type
     if mc.device not in ("auto", device):
         raise PrismError(f"measure.device={mc.device}: hardware={hw.name} is a {hw.device.kind} profile; "

@@ -60,6 +60,7 @@ import numpy as np
 
 from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
 from predictor.analyses.predict import check_gpus, predictive_report
+from predictor.core.choices import RankBy, choice
 from predictor.core.errors import PrismError
 from predictor.core.layout import AXES, check_count, refuse_experts_of_dense, resolve_layout, validate_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
@@ -202,9 +203,8 @@ def pareto_front(x, y) -> list[int]:
 
 def check_rank_by(value) -> str:
     """``rank_by`` as one of :data:`RANK_BY`."""
-    if value not in RANK_BY:
-        raise PrismError(f"rank_by={value}: choose one of {', '.join(RANK_BY)} (p50 ranks by the typical step; "
-                         f"p90 or p95 by the step you can count on, risk-aware; mean by the average)", field='rank_by')
+    choice(RankBy, value, "rank_by", "choose one of {options} (p50 ranks by the typical step; p90 or p95 by the "
+           "step you can count on, risk-aware; mean by the average)", quoted=False)
     return value
 
 

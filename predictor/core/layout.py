@@ -8,19 +8,20 @@ from __future__ import annotations
 import numbers
 from dataclasses import replace
 
+from predictor.core.choices import Attention, Dispatcher, Recompute, Schedule, Sharding, choice, values
 from predictor.core.errors import PrismError
 from predictor.core.framework import load_framework
-from predictor.core.specs import DISPATCHERS, ModelConfig, ParallelConfig, check_number
+from predictor.core.specs import ModelConfig, ParallelConfig, check_number
 
 #: The parallel axes a layout names (torchtitan's and Megatron's names), as reports list them.
 AXES = ("dp", "tp", "pp", "cp", "ep")
 #: The choices of :class:`~predictor.core.specs.ParallelConfig`'s enumerated settings.
-SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "distributed_optimizer")
+SHARDINGS = values(Sharding)
 #: ``selective`` is Megatron's (the attention core, or --recompute-modules); ``per_op`` is
 #: torchtitan's per-op selective checkpointing (selective_ac_option='op').
-RECOMPUTES = ("none", "selective", "per_op", "full")
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
-ATTENTIONS = ("auto", "flash", "cudnn", "unfused")
+RECOMPUTES = values(Recompute)
+SCHEDULES = values(Schedule)
+ATTENTIONS = values(Attention)
 #: Megatron-Core's --recompute-modules (megatron/core/transformer/transformer_config.py).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
 
@@ -34,9 +35,7 @@ def check_schedule(schedule: str) -> str:
                          "and delay the latter into the bubble; PRISM's decomposition does not separate them yet. "
                          "Use parallel.schedule=1f1b, whose step is an upper bound on ZB-H1's",
                          field="parallel.schedule")
-    if schedule not in SCHEDULES:
-        raise PrismError(f"parallel.schedule={schedule!r}: unknown; choose one of: {', '.join(SCHEDULES)}",
-                         field="parallel.schedule")
+    choice(Schedule, schedule, "parallel.schedule")
     return schedule
 
 
@@ -114,21 +113,13 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     for name in SWITCHES:
         if not isinstance(getattr(par, name), bool):  # "false" from a CSV or JSON would count as on
             raise PrismError(f"parallel.{name}={getattr(par, name)!r}: true or false", field=f"parallel.{name}")
-    if par.sharding not in SHARDINGS:
-        raise PrismError(f"parallel.sharding={par.sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}",
-                         field='parallel.sharding')
-    if par.recompute not in RECOMPUTES:
-        raise PrismError(f"parallel.recompute={par.recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}",
-                         field='parallel.recompute')
+    choice(Sharding, par.sharding, "parallel.sharding")
+    choice(Recompute, par.recompute, "parallel.recompute")
     check_schedule(par.schedule)
     check_recompute_modules(par)
-    if par.attention not in ATTENTIONS:
-        raise PrismError(f"parallel.attention={par.attention!r}: unknown; choose auto, flash, cudnn or unfused",
-                         field='parallel.attention')
+    choice(Attention, par.attention, "parallel.attention", "unknown; choose {or_options}")
     check_number("parallel.moe_capacity_factor", par.moe_capacity_factor, zero=True)  # on a dense model too
-    if par.moe_dispatcher not in DISPATCHERS:  # a typo is named on a dense model too, where it does nothing yet
-        raise PrismError(f"parallel.moe_dispatcher={par.moe_dispatcher!r}: unknown; choose one of: "
-                         f"{', '.join(DISPATCHERS)}", field="parallel.moe_dispatcher")
+    choice(Dispatcher, par.moe_dispatcher, "parallel.moe_dispatcher")  # a typo named on a dense model too
     tp, name = par.tp, model.name
     if model.num_heads % tp:
         raise PrismError(f"parallel.tp={tp}: does not divide model.num_heads={model.num_heads} of {name}; "

@@ -37,6 +37,7 @@ Bytes per element, the scales included, are :data:`predictor.core.ops.DTYPE_BYTE
 """
 from __future__ import annotations
 
+from predictor.core.choices import GemmDtype, choice, values
 from predictor.core.errors import PrismError
 
 #: Ops that run in ``hardware.gemm_dtype``: the linear layers' GEMMs and the experts'
@@ -67,7 +68,7 @@ def check_gemm_ops(ops) -> None:
 
 
 #: The precisions ``hardware.gemm_dtype`` may name (null: the GEMMs run in train_dtype).
-GEMM_DTYPES = ("bfloat16", "float16", "float8", "float8_blockwise", "mxfp8", "nvfp4")
+GEMM_DTYPES = values(GemmDtype)
 
 #: Spellings accepted for ``hardware.gemm_dtype`` (case ignored) and what they mean; a bare
 #: "fp4" is NVFP4, Blackwell's training format (MXFP4 is not modelled).
@@ -96,11 +97,8 @@ def canonical_gemm_dtype(value: str | None) -> str | None:
         return None
     name = str(value).strip().lower()
     name = ALIASES.get(name, name)
-    if name not in GEMM_DTYPES:
-        raise PrismError(f"hardware.gemm_dtype={value!r}: unknown precision; choose one of: "
-                         f"{', '.join(GEMM_DTYPES)} (or null: the GEMMs run in hardware.train_dtype)",
-                         field="hardware.gemm_dtype")
-    return name
+    return choice(GemmDtype, name, "hardware.gemm_dtype", "unknown precision; choose one of: {options} (or null: the "
+                  "GEMMs run in hardware.train_dtype)", written=value).value
 
 
 def no_peak(name: str, dtype: str, peaks: dict) -> PrismError:

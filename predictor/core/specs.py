@@ -14,15 +14,28 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from numbers import Integral, Real
 
+from predictor.core.choices import (
+    Activation,
+    Balancing,
+    DeviceKind,
+    Dispatcher,
+    Family,
+    Norm,
+    Position,
+    RouterScore,
+    TrainDtype,
+    choice,
+    values,
+)
 from predictor.core.errors import PrismError
 from predictor.core.precision import LOW_PRECISION_OPS, canonical_gemm_dtype, check_gemm_ops, no_peak, peak_of
 
-#: The choices of :class:`ModelConfig`'s enumerated settings.
-ACTIVATIONS = ("gelu", "swiglu")
+#: The choices of :class:`ModelConfig`'s enumerated settings (:mod:`predictor.core.choices`).
+ACTIVATIONS = values(Activation)
 #: Precisions a whole model trains in (mixed precision's compute type); lower ones are GEMM-only.
-TRAIN_DTYPES = ("bfloat16", "float16", "float32")
+TRAIN_DTYPES = values(TrainDtype)
 #: Model families: GPT layers keep dropout (its masks count in the activations), Llama's do not.
-FAMILIES = ("gpt", "llama")
+FAMILIES = values(Family)
 #: Bounds of a model's sizes: past them a figure is a typo (and a list per layer would not fit in memory).
 MAX_LAYERS = 2048
 #: Each of a model's sizes bounded far above the largest published figure (the reason says which), so
@@ -37,11 +50,11 @@ MAX_SIZES = {
     "vocab_size": (1 << 22, "the largest published vocabularies have about 256,000 tokens: Gemma"),
     "seq_length": (1 << 24, "the longest published contexts are 1 to 10 million tokens: Llama 4"),
 }
-NORMS = ("layernorm", "rmsnorm")
-POSITIONS = ("learned", "rope")
-ROUTER_SCORES = ("softmax", "sigmoid")
-BALANCINGS = ("aux_loss", "aux_free", "none")
-DISPATCHERS = ("alltoall", "flex", "allgather")
+NORMS = values(Norm)
+POSITIONS = values(Position)
+ROUTER_SCORES = values(RouterScore)
+BALANCINGS = values(Balancing)
+DISPATCHERS = values(Dispatcher)
 #: A call or step timed while the hypervisor took more than this share of the busy CPU time
 #: (its steal, :mod:`sampling.cpu.steal`) times the host's other guests as much as the hardware: in a
 #: suite run's measure stage passes under 1-12% steal ran up to 25% slower. The
@@ -179,10 +192,8 @@ class ModelConfig:
             if self.first_dense_layers >= self.num_layers:
                 raise PrismError(f"model.first_dense_layers={self.first_dense_layers}: leaves no MoE layer of "
                                  f"model.num_layers={self.num_layers}; lower it", field="model.first_dense_layers")
-        for key, choices in (("router_score", ROUTER_SCORES), ("moe_balancing", BALANCINGS)):
-            if getattr(self, key) not in choices:
-                raise PrismError(f"model.{key}={getattr(self, key)!r}: unknown; choose one of: {', '.join(choices)}",
-                                 field=f"model.{key}")
+        for key, kind in (("router_score", RouterScore), ("moe_balancing", Balancing)):
+            choice(kind, getattr(self, key), f"model.{key}")
         if bool(self.kv_lora_rank) != bool(self.qk_rope_head_dim):
             raise PrismError(f"model.kv_lora_rank={self.kv_lora_rank}, model.qk_rope_head_dim="
                              f"{self.qk_rope_head_dim}: multi-head latent attention needs both (or neither)",
@@ -191,15 +202,12 @@ class ModelConfig:
             raise PrismError(f"model.num_kv_heads={self.num_kv_heads}: must divide model.num_heads={self.num_heads} "
                              f"(each key-value head serves a group of query heads); pick a divisor of "
                              f"{self.num_heads}", field="model.num_kv_heads")
-        for key, choices in (("family", FAMILIES), ("activation", ACTIVATIONS), ("norm", NORMS),
-                             ("position", POSITIONS)):
-            if getattr(self, key) not in choices:
-                raise PrismError(f"model.{key}={getattr(self, key)!r}: unknown; choose one of: {', '.join(choices)}",
-                                 field=f"model.{key}")
+        for key, kind in (("family", Family), ("activation", Activation), ("norm", Norm), ("position", Position)):
+            choice(kind, getattr(self, key), f"model.{key}")
 
 
 #: What a device can be: an accelerator the host drives asynchronously, or the host itself.
-DEVICE_KINDS = ("gpu", "cpu")
+DEVICE_KINDS = values(DeviceKind)
 
 
 @dataclass
@@ -316,9 +324,7 @@ class HardwareConfig:
             if not isinstance(getattr(self, key), kind):  # a section of the YAML built by hand, or left out
                 raise PrismError(f"hardware.{key}={getattr(self, key)!r}: must be a {kind.__name__} (see the "
                                  f"{key} section of conf/hardware/h100-sxm.yaml)", field=f"hardware.{key}")
-        if self.device.kind not in DEVICE_KINDS:
-            raise PrismError(f"hardware.device.kind={self.device.kind!r}: choose {' or '.join(DEVICE_KINDS)}",
-                             field="hardware.device.kind")
+        choice(DeviceKind, self.device.kind, "hardware.device.kind", "choose {or_options}")
         # 0 is "none" (a CPU, or not given); a negative figure picked the wrong attention kernel or SM share
         check_number("hardware.device.compute_capability", self.device.compute_capability, zero=True)
         check_number("hardware.device.sms", self.device.sms, integer=True, zero=True)
@@ -345,10 +351,9 @@ class HardwareConfig:
                                  field="hardware.node.nvlink_domain")
         # an unknown name is refused here; a known one the device lacks (nvfp4 on H100) when a
         # prediction needs its peak (peak()), so that a profile can be composed and then edited
-        if self.train_dtype not in TRAIN_DTYPES:
-            raise PrismError(f"hardware.train_dtype={self.train_dtype!r}: choose one of {', '.join(TRAIN_DTYPES)} "
-                             f"(fp8 and fp4 GEMMs go in hardware.gemm_dtype; the rest of the model stays in "
-                             f"train_dtype)", field="hardware.train_dtype")
+        choice(TrainDtype, self.train_dtype, "hardware.train_dtype",
+               "choose one of {options} (fp8 and fp4 GEMMs go in hardware.gemm_dtype; the rest of the model stays "
+               "in train_dtype)")
         self.gemm_dtype = canonical_gemm_dtype(self.gemm_dtype)
         check_gemm_ops(self.gemm_ops)
         for side in ("intra_node", "inter_node"):

@@ -18,6 +18,7 @@ from importlib import import_module
 
 import numpy as np
 
+from predictor.core.choices import Learner, choice, values
 from predictor.core.errors import PrismError
 
 
@@ -44,7 +45,7 @@ xgb = _import_xgboost()
 
 DEFAULT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 #: The learners ``regressor.name`` picks among: :class:`QuantileXGBRegressor` is the one PRISM trains.
-NAMES = ("xgboost",)
+NAMES = values(Learner)
 #: What each setting of :class:`QuantileXGBRegressor` (``regressor.params``) must be.
 PARAMS = {
     "n_estimators": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
@@ -83,9 +84,9 @@ def check_settings(name, quantiles, params: dict) -> None:
     """One :class:`PrismError` naming ``regressor.name``, ``regressor.quantiles`` or
     ``regressor.params.<key>`` unless the learner can be built from them. The composer draws
     from the quantile levels of :data:`DEFAULT_QUANTILES`, so a model set must predict at least those."""
-    if name not in NAMES:  # another learner's name would train XGBoost all the same, and say nothing
-        raise PrismError(f"regressor.name={name}: not a learner of PRISM; choose {' or '.join(NAMES)} (the one "
-                         f"predictor.latency.regressor implements)", field="regressor.name")
+    # another learner's name would train XGBoost all the same, and say nothing
+    choice(Learner, name, "regressor.name", "not a learner of PRISM; choose {or_options} (the one "
+           "predictor.latency.regressor implements)", quoted=False)
     if not valid_levels(quantiles):
         raise PrismError(f"regressor.quantiles={quantiles}: must be increasing levels in (0, 1) that include "
                          f"{list(DEFAULT_QUANTILES)} (the levels predictions draw from)", field="regressor.quantiles")

@@ -110,8 +110,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from predictor.core.choices import Recompute, Sharding, choice
 from predictor.core.errors import PrismError
-from predictor.core.layout import RECOMPUTES, SHARDINGS, layers_per_stage, selective_modules, validate_layout
+from predictor.core.layout import layers_per_stage, selective_modules, validate_layout
 from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.workload.layers import (
     expert_parameters,
@@ -230,9 +231,7 @@ def model_state_bytes(params: float, shard_group: int = 1, sharding: str = "none
                       grad_bytes: float = GRAD_BYTES) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes of ``params`` parameters under ZeRO-style
     sharding over ``shard_group`` ranks (ZeRO Sec. 3.1 / Fig. 1 with ``grad_bytes=2``)."""
-    if sharding not in _SHARDED:
-        raise PrismError(f"parallel.sharding={sharding!r}: unknown; choose one of: {', '.join(SHARDINGS)}",
-                         field='parallel.sharding')
+    choice(Sharding, sharding, "parallel.sharding")
     w, g, o = _SHARDED[sharding]
     n = shard_group
     return (params * WEIGHT_BYTES / (n if w else 1),
@@ -249,9 +248,7 @@ def layer_activation_bytes(model: ModelConfig, seq: int, micro_batch: int, tp: i
     """Activation bytes one transformer layer stores for one micro-batch on one GPU
     (Korthikanti et al. 2022, Table 2, generalised as the module docstring explains);
     ``modules``: selective recompute's ``parallel.recompute_modules``."""
-    if recompute not in RECOMPUTES:
-        raise PrismError(f"parallel.recompute={recompute!r}: unknown; choose one of: {', '.join(RECOMPUTES)}",
-                         field='parallel.recompute')
+    choice(Recompute, recompute, "parallel.recompute")
     drop = model.family == "gpt" if dropout is None else dropout
     s, b, h, t = seq / cp, micro_batch, model.hidden_size, tp
     sp = sequence_parallel and tp > 1
