@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-from scipy.special import ndtri
+from predictor.core.normal import ndtri
 
 from predictor.core.ops import OPS, Call
 from predictor.core.precision import call_dtype
