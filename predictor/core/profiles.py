@@ -35,6 +35,7 @@ from predictor.core.specs import (
     SamplingConfig,
 )
 
+
 def _fast_loader(loader):
     """OmegaConf's YAML loader (``1e12`` a float, no timestamps, duplicate keys refused) on
     libyaml's parser where PyYAML has it: the same values, read ten times as fast (the

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from predictor.core.errors import PrismError
+from predictor.core.job import FRAMEWORKS  # the framework families: the ``framework`` feature's codes
 from predictor.latency.artifacts import booster, read_booster, recover_folder, whole_folder, write_booster
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, xgb
 
@@ -58,9 +59,6 @@ FEATURES = ("tier", "prior_share", "comm_share", "bubble_share", "log2_us_per_ca
 #: Extrapolating on these is a kind of run no source was (a framework, or a device that
 #: is not a GPU): the learned lean says nothing of it (:func:`widen`).
 KIND = ("framework", "gpu")
-#: Framework families (the ``framework`` feature's codes), as a runs table's framework
-#: column is read (:func:`predictor.analyses.doubt.family`); anything else is "other".
-FRAMEWORKS = ("megatron-core", "megatron-lm", "accelerate", "deepspeed", "torchtitan", "llm-foundry", "other")
 #: Evidence tiers (``predictor.latency.artifacts.TIERS``' order), the ``tier`` feature's codes.
 TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
 #: Shallow trees and few rounds: a few hundred runs from a handful of sources.

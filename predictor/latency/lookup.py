@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-from predictor.core.normal import ndtri
 
+from predictor.core.normal import ndtri
 from predictor.core.ops import OPS, Call
 from predictor.core.precision import call_dtype
 from predictor.core.specs import HardwareConfig

@@ -1,0 +1,167 @@
+"""The :class:`Predictor`: a :class:`~predictor.core.job.Job` in, its workload, step-time
+distribution and report out (DESIGN.md, "The core abstractions").
+
+It holds what jobs share, so that a verb predicting one job and predict-batch predicting
+thousands run the same chain once per job and nothing twice:
+
+- the trained model sets, loaded once per hardware profile
+  (:func:`~predictor.latency.artifacts.trained_models`);
+- one :class:`~predictor.latency.lookup.QuantileCache` per hardware (a profile, or a
+  runs-table row's variant of one): each distinct operator call is priced once, whatever
+  job it recurs in, and :meth:`Predictor.prefetch` prices the calls of many jobs in one
+  model query per op;
+- each job's decomposition (:func:`~predictor.workload.decompose.decompose`), by the
+  job's key.
+
+:meth:`~Predictor.workload` decomposes, :meth:`~Predictor.step` composes
+(:func:`~predictor.engine.compose.compose`), :meth:`~Predictor.composed` adds what a
+report reads (the run-persistent draws, evidence tier, predictive uncertainty, memory)
+and :meth:`~Predictor.report` is ``prism predict``'s :class:`~predictor.engine.report.Prediction`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.core.job import Job
+from predictor.core.profiles import load_hardware
+from predictor.core.specs import HardwareConfig
+from predictor.engine.compose import DRAWS, PER_STEP, StepDistribution, compose, workload_calls
+from predictor.engine.doubt import Doubt, doubt_of, shipped_model
+from predictor.engine.report import Prediction, prediction
+from predictor.latency.artifacts import ModelSet, evidence_tier, trained_models
+from predictor.latency.lookup import QuantileCache
+from predictor.workload.decompose import Workload, decompose
+from predictor.workload.memory import MemoryBreakdown, memory_per_gpu
+
+#: ``doubt_model``'s default: the predictive-uncertainty model shipped in ``models/doubt``.
+SHIPPED = "shipped"
+
+
+@dataclass
+class Composed:
+    """One job composed, with what its report reads: the step-time distribution ``dist``,
+    the same draws with the per-step components averaged out over a run (``persistent``;
+    None where not asked for), the evidence tier, the predictive uncertainty of the run's
+    median step, and the memory per GPU."""
+
+    job: Job
+    work: Workload
+    models: ModelSet | None
+    dist: StepDistribution
+    persistent: np.ndarray | None
+    tier: str
+    doubt: Doubt
+    memory: MemoryBreakdown
+    seed: int
+
+
+class Predictor:
+    """Predicts jobs from the models in ``models_dir`` (None: the shipped ``models/``),
+    keeping what jobs share (module docstring). ``doubt_model``: the predictive-uncertainty
+    model (default: the shipped one; None: no doubt stated)."""
+
+    def __init__(self, models_dir=None, doubt_model=SHIPPED):
+        self.models_dir = models_dir
+        self._doubt_model = doubt_model
+        self._models: dict[tuple, ModelSet | None] = {}
+        self._pricers: dict[tuple, QuantileCache] = {}
+        self._works: dict[tuple, Workload] = {}
+
+    # -- what jobs share ------------------------------------------------------------------
+    @property
+    def doubt_model(self):
+        if self._doubt_model == SHIPPED:
+            self._doubt_model = shipped_model()
+        return self._doubt_model
+
+    def models(self, job: Job | HardwareConfig) -> ModelSet | None:
+        """The trained models that price ``job`` (or a hardware profile): its profile's, or,
+        for a job whose hardware is a variant of a profile (``job.models_from``), that
+        profile's queried on the variant. None: no models, the priors."""
+        if isinstance(job, HardwareConfig):
+            return self._own_models(job)
+        if job.models_from is None:
+            return self._own_models(job.hardware)
+        key = ("profile", job.models_from)
+        if key not in self._models:  # trained on the profile itself, not the row's variant
+            self._models[key] = trained_models(load_hardware(job.models_from), self.models_dir)
+        models = self._models[key]
+        return models and models.with_hardware(job.hardware)
+
+    def _own_models(self, hardware: HardwareConfig) -> ModelSet | None:
+        key = ("spec", repr(hardware))
+        if key not in self._models:
+            self._models[key] = trained_models(hardware, self.models_dir)
+        return self._models[key]
+
+    def pricer(self, job: Job) -> QuantileCache:
+        """The operator quantiles of ``job``'s hardware, shared by every job on it."""
+        key = job.pricing_key
+        if key not in self._pricers:
+            self._pricers[key] = QuantileCache(self.models(job), job.hardware)
+        return self._pricers[key]
+
+    def prefetch(self, jobs: Iterable[Job]) -> None:
+        """Price the calls of every job in ``jobs`` that decomposes: one model query per op
+        and hardware for all of them. A job that fails is left to fail on its own."""
+        by_hardware: dict[tuple, tuple[Job, list]] = {}
+        for job in jobs:
+            try:
+                calls = workload_calls(self.workload(job))
+            except Exception:  # noqa: BLE001 - its own error comes when it is predicted
+                continue
+            by_hardware.setdefault(job.pricing_key, (job, []))[1].extend(calls)
+        for job, calls in by_hardware.values():
+            try:
+                self.pricer(job).fill(calls)
+            except Exception:  # noqa: BLE001 - priced call by call later: only the bad ones fail
+                pass
+
+    # -- the chain ------------------------------------------------------------------------
+    def workload(self, job: Job) -> Workload:
+        """``job`` decomposed: per pipeline stage the operator calls of a micro-batch and of a step."""
+        key = job.key
+        if key not in self._works:
+            self._works[key] = decompose(job.model, job.parallel, job.hardware, job.gpus, framework=job.framework)
+        return self._works[key]
+
+    def step(self, job: Job, draws: int = DRAWS, seed: int = 0, **options) -> StepDistribution:
+        """``job``'s step-time distribution (:func:`~predictor.engine.compose.compose`;
+        ``options``: its ``hold``, ``calibration``, ``slow_gpus``, ``slow_factor``, ``brute_force``)."""
+        models = self.models(job)
+        work = self.workload(job)
+        return compose(work, models, draws=draws, seed=seed, cache=self.pricer(job), **options)
+
+    def tier(self, job: Job, dist: StepDistribution | None = None) -> str:
+        """The evidence tier of ``job``'s prediction (of its composed ``dist`` where given)."""
+        return evidence_tier(self.models(job), None if dist is None else dist.evidence.values())
+
+    def doubt(self, job: Job, dist: StepDistribution, tier: str | None = None) -> Doubt:
+        """The predictive distribution of ``job``'s run median step, composed as ``dist``."""
+        return doubt_of(self.workload(job), dist, tier or self.tier(job, dist), job.framework, self.doubt_model)
+
+    def memory(self, job: Job) -> MemoryBreakdown:
+        """Memory per GPU of ``job``'s fullest stage."""
+        par = self.workload(job).parallel
+        return memory_per_gpu(job.model, par, flash_attention=par.attention != "unfused")
+
+    def composed(self, job: Job, draws: int = DRAWS, seed: int = 0, persistent: bool = True) -> Composed:
+        """``job`` composed with what a report reads (:class:`Composed`)."""
+        models = self.models(job)
+        work = self.workload(job)
+        cache = self.pricer(job)
+        dist = compose(work, models, draws=draws, seed=seed, cache=cache)
+        held = compose(work, models, draws=draws, seed=seed, cache=cache, hold=PER_STEP).draws if persistent else None
+        tier = evidence_tier(models, dist.evidence.values())
+        return Composed(job, work, models, dist, held, tier, doubt_of(work, dist, tier, job.framework,
+                                                                      self.doubt_model),
+                        self.memory(job), seed)
+
+    def report(self, job: Job, draws: int = DRAWS, seed: int = 0, *, train_tokens: float = 1e12,
+               target_step_s: float | None = None, confidence: float | None = None) -> Prediction:
+        """What ``prism predict`` reports of ``job`` (:class:`~predictor.engine.report.Prediction`)."""
+        return prediction(self.composed(job, draws, seed), train_tokens, target_step_s, confidence)
+
