@@ -12,7 +12,7 @@ on the other sources only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,7 +46,7 @@ from predictor.latency.doubt import (
     widen,
 )
 from predictor.latency.regressor import DEFAULT_QUANTILES
-from predictor.workload.decompose import Workload, decompose
+from predictor.workload.decompose import Workload
 
 if TYPE_CHECKING:  # pandas and the published tables only to fit and check: prism predict needs neither
     import pandas as pd
@@ -99,18 +99,18 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
     ``source``) as ``prism predict`` would, with ``draws`` draws."""
     import pandas as pd
 
-    from predictor.analyses.rows import RowLookups
+    from predictor.analyses.rows import RowLookups, row_job
 
     lookups = RowLookups()
+    predictor = lookups.predictor
     out, X, skipped = [], [], {}
     for _, row in rows.iterrows():
         try:
-            job = lookups.job(row)
-            model, cache = job.model, lookups.lookup(job)
-            tier = evidence_tier(cache.models)
             fam = family(row.get("framework", ""))
-            work = decompose(model, job.parallel, job.hardware, job.gpus, framework=fam)
-            dist = compose(work, cache.models, draws=draws, seed=seed, cache=cache)
+            job = replace(row_job(lookups.job(row)), framework=fam)
+            model, tier = job.model, predictor.tier(job)
+            work = predictor.workload(job)
+            dist = predictor.step(job, draws, seed)
         except PrismError as exc:
             reason = exc.field or "layout"
             skipped[reason] = skipped.get(reason, 0) + 1
