@@ -5,11 +5,13 @@ array-API layer clones numpy, f2py included), more than a whole ``prism predict`
 after it. :func:`ndtri` is Cephes' rational approximation (S. L. Moshier, *Cephes Math
 Library*, ``ndtri.c``; the code scipy.special runs), evaluated in the same order, so it
 agrees with scipy's to the last bit or two; :func:`ndtr` is ``erfc`` of the standard
-library, elementwise (its callers pass tens of values, not millions).
+library, elementwise (its callers pass tens of values, not millions). Where scipy.special
+is loaded already (xgboost imports it), :func:`ndtri` is its ufunc: the same values, faster.
 """
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -49,7 +51,11 @@ def _p1evl(x, coef):  # the leading coefficient 1, left out of ``coef``
 
 
 def ndtri(p):
-    """The standard normal quantile of ``p`` (array or scalar): -inf at 0, inf at 1, nan outside."""
+    """The standard normal quantile of ``p`` (array or scalar): -inf at 0, inf at 1, nan outside.
+    scipy's own where something else loaded it already (xgboost does): the same values, in C."""
+    special = sys.modules.get("scipy.special")
+    if special is not None:
+        return special.ndtri(p)
     y0 = np.asarray(p, dtype=float)
     scalar = y0.ndim == 0
     y0 = np.atleast_1d(y0)

@@ -333,12 +333,19 @@ def _one_f_one_b_rounds(fwd: np.ndarray, bwd: np.ndarray, m: int) -> np.ndarray:
     below_next = np.vstack([below[1:], np.zeros((1, s))])
     steady_until = m - pp  # the last round in which every rank still runs a forward
     snapshot, k = None, 0
+    fe, after = np.empty((pp, s)), np.empty((pp, s))
     while k < m:
-        active = (w + k < m)[:, None]
-        fe = np.maximum(prev, wait) + fwd
-        after = np.where(active, fe, prev)
-        prev = np.maximum.accumulate((after - below_next)[::-1], axis=0)[::-1] + below
-        wait = np.vstack([np.zeros((1, s)), fe[:-1]])
+        # the round's arithmetic in place (the same operations, in the same order, as
+        # fe = max(prev, wait) + fwd; after = where(active, fe, prev); prev = reversed running max + below)
+        np.maximum(prev, wait, out=fe)
+        fe += fwd
+        if k + w[0] < m:  # every rank still has a forward (w falls with the rank)
+            np.subtract(fe, below_next, out=after)
+        else:
+            np.subtract(np.where((w + k < m)[:, None], fe, prev), below_next, out=after)
+        np.maximum.accumulate(after[::-1], axis=0, out=after[::-1])
+        prev = after + below
+        wait[1:] = fe[:-1]
         if pp <= k < steady_until and (k + 1) % pp == 0:
             state = np.concatenate([prev, wait[1:]])
             shift = None if snapshot is None else state - snapshot
