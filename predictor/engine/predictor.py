@@ -31,10 +31,17 @@ from predictor.core.specs import HardwareConfig
 from predictor.engine.compose import DRAWS, PER_STEP, StepDistribution, compose, workload_calls
 from predictor.engine.doubt import Doubt, doubt_of, shipped_model
 from predictor.engine.report import Prediction, prediction
-from predictor.latency.artifacts import ModelSet, evidence_tier, trained_models
+from predictor.latency.artifacts import TIERS, ModelSet, evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache
+from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload, decompose
 from predictor.workload.memory import MemoryBreakdown, memory_per_gpu
+
+#: The engine's API: the Predictor and the values it hands out, so that the analyses read
+#: them here rather than from the layers below (the quantile levels of every distribution,
+#: the evidence tiers, the priced workload's types).
+__all__ = ["DEFAULT_QUANTILES", "DRAWS", "PER_STEP", "TIERS", "Composed", "Doubt", "Job", "ModelSet", "Predictor",
+           "Prediction", "QuantileCache", "StepDistribution", "Workload"]
 
 #: ``doubt_model``'s default: the predictive-uncertainty model shipped in ``models/doubt``.
 SHIPPED = "shipped"
