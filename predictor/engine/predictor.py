@@ -104,11 +104,13 @@ class Predictor:
             self._models[key] = trained_models(hardware, self.models_dir)
         return self._models[key]
 
-    def pricer(self, job: Job) -> QuantileCache:
-        """The operator quantiles of ``job``'s hardware, shared by every job on it."""
-        key = job.pricing_key
+    def pricer(self, job: Job | HardwareConfig) -> QuantileCache:
+        """The operator quantiles of ``job``'s hardware (or of a hardware profile), shared
+        by every job on it."""
+        key = ("spec", repr(job)) if isinstance(job, HardwareConfig) else job.pricing_key
         if key not in self._pricers:
-            self._pricers[key] = QuantileCache(self.models(job), job.hardware)
+            hardware = job if isinstance(job, HardwareConfig) else job.hardware
+            self._pricers[key] = QuantileCache(self.models(job), hardware)
         return self._pricers[key]
 
     def prefetch(self, jobs: Iterable[Job]) -> None:
@@ -142,8 +144,9 @@ class Predictor:
         work = self.workload(job)
         return compose(work, models, draws=draws, seed=seed, cache=self.pricer(job), **options)
 
-    def tier(self, job: Job, dist: StepDistribution | None = None) -> str:
-        """The evidence tier of ``job``'s prediction (of its composed ``dist`` where given)."""
+    def tier(self, job: Job | HardwareConfig, dist: StepDistribution | None = None) -> str:
+        """The evidence tier of ``job``'s prediction (of its composed ``dist`` where given;
+        of any job on it for a hardware profile)."""
         return evidence_tier(self.models(job), None if dist is None else dist.evidence.values())
 
     def doubt(self, job: Job, dist: StepDistribution, tier: str | None = None) -> Doubt:
