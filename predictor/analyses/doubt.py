@@ -21,7 +21,7 @@ import numpy as np
 from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
 from predictor.core.profiles import DATA_DIR, REPO_ROOT
-from predictor.engine.compose import StepDistribution, compose
+from predictor.engine.compose import StepDistribution
 from predictor.engine.doubt import (  # noqa: F401  (the features and the shipped model, read here by their old names)
     DOUBT,
     Doubt,
@@ -33,7 +33,8 @@ from predictor.engine.doubt import (  # noqa: F401  (the features and the shippe
     shipped_model,
     tier_code,
 )
-from predictor.latency.artifacts import TIERS, evidence_tier
+from predictor.engine.predictor import Predictor
+from predictor.latency.artifacts import TIERS
 from predictor.latency.doubt import (
     FEATURES,
     FRAMEWORKS,
@@ -129,12 +130,12 @@ def measured_errors(measured: pd.DataFrame, models, hardware, source: str, draws
     import pandas as pd
 
     from predictor.data.measurements import measured_workloads
-    from predictor.latency.lookup import QuantileCache
 
-    cache, tier = QuantileCache(models, hardware), evidence_tier(models)
+    predictor = Predictor.with_models(models, hardware)
+    tier = predictor.tier(hardware)
     out, X = [], []
     for layout_id, work, t in measured_workloads(measured, hardware):
-        dist = compose(work, models, draws=draws, seed=seed, cache=cache)
+        dist = predictor.compose(work, draws, seed, on=hardware)
         X.append(features(work, dist, tier, "other"))
         out.append(_error_row(source, tier, "other", hardware.name, work, layout_id, dist, float(np.median(t))))
     return Errors(pd.DataFrame(out), np.array(X).reshape(len(out), len(FEATURES)), {})

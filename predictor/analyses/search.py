@@ -241,7 +241,7 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     """
     check_rank_by(rank_by)
     first = works[0]
-    cache = cache or QuantileCache(models, first.hardware)
+    cache = cache or Predictor.with_models(models, first.hardware).pricer(first.hardware)
     if memory_gib is None:
         memory_gib = [memory_per_gpu(first.model, w.parallel,
                                      flash_attention=w.parallel.attention != "unfused").total_gib

@@ -77,6 +77,14 @@ class Predictor:
         self._pricers: dict[tuple, QuantileCache] = {}
         self._works: dict[tuple, Workload] = {}
 
+    @classmethod
+    def with_models(cls, models: ModelSet | None, hardware: HardwareConfig, doubt_model=SHIPPED) -> Predictor:
+        """A Predictor that prices jobs on ``hardware`` with ``models`` (a set loaded by the
+        caller, or None: the priors alone) rather than those of a models folder."""
+        predictor = cls(None, doubt_model)
+        predictor._models[("spec", repr(hardware))] = models
+        return predictor
+
     # -- what jobs share ------------------------------------------------------------------
     @property
     def doubt_model(self):
@@ -143,6 +151,13 @@ class Predictor:
         models = self.models(job)
         work = self.workload(job)
         return compose(work, models, draws=draws, seed=seed, cache=self.pricer(job), **options)
+
+    def compose(self, work: Workload, draws: int = DRAWS, seed: int = 0, on: HardwareConfig | None = None,
+                **options) -> StepDistribution:
+        """The step-time distribution of a workload decomposed elsewhere (a measured layout's),
+        priced on ``on`` (default: the workload's hardware) as :meth:`step` prices a job."""
+        on = on or work.hardware
+        return compose(work, self.models(on), draws=draws, seed=seed, cache=self.pricer(on), **options)
 
     def tier(self, job: Job | HardwareConfig, dist: StepDistribution | None = None) -> str:
         """The evidence tier of ``job``'s prediction (of its composed ``dist`` where given;
