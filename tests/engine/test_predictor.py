@@ -44,7 +44,8 @@ def test_job_of_resolves_the_layout(job):
 def test_job_errors_name_the_field(args, field):
     given = dict(model="gpt3-1.3b", hardware="a100-sxm4-80gb", layout={"tp": 2, "pp": 2}, gpus=16) | args
     with pytest.raises(PrismError) as err:
-        Job.of(given["model"], given["hardware"], given["layout"], given["gpus"], given.get("framework", "megatron-core"))
+        Job.of(given["model"], given["hardware"], given["layout"], given["gpus"],
+               given.get("framework", "megatron-core"))
     assert err.value.field == field or err.value.field.startswith(field), (err.value.field, str(err.value))
 
 
