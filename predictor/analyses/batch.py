@@ -52,8 +52,8 @@ from predictor.core.profiles import load_hardware
 from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, in_table_terms, row_hardware
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, read_table
+from predictor.engine.predictor import DEFAULT_QUANTILES
 from predictor.latency.artifacts import held_sets, holds_models, models_dir
-from predictor.latency.regressor import DEFAULT_QUANTILES
 
 #: Monte Carlo draws per row: the median's sampling error at 500 draws is ~0.2% of a step
 #: (benchmarks/bench_batch.py prints what fewer draws cost on the published runs).

@@ -33,8 +33,7 @@ from predictor.engine.doubt import (  # noqa: F401  (the features and the shippe
     shipped_model,
     tier_code,
 )
-from predictor.engine.predictor import Predictor
-from predictor.latency.artifacts import TIERS
+from predictor.engine.predictor import DEFAULT_QUANTILES, TIERS, Predictor
 from predictor.latency.doubt import (
     FEATURES,
     FRAMEWORKS,
@@ -46,7 +45,6 @@ from predictor.latency.doubt import (
     source_weights,
     widen,
 )
-from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload
 
 if TYPE_CHECKING:  # pandas and the published tables only to fit and check: prism predict needs neither

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from predictor.core.job import Job
 from predictor.data.published import RowJob, row_workload
 from predictor.engine.doubt import family
-from predictor.engine.predictor import Predictor
-from predictor.latency.lookup import QuantileCache
+from predictor.engine.predictor import Predictor, QuantileCache
 
 
 def row_job(job: RowJob) -> Job:

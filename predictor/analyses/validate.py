@@ -43,9 +43,8 @@ from predictor.core.specs import DISTURBING_STEAL, HardwareConfig
 from predictor.data.measurements import COLUMNS, check_step_unit, measured_on, measured_workloads, step_times
 from predictor.engine.doubt import doubt_of, shipped_model
 from predictor.engine.draws import cdf_at
-from predictor.engine.predictor import ModelSet, Predictor, Workload
+from predictor.engine.predictor import ModelSet, Predictor, Source, Workload
 from predictor.engine.report import predictive_report
-from predictor.latency.lookup import Source
 from predictor.workload.memory import memory_per_gpu
 
 

@@ -32,7 +32,7 @@ from predictor.engine.compose import DRAWS, PER_STEP, StepDistribution, compose,
 from predictor.engine.doubt import Doubt, doubt_of, shipped_model
 from predictor.engine.report import Prediction, prediction
 from predictor.latency.artifacts import TIERS, ModelSet, evidence_tier, trained_models
-from predictor.latency.lookup import QuantileCache
+from predictor.latency.lookup import QuantileCache, Source
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload, decompose
 from predictor.workload.memory import MemoryBreakdown, memory_per_gpu
@@ -41,7 +41,7 @@ from predictor.workload.memory import MemoryBreakdown, memory_per_gpu
 #: them here rather than from the layers below (the quantile levels of every distribution,
 #: the evidence tiers, the priced workload's types).
 __all__ = ["DEFAULT_QUANTILES", "DRAWS", "PER_STEP", "TIERS", "Composed", "Doubt", "Job", "ModelSet", "Predictor",
-           "Prediction", "QuantileCache", "StepDistribution", "Workload"]
+           "Prediction", "QuantileCache", "Source", "StepDistribution", "Workload"]
 
 #: ``doubt_model``'s default: the predictive-uncertainty model shipped in ``models/doubt``.
 SHIPPED = "shipped"
