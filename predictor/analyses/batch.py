@@ -128,9 +128,21 @@ class BatchPredictor:
             except Exception as exc:
                 self.results[key] = (None, _failure(exc), None)
         predictor.prefetch(todo.values())  # every call of the chunk on one hardware in one query per op
+        composed = {}
         for key, job in todo.items():
             try:
-                c = predictor.composed(job, self.draws, self.seed, persistent=False)
+                composed[key] = predictor.composed(job, self.draws, self.seed, persistent=False, doubt=False)
+            except Exception as exc:
+                self.results[key] = (None, _failure(exc), None)
+        # the doubt about every job's median in one query of its model
+        for key, error in zip(composed, predictor.add_doubts(list(composed.values()))):
+            if error is not None:
+                self.results[key] = (None, _failure(error), None)
+        for key, c in composed.items():
+            if c.doubt is None:
+                continue
+            job = c.job
+            try:
                 q = dict(zip(DEFAULT_QUANTILES, c.doubt.quantiles_s))
                 v5, v50, v95 = c.dist.quantile([0.05, 0.5, 0.95])
                 values = (float(v50), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),

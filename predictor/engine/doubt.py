@@ -101,3 +101,29 @@ def doubt_of(work: Workload, dist: StepDistribution, tier: str, framework: str,
     x = features(work, dist, tier, framework)[None, :]
     return Doubt(p50 * np.exp(model.predict(x)[0]), p50, model.extrapolating(x)[0],
                  f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time")
+
+
+def doubts_of(composed: list, model: DoubtModel | None) -> list[Doubt | Exception]:
+    """:func:`doubt_of` of many composed jobs (each with ``work``, ``dist``, ``tier`` and
+    ``job.framework``) in one query of ``model``: a row's prediction depends on its own
+    features alone. A job whose features cannot be computed gets its exception instead."""
+    out: list[Doubt | Exception | None] = [None] * len(composed)
+    rows, X = [], []
+    for i, c in enumerate(composed):
+        p50 = float(np.median(c.dist.draws))
+        if model is None:
+            out[i] = Doubt(np.full(len(DEFAULT_QUANTILES), p50), p50, [], None)
+            continue
+        try:
+            X.append(features(c.work, c.dist, c.tier, c.job.framework))
+        except Exception as exc:  # noqa: BLE001 - that job's own failure, as doubt_of raises it
+            out[i] = exc
+            continue
+        rows.append((i, p50))
+    if rows:
+        X = np.array(X)
+        q, extrapolating = model.predict(X), model.extrapolating(X)
+        learned = f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time"
+        for (i, p50), qi, ex in zip(rows, q, extrapolating):
+            out[i] = Doubt(p50 * np.exp(qi), p50, ex, learned)
+    return out

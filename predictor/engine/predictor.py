@@ -29,7 +29,7 @@ from predictor.core.job import Job
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import HardwareConfig
 from predictor.engine.compose import DRAWS, PER_STEP, StepDistribution, compose, workload_calls
-from predictor.engine.doubt import Doubt, doubt_of, shipped_model
+from predictor.engine.doubt import Doubt, doubt_of, doubts_of, shipped_model
 from predictor.engine.report import Prediction, prediction
 from predictor.latency.artifacts import TIERS, ModelSet, evidence_tier, trained_models
 from predictor.latency.lookup import QuantileCache, Source
@@ -173,17 +173,40 @@ class Predictor:
         par = self.workload(job).parallel
         return memory_per_gpu(job.model, par, flash_attention=par.attention != "unfused")
 
-    def composed(self, job: Job, draws: int = DRAWS, seed: int = 0, persistent: bool = True) -> Composed:
-        """``job`` composed with what a report reads (:class:`Composed`)."""
+    def composed(self, job: Job, draws: int = DRAWS, seed: int = 0, persistent: bool = True,
+                 doubt: bool = True) -> Composed:
+        """``job`` composed with what a report reads (:class:`Composed`); ``doubt=False``
+        leaves its predictive uncertainty to :meth:`add_doubts` (None until then)."""
         models = self.models(job)
         work = self.workload(job)
         cache = self.pricer(job)
         dist = compose(work, models, draws=draws, seed=seed, cache=cache)
         held = compose(work, models, draws=draws, seed=seed, cache=cache, hold=PER_STEP).draws if persistent else None
         tier = evidence_tier(models, dist.evidence.values())
-        return Composed(job, work, models, dist, held, tier, doubt_of(work, dist, tier, job.framework,
-                                                                      self.doubt_model),
+        return Composed(job, work, models, dist, held, tier,
+                        doubt_of(work, dist, tier, job.framework, self.doubt_model) if doubt else None,
                         self.memory(job), seed)
+
+    def add_doubts(self, composed: list[Composed]) -> list[Exception | None]:
+        """The predictive uncertainty of many composed jobs in one query of the doubt model
+        (each :class:`Composed`'s ``doubt`` set); per job None, or the error that kept it from one."""
+        errors = []
+        try:
+            doubts = doubts_of(composed, self.doubt_model)
+        except Exception:  # noqa: BLE001 - one at a time, so that only the job at fault fails
+            doubts = []
+            for c in composed:
+                try:
+                    doubts.append(doubt_of(c.work, c.dist, c.tier, c.job.framework, self.doubt_model))
+                except Exception as exc:  # noqa: BLE001 - that job's failure
+                    doubts.append(exc)
+        for c, d in zip(composed, doubts):
+            if isinstance(d, Exception):
+                errors.append(d)
+            else:
+                c.doubt = d
+                errors.append(None)
+        return errors
 
     def report(self, job: Job, draws: int = DRAWS, seed: int = 0, *, train_tokens: float = 1e12,
                target_step_s: float | None = None, confidence: float | None = None) -> Prediction:
