@@ -517,9 +517,8 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     framework, cache, work = job.framework, predictor.pricer(job), predictor.workload(job)
     a = replace(a, slow_nodes=slow_node_count(work, a))  # the default made a number, as reported
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
-    dist = predictor.step(job, a.draws, seed)
-    full = dist.draws
-    persistent = predictor.step(job, a.draws, seed, hold=PER_STEP).draws
+    dist, persistent = predictor.steps(job, [(), PER_STEP], a.draws, seed)
+    full, persistent = dist.draws, persistent.draws
     doubt = predictor.doubt(job, dist)
     steps = steps_to_train(train_tokens, work.tokens_per_step)
     medians = [r["p50_s"] for r in placed[1:]]

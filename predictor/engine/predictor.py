@@ -28,7 +28,7 @@ import numpy as np
 from predictor.core.job import Job
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import HardwareConfig
-from predictor.engine.compose import DRAWS, PER_STEP, StepDistribution, compose, workload_calls
+from predictor.engine.compose import DRAWS, PER_STEP, StepDistribution, compose, compose_holds, workload_calls
 from predictor.engine.doubt import Doubt, doubt_of, doubts_of, shipped_model
 from predictor.engine.report import Prediction, prediction
 from predictor.latency.artifacts import TIERS, ModelSet, evidence_tier, trained_models
@@ -152,6 +152,15 @@ class Predictor:
         work = self.workload(job)
         return compose(work, models, draws=draws, seed=seed, cache=self.pricer(job), **options)
 
+    def steps(self, job: Job, holds, draws: int = DRAWS, seed: int = 0, **options) -> list[StepDistribution]:
+        """:meth:`step` once per hold of ``holds`` (e.g. ``[(), PER_STEP]``: the step and
+        its run-persistent twin), the operator draws shared where the holds allow
+        (:func:`~predictor.engine.compose.compose_holds`): the same distributions as one
+        :meth:`step` each."""
+        models = self.models(job)
+        work = self.workload(job)
+        return compose_holds(work, models, holds, draws=draws, seed=seed, cache=self.pricer(job), **options)
+
     def compose(self, work: Workload, draws: int = DRAWS, seed: int = 0, on: HardwareConfig | None = None,
                 **options) -> StepDistribution:
         """The step-time distribution of a workload decomposed elsewhere (a measured layout's),
@@ -180,8 +189,11 @@ class Predictor:
         models = self.models(job)
         work = self.workload(job)
         cache = self.pricer(job)
-        dist = compose(work, models, draws=draws, seed=seed, cache=cache)
-        held = compose(work, models, draws=draws, seed=seed, cache=cache, hold=PER_STEP).draws if persistent else None
+        if persistent:
+            dist, held = compose_holds(work, models, [(), PER_STEP], draws=draws, seed=seed, cache=cache)
+            held = held.draws
+        else:
+            dist, held = compose(work, models, draws=draws, seed=seed, cache=cache), None
         tier = evidence_tier(models, dist.evidence.values())
         return Composed(job, work, models, dist, held, tier,
                         doubt_of(work, dist, tier, job.framework, self.doubt_model) if doubt else None,
