@@ -43,6 +43,9 @@ from predictor.workload.memory import MemoryBreakdown, memory_per_gpu
 __all__ = ["DEFAULT_QUANTILES", "DRAWS", "PER_STEP", "TIERS", "Composed", "Doubt", "Job", "ModelSet", "Predictor",
            "Prediction", "QuantileCache", "Source", "StepDistribution", "Workload"]
 
+#: Decompositions kept (the most recently used): a predict-batch chunk's jobs, many times over.
+KEPT_WORKLOADS = 1024
+
 #: ``doubt_model``'s default: the predictive-uncertainty model shipped in ``models/doubt``.
 SHIPPED = "shipped"
 
@@ -141,9 +144,13 @@ class Predictor:
     def workload(self, job: Job) -> Workload:
         """``job`` decomposed: per pipeline stage the operator calls of a micro-batch and of a step."""
         key = job.key
-        if key not in self._works:
-            self._works[key] = decompose(job.model, job.parallel, job.hardware, job.gpus, framework=job.framework)
-        return self._works[key]
+        work = self._works.pop(key, None)
+        if work is None:
+            work = decompose(job.model, job.parallel, job.hardware, job.gpus, framework=job.framework)
+            while len(self._works) >= KEPT_WORKLOADS:  # the least recently used goes
+                del self._works[next(iter(self._works))]
+        self._works[key] = work  # the most recently used last
+        return work
 
     def step(self, job: Job, draws: int = DRAWS, seed: int = 0, **options) -> StepDistribution:
         """``job``'s step-time distribution (:func:`~predictor.engine.compose.compose`;
