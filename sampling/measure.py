@@ -25,10 +25,10 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from predictor.analyses.predict import check_gpus
 from predictor.core.choices import MeasureDevice, choice
 from predictor.core.errors import PrismError
 from predictor.core.files import writable
+from predictor.core.job import check_gpus
 from predictor.core.layout import divisors, resolve_layout, validate_layout
 from predictor.core.profiles import load_model, section, usable_cores
 from predictor.core.specs import DISTURBING_STEAL, HardwareConfig, MeasureConfig, ModelConfig, ParallelConfig

@@ -45,19 +45,15 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.analyses.doubt import doubt_of, family, shipped_model
-from predictor.analyses.rows import RowLookups
+from predictor.analyses.rows import RowLookups, row_job
 from predictor.core.errors import PrismError
 from predictor.core.files import MANIFEST, held_lock, write_atomically
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, in_table_terms, row_hardware
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, read_table
-from predictor.engine.compose import compose, workload_calls
-from predictor.latency.artifacts import evidence_tier, held_sets, holds_models, models_dir
-from predictor.latency.regressor import DEFAULT_QUANTILES
-from predictor.workload.decompose import decompose
-from predictor.workload.memory import memory_per_gpu
+from predictor.engine.predictor import DEFAULT_QUANTILES
+from predictor.latency.artifacts import held_sets, holds_models, models_dir
 
 #: Monte Carlo draws per row: the median's sampling error at 500 draws is ~0.2% of a step
 #: (benchmarks/bench_batch.py prints what fewer draws cost on the published runs).
@@ -122,35 +118,37 @@ class BatchPredictor:
         return out
 
     def _predict_new(self, jobs: dict[tuple, RowJob]) -> None:
-        works = {}
-        for key, job in jobs.items():
+        predictor = self.rows.predictor
+        todo = {}
+        for key, row in jobs.items():
+            job = row_job(row)
             try:
-                works[key] = decompose(job.model, job.parallel, job.hardware, job.gpus, framework=family(job.framework))
+                predictor.workload(job)
+                todo[key] = job
             except Exception as exc:
                 self.results[key] = (None, _failure(exc), None)
-        calls: dict[tuple, list] = {}
-        for key, work in works.items():
-            calls.setdefault(jobs[key].hardware_key, []).extend(workload_calls(work))
-        for job in jobs.values():
-            if job.hardware_key in calls:
-                try:  # every call of the chunk on this hardware in one query per op
-                    self.rows.lookup(job).fill(calls.pop(job.hardware_key))
-                except Exception:  # compose looks the rows up one by one below: only the bad ones fail
-                    pass
-        for key, work in works.items():
-            job = jobs[key]
+        predictor.prefetch(todo.values())  # every call of the chunk on one hardware in one query per op
+        composed = {}
+        for key, job in todo.items():
             try:
-                cache = self.rows.lookup(job)
-                dist = compose(work, cache.models, draws=self.draws, seed=self.seed, cache=cache)
-                doubt = doubt_of(work, dist, evidence_tier(cache.models, dist.evidence.values()), family(job.framework),
-                                 shipped_model())
-                q = dict(zip(DEFAULT_QUANTILES, doubt.quantiles_s))
-                v5, v50, v95 = dist.quantile([0.05, 0.5, 0.95])
-                mem = memory_per_gpu(job.model, work.parallel, flash_attention=work.parallel.attention != "unfused")
+                composed[key] = predictor.composed(job, self.draws, self.seed, persistent=False, doubt=False)
+            except Exception as exc:
+                self.results[key] = (None, _failure(exc), None)
+        # the doubt about every job's median in one query of its model
+        for key, error in zip(composed, predictor.add_doubts(list(composed.values()))):
+            if error is not None:
+                self.results[key] = (None, _failure(error), None)
+        for key, c in composed.items():
+            if c.doubt is None:
+                continue
+            job = c.job
+            try:
+                q = dict(zip(DEFAULT_QUANTILES, c.doubt.quantiles_s))
+                v5, v50, v95 = c.dist.quantile([0.05, 0.5, 0.95])
                 values = (float(v50), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),
-                          float(mem.total_gib))
+                          float(c.memory.total_gib))
                 if all(math.isfinite(v) and v > 0 for v in values):
-                    self.results[key] = (values, "ok", mem.fits(job.hardware))
+                    self.results[key] = (values, "ok", c.memory.fits(job.hardware))
                 else:
                     self.results[key] = (None, "not predicted: the sizes lie beyond what the models and priors "
                                                "cover (a step time that is not a positive number); check them", None)

@@ -15,9 +15,8 @@ from predictor.core.errors import PrismError
 from predictor.core.specs import HardwareConfig
 from predictor.data.measurements import check_step_unit, implausible_steps, measured_workloads
 from predictor.engine.compose import compose
+from predictor.engine.predictor import Predictor, QuantileCache, Workload
 from predictor.latency.calibration import Calibration
-from predictor.latency.lookup import QuantileCache
-from predictor.workload.decompose import Workload
 
 #: Where a fit starts: compute at its sampled speed, 5 us of framework time per op and per tp collective.
 START = Calibration(1.0, 5.0, 5.0)
@@ -35,7 +34,7 @@ TOLERANCE = 1e-4
 def _fit(works: list[Workload], medians: np.ndarray, models, draws: int, start: Calibration = START,
          cache: QuantileCache | None = None, tol: float = TOLERANCE) -> Calibration:
     # the operator quantiles do not depend on the calibration: look them up once for the fit
-    cache = cache or QuantileCache(models, works[0].hardware)
+    cache = cache or Predictor.with_models(models, works[0].hardware).pricer(works[0].hardware)
     # without a tp>1 layout no residual moves with tp_overhead_us: least squares would leave it where it
     # started (START's 5 us) and store that as if measured, so it keeps its neutral value instead
     free = np.array([True, True, any(w.parallel.tp > 1 for w in works)])
@@ -96,7 +95,7 @@ def fit_calibration(measured: pd.DataFrame, hw: HardwareConfig | str, models, dr
         raise PrismError(f"measured: {len(works)} layout(s); calibration fits 3 numbers and needs at least 3 "
                          f"measured layouts, and prism calibrate, which also predicts each layout from a fit on the "
                          f"others, 4 (prism measure ... out=FILE, several times)", field='measured')
-    cache = QuantileCache(models, hw)
+    cache = Predictor.with_models(models, hw).pricer(hw)  # one pricer for every fit's compositions
     _check_units(ids, works, medians, models, draws, cache, hw)
     cal = _fit(works, medians, models, draws, cache=cache)
     numbers = {"compute_scale": cal.compute_scale, "op_overhead_us": cal.op_overhead_us,
@@ -121,7 +120,7 @@ def cross_validate(measured: pd.DataFrame, hw: HardwareConfig | str, models, dra
     if len(works) < 4:
         raise PrismError(f"measured: {len(works)} layout(s); leave-one-out calibration needs at least 4",
                          field='measured')
-    cache = QuantileCache(models, hw)
+    cache = Predictor.with_models(models, hw).pricer(hw)  # one pricer for every fit's compositions
     _check_units(ids, works, medians, models, draws, cache, hw)
     keep = np.ones(len(works), bool)
     out = {}

@@ -30,8 +30,7 @@ from predictor.core.layout import resolve_layout
 from predictor.core.mesh import tp_span_note
 from predictor.core.profiles import CONF_DIR, as_layout, group_options, load_hardware, read_yaml
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
-from predictor.engine.compose import DRAWS
-from predictor.latency.artifacts import TIERS
+from predictor.engine.predictor import DRAWS, TIERS
 from predictor.workload.decompose import check_whole_nodes
 
 BAND = ("p5", "p50", "p95")

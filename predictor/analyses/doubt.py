@@ -12,9 +12,7 @@ on the other sources only.
 """
 from __future__ import annotations
 
-import functools
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,18 +21,23 @@ import numpy as np
 from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
 from predictor.core.framework import (
-    default_framework,
-    known_frameworks,
-    load_framework,
     reference_framework,
-    uncertainty_code,
     uncertainty_features,
-    uncertainty_framework,
 )
 from predictor.core.profiles import DATA_DIR, REPO_ROOT
-from predictor.engine.compose import StepDistribution, compose
-from predictor.engine.draws import inverse_cdf
-from predictor.latency.artifacts import TIERS, evidence_tier, models_dir
+from predictor.engine.compose import StepDistribution
+from predictor.engine.doubt import (  # noqa: F401  (the features and the shipped model, read here by their old names)
+    DOUBT,
+    Doubt,
+    calls_per_step,
+    check_framework,
+    doubt_of,
+    family,
+    features,
+    shipped_model,
+    tier_code,
+)
+from predictor.engine.predictor import DEFAULT_QUANTILES, TIERS, Predictor
 from predictor.latency.doubt import (
     FEATURES,
     DoubtModel,
@@ -45,54 +48,13 @@ from predictor.latency.doubt import (
     source_weights,
     widen,
 )
-from predictor.latency.regressor import DEFAULT_QUANTILES
-from predictor.workload.decompose import Workload, decompose
-from predictor.workload.layers import parameter_count
+from predictor.workload.decompose import Workload
 
 if TYPE_CHECKING:  # pandas and the published tables only to fit and check: prism predict needs neither
     import pandas as pd
 
-#: The predictive-uncertainty model's folder under the models directory.
-DOUBT = "doubt"
 #: Nominal coverages the check scores (central intervals).
 COVERAGES = (0.5, 0.8, 0.9)
-
-
-def family(framework: str) -> str:
-    """The framework family (:data:`~predictor.latency.doubt.FRAMEWORKS`) of a runs table's
-    framework cell: the frameworks' files' ``uncertainty.cells`` (the two families the table
-    has no defaults for, DeepSpeed and llm-foundry), else the table's own reading
-    (:func:`~predictor.data.runs_table.framework_family`), else the unrecognised one's
-    (:func:`predictor.core.framework.uncertainty_framework`)."""
-    return uncertainty_framework(str(framework))
-
-
-def tier_code(tier: str) -> int:
-    """The code of an evidence tier as :func:`~predictor.latency.artifacts.evidence_tier`
-    writes it ("microbenchmarks of h100-sxm (same compute die)" is microbenchmarks)."""
-    return next(i for i, name in enumerate(TIERS) if tier.startswith(name))
-
-
-def calls_per_step(work: Workload) -> int:
-    """Operator calls one GPU of the busiest stage launches in a step (device calls: the host
-    ops describe the same calls' framework time)."""
-    return max(sum(c.count for c in st.forward + st.backward if c.role != "host") * work.micro_batches
-               + sum(c.count for c in st.step if c.role != "host") for st in work.stages)
-
-
-def features(work: Workload, dist: StepDistribution, tier: str, framework: str) -> np.ndarray:
-    """The :data:`~predictor.latency.doubt.FEATURES` of one prediction."""
-    par, p50 = work.parallel, float(np.median(dist.draws))
-    low_precision = work.hardware.gemm_dtype not in (None, work.hardware.train_dtype)  # fp8, mxfp8, nvfp4
-    values = {
-        "tier": tier_code(tier), "prior_share": dist.prior_share, "comm_share": dist.exposed_comm_s / p50,
-        "bubble_share": dist.bubble_s / p50, "log2_us_per_call": math.log2(p50 * 1e6 / calls_per_step(work)),
-        "log2_gpus": math.log2(work.gpus), "log2_tp": math.log2(par.tp),
-        "log2_pp": math.log2(par.pp), "log2_dp": math.log2(par.dp), "log2_cp": math.log2(par.cp),
-        "log2_micro_batches": math.log2(work.micro_batches), "log10_params": math.log10(parameter_count(work.model)),
-        "log2_seq": math.log2(work.seq), "fp8": float(low_precision), "gpu": float(work.hardware.host.asynchronous),
-        "framework": uncertainty_code(framework)}
-    return np.array([values[f] for f in FEATURES], float)
 
 
 def published_with_steps(e2e_dir=DATA_DIR / "e2e") -> pd.DataFrame:
@@ -139,18 +101,18 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
     ``source``) as ``prism predict`` would, with ``draws`` draws."""
     import pandas as pd
 
-    from predictor.analyses.rows import RowLookups
+    from predictor.analyses.rows import RowLookups, row_job
 
     lookups = RowLookups()
+    predictor = lookups.predictor
     out, X, skipped = [], [], {}
     for _, row in rows.iterrows():
         try:
-            job = lookups.job(row)
-            model, cache = job.model, lookups.lookup(job)
-            tier = evidence_tier(cache.models)
             fam = family(row.get("framework", ""))
-            work = decompose(model, job.parallel, job.hardware, job.gpus, framework=fam)
-            dist = compose(work, cache.models, draws=draws, seed=seed, cache=cache)
+            job = replace(row_job(lookups.job(row)), framework=fam)
+            model, tier = job.model, predictor.tier(job)
+            work = predictor.workload(job)
+            dist = predictor.step(job, draws, seed)
         except PrismError as exc:
             reason = exc.field or "layout"
             skipped[reason] = skipped.get(reason, 0) + 1
@@ -169,12 +131,12 @@ def measured_errors(measured: pd.DataFrame, models, hardware, source: str, draws
     import pandas as pd
 
     from predictor.data.measurements import measured_workloads
-    from predictor.latency.lookup import QuantileCache
 
-    cache, tier = QuantileCache(models, hardware), evidence_tier(models)
+    predictor = Predictor.with_models(models, hardware)
+    tier = predictor.tier(hardware)
     out, X = [], []
     for layout_id, work, t in measured_workloads(measured, hardware):
-        dist = compose(work, models, draws=draws, seed=seed, cache=cache)
+        dist = predictor.compose(work, draws, seed, on=hardware)
         reference = reference_framework().uncertainty_feature
         X.append(features(work, dist, tier, reference))
         out.append(_error_row(source, tier, reference, hardware.name, work, layout_id, dist, float(np.median(t))))
@@ -283,51 +245,3 @@ def fit(errors: Errors) -> DoubtModel:
     return DoubtModel().fit(errors.X, errors.y, errors.table.source.to_numpy())
 
 
-@functools.lru_cache(maxsize=1)
-def shipped_model() -> DoubtModel | None:
-    """The predictive-uncertainty model shipped in ``models/doubt`` (None where it is not)."""
-    directory = models_dir() / DOUBT
-    return DoubtModel.load(directory) if (directory / "manifest.json").is_file() else None
-
-
-def check_framework(value) -> str:
-    """``framework`` as a framework ``conf/framework/`` knows (an alias too; None: the default
-    framework's name), refused with the known names otherwise
-    (:func:`predictor.core.framework.load_framework`)."""
-    if value is None:
-        return default_framework().name
-    if not isinstance(value, str) or not value:
-        raise PrismError(f"framework={value}: choose the family that runs the job, one of "
-                         f"{', '.join(known_frameworks())}", field="framework")
-    load_framework(value)
-    return value
-
-
-@dataclass
-class Doubt:
-    """The predictive distribution of a run's median step: quantiles (s) at
-    :data:`~predictor.latency.regressor.DEFAULT_QUANTILES`, the composed median they lean
-    from (its own median may lie above it: :func:`~predictor.latency.doubt.calibrated`),
-    the features the model is extrapolating on, and what it was learned from (None: no
-    model, no doubt stated)."""
-
-    quantiles_s: np.ndarray
-    prediction_s: float
-    extrapolating: list[str]
-    learned_from: str | None
-
-    def draws(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` draws of the run's median step over the composed median (1 = the prediction)."""
-        q = self.quantiles_s / self.prediction_s
-        return inverse_cdf(q[None, :], np.asarray(DEFAULT_QUANTILES), rng.uniform(size=(1, n)))[0]
-
-
-def doubt_of(work: Workload, dist: StepDistribution, tier: str, framework: str,
-             model: DoubtModel | None) -> Doubt:
-    """The predictive distribution of ``work``'s median step predicted as ``dist``."""
-    p50 = float(np.median(dist.draws))
-    if model is None:
-        return Doubt(np.full(len(DEFAULT_QUANTILES), p50), p50, [], None)
-    x = features(work, dist, tier, framework)[None, :]
-    return Doubt(p50 * np.exp(model.predict(x)[0]), p50, model.extrapolating(x)[0],
-                 f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time")

@@ -58,17 +58,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from predictor.analyses.doubt import check_framework, doubt_of, shipped_model
-from predictor.analyses.predict import check_gpus, predictive_report
 from predictor.core.choices import RankBy, choice
 from predictor.core.errors import PrismError
+from predictor.core.job import check_framework, check_gpus
 from predictor.core.layout import AXES, check_count, refuse_experts_of_dense, resolve_layout, validate_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import compose
+from predictor.engine.doubt import doubt_of, shipped_model
+from predictor.engine.predictor import Predictor, QuantileCache
+from predictor.engine.report import predictive_report
 from predictor.engine.screen import screen
-from predictor.latency.artifacts import evidence_tier, trained_models
-from predictor.latency.lookup import QuantileCache
+from predictor.latency.artifacts import evidence_tier
 from predictor.workload.decompose import Workload, attention_kernel, decompose
 from predictor.workload.flops import model_flops_per_step
 from predictor.workload.memory import GiB, memory_per_gpu
@@ -240,7 +241,7 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     """
     check_rank_by(rank_by)
     first = works[0]
-    cache = cache or QuantileCache(models, first.hardware)
+    cache = cache or Predictor.with_models(models, first.hardware).pricer(first.hardware)
     if memory_gib is None:
         memory_gib = [memory_per_gpu(first.model, w.parallel,
                                      flash_attention=w.parallel.attention != "unfused").total_gib
@@ -376,13 +377,14 @@ def _search(model, hardware, gpus, base, rank_by, top, models_dir, seed, framewo
     base = replace(base, attention=attention_kernel(base.attention, framework, hardware))  # once, not per layout
     # tp is searched inside one NVLink domain: a node, or a whole NVL72 rack of 4-GPU nodes
     candidates = enumerate_layouts(model, gpus, hardware.nvlink_domain, batch, base)
-    models = trained_models(hardware, models_dir)
-    shipped_model()  # loaded once, before any worker is forked
-    with _Workers(len(candidates), (model, hardware, gpus, models, seed, framework)) as workers:
-        return _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0, framework)
+    predictor = Predictor(models_dir)
+    predictor.models(hardware)  # loaded (a models_dir without them refused) before any worker is forked
+    predictor.doubt_model  # noqa: B018 - loaded once, before any worker is forked
+    with _Workers(len(candidates), (model, hardware, gpus, predictor, seed, framework)) as workers:
+        return _ranked(model, hardware, gpus, predictor, batch, rank_by, top, candidates, workers, t0, framework)
 
 
-def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, workers, t0,
+def _ranked(model, hardware, gpus, predictor, batch, rank_by, top, candidates, workers, t0,
             framework) -> SearchResult:
     """Steps 1 to 3 of the module docstring, run by ``workers``."""
     parts = workers.map(_screen_part, workers.split(candidates))
@@ -419,7 +421,7 @@ def _ranked(model, hardware, gpus, models, batch, rank_by, top, candidates, work
         counts={"enumerated": len(candidates), "invalid": sum(invalid.values()), "do_not_fit": too_big,
                 "ranked": len(fitting), "invalid_by_reason": invalid},
         layouts=ranking.layouts, front_memory=ranking.front_memory, front_risk=ranking.front_risk,
-        draws={"screen": SCREEN_DRAWS, "composed": FINAL_DRAWS}, tier=evidence_tier(models),
+        draws={"screen": SCREEN_DRAWS, "composed": FINAL_DRAWS}, tier=predictor.tier(hardware),
         seconds=time.perf_counter() - t0)
 
 
@@ -438,7 +440,7 @@ class _Screened(NamedTuple):
 
 
 #: The search under way, as the worker processes inherit it: (model, hardware, gpus,
-#: models, seed, framework, quantile cache).
+#: models, seed, framework, quantile cache), the last the Predictor's for the hardware.
 _JOB: tuple | None = None
 #: Fewest candidates worth forking for; parts per worker (the layouts' costs differ).
 PARALLEL_FROM = 2000
@@ -447,8 +449,8 @@ PARTS_PER_WORKER = 4
 
 def _start(job: tuple) -> None:
     global _JOB
-    _, hardware, _, models, _, _ = job
-    _JOB = (*job, QuantileCache(models, hardware))
+    model, hardware, gpus, predictor, seed, framework = job
+    _JOB = (model, hardware, gpus, predictor.models(hardware), seed, framework, predictor.pricer(hardware))
 
 
 def _start_worker(job: tuple) -> None:

@@ -36,18 +36,16 @@ import numpy as np
 import pandas as pd
 from scipy.stats import ks_2samp
 
-from predictor.analyses.doubt import COVERAGES, doubt_of, predict_runs, shipped_model
-from predictor.analyses.predict import predictive_report
+from predictor.analyses.doubt import COVERAGES, predict_runs
 from predictor.core.errors import PrismError
 from predictor.core.framework import reference_framework
 from predictor.core.profiles import as_hardware
 from predictor.core.specs import DISTURBING_STEAL, HardwareConfig
 from predictor.data.measurements import COLUMNS, check_step_unit, measured_on, measured_workloads, step_times
-from predictor.engine.compose import compose
+from predictor.engine.doubt import doubt_of, shipped_model
 from predictor.engine.draws import cdf_at
-from predictor.latency.artifacts import ModelSet, evidence_tier
-from predictor.latency.lookup import QuantileCache, Source
-from predictor.workload.decompose import Workload
+from predictor.engine.predictor import ModelSet, Predictor, Source, Workload
+from predictor.engine.report import predictive_report
 from predictor.workload.memory import memory_per_gpu
 
 
@@ -173,12 +171,11 @@ def validate(measured: pd.DataFrame, hardware: HardwareConfig | str, models: Mod
     """
     hardware = checked_inputs(measured, hardware, models)
     scores, meas, pred = [], {}, {}
-    cache = QuantileCache(models, hardware)
-    tier, doubt_model = evidence_tier(models), shipped_model()
+    predictor = Predictor.with_models(models, hardware)
+    tier, doubt_model = predictor.tier(hardware), predictor.doubt_model
     timed = step_times(measured).groupby("layout_id").size()
     for layout_id, work, t in measured_workloads(measured, hardware):
-        dist = compose(work, models, draws=draws, seed=seed, cache=cache,
-                       calibration=(calibrations or {}).get(layout_id))
+        dist = predictor.compose(work, draws, seed, on=hardware, calibration=(calibrations or {}).get(layout_id))
         s = score(layout_id, dist.draws, t)
         if timed[layout_id] > len(t):
             s.notes.append(f"{timed[layout_id] - len(t)} step(s) timed while the hypervisor took over "

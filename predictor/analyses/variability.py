@@ -54,7 +54,6 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.analyses.doubt import Doubt, check_framework, doubt_of, shipped_model
 from predictor.analyses.predict import (
     SECONDS_PER_DAY,
     check_gpus,
@@ -64,15 +63,14 @@ from predictor.analyses.predict import (
     steps_to_train,
 )
 from predictor.core.errors import PrismError
+from predictor.core.job import Job, check_framework
 from predictor.core.layout import MAX_GPUS, report_layout, resolve_layout
 from predictor.core.mesh import Mesh
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws
 from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
-from predictor.latency.artifacts import evidence_tier, trained_models
-from predictor.latency.lookup import QuantileCache
-from predictor.latency.regressor import DEFAULT_QUANTILES
-from predictor.workload.decompose import Workload, decompose
+from predictor.engine.predictor import DEFAULT_QUANTILES, Doubt, Predictor, QuantileCache, Workload
+from predictor.workload.decompose import decompose
 
 MINUTES_PER_DAY = 1440.0
 
@@ -511,18 +509,17 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     model, hardware, layout = as_model(model), as_hardware(hardware), as_layout(layout)
     a = check_analysis(settings or AnalysisConfig())
     train_tokens = check_train_tokens(train_tokens)
-    par = resolve_layout(layout, check_gpus(gpus))
+    par = resolve_layout(layout, check_gpus(gpus))  # the layout as given: no framework's settings
     gpus = par.world_size
-    models = trained_models(hardware, models_dir)
-    cache = QuantileCache(models, hardware)
-    framework = check_framework(framework)
-    work = decompose(model, par, hardware, gpus, framework=framework)
+    predictor = Predictor(models_dir)
+    models = predictor.models(hardware)
+    job = Job(model, hardware, par, gpus, check_framework(framework), layout)
+    framework, cache, work = job.framework, predictor.pricer(job), predictor.workload(job)
     a = replace(a, slow_nodes=slow_node_count(work, a))  # the default made a number, as reported
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
-    dist = compose(work, models, draws=a.draws, seed=seed, cache=cache)
-    full = dist.draws
-    persistent = compose(work, models, draws=a.draws, seed=seed, cache=cache, hold=PER_STEP).draws
-    doubt = doubt_of(work, dist, evidence_tier(models, dist.evidence.values()), framework, shipped_model())
+    dist, persistent = predictor.steps(job, [(), PER_STEP], a.draws, seed)
+    full, persistent = dist.draws, persistent.draws
+    doubt = predictor.doubt(job, dist)
     steps = steps_to_train(train_tokens, work.tokens_per_step)
     medians = [r["p50_s"] for r in placed[1:]]
     return VariabilityReport(

@@ -122,12 +122,26 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
     ``slow_gpus`` gives, per pipeline stage, how many of its GPUs are known to be
     ``slow_factor`` times slower in compute (slow nodes); empty: none.
     """
+    return compose_holds(work, models, (hold,), draws, seed, dtype, cache, brute_force, calibration, slow_gpus,
+                         slow_factor)[0]
+
+
+def compose_holds(work: Workload, models: ModelSet | None, holds, draws: int = DRAWS, seed: int = 0,
+                  dtype: str | None = None, cache: QuantileCache | None = None, brute_force: bool = False,
+                  calibration: Calibration | None = None, slow_gpus=(), slow_factor: float = 1.0
+                  ) -> list[StepDistribution]:
+    """:func:`compose` of ``work`` once per hold of ``holds``, each exactly as its own call
+    would compose it. The operator draws (:func:`~predictor.engine.stages.draw_stage_sums`)
+    depend on a hold's residuals alone, so holds that take out the same residuals (a
+    prediction and its run-persistent twin, ``hold=PER_STEP``) share them, and each goes on
+    from the random state its own call would have reached."""
     check_number("seed", seed, integer=True, zero=True)
     check_draws("draws", draws)
-    unknown = {h for h in hold if h not in COMPONENTS and not h.startswith("residual:")}
-    if unknown:
-        raise PrismError(f"hold: unknown variability component(s) {sorted(unknown)}; choose from {COMPONENTS} "
-                         f"or residual:<op>/<pass>", field='hold')
+    for hold in holds:
+        unknown = {h for h in hold if h not in COMPONENTS and not h.startswith("residual:")}
+        if unknown:
+            raise PrismError(f"hold: unknown variability component(s) {sorted(unknown)}; choose from {COMPONENTS} "
+                             f"or residual:<op>/<pass>", field='hold')
     hw, par, gpus = work.hardware, work.parallel, work.mesh.gpus_per_stage
     if slow_gpus and len(slow_gpus) != par.pp:
         raise PrismError(f"slow_gpus: {len(slow_gpus)} entries for {par.pp} pipeline stages; give one count per stage",
@@ -135,11 +149,30 @@ def compose(work: Workload, models: ModelSet | None, draws: int = DRAWS, seed: i
     if slow_gpus and (slow_factor <= 0 or max(slow_gpus) > gpus or min(slow_gpus) < 0):
         raise PrismError(f"slow_gpus={list(slow_gpus)}, slow_factor={slow_factor}: counts must lie in "
                          f"0..{gpus} (GPUs per stage) and the factor be positive", field='slow_gpus')
-    rng = np.random.default_rng(seed)
     variability = variability_of(hw, models)
-    spread = Spread.of(variability.spec, hold)
     plan = StagePlan.of([work])
-    sums = draw_stage_sums(plan, models, cache or QuantileCache(models, hw, dtype), draws, rng, calibration, hold)
+    cache = cache or QuantileCache(models, hw, dtype)
+    drawn: dict[tuple, tuple] = {}  # the residuals a hold takes out -> (stage sums, random state after them)
+    out = []
+    for hold in holds:
+        rng = np.random.default_rng(seed)
+        residuals = tuple(sorted(h for h in hold if h == "residual" or h.startswith("residual:")))
+        if residuals in drawn:
+            sums, state = drawn[residuals]
+            rng.bit_generator.state = state
+        else:
+            sums = draw_stage_sums(plan, models, cache, draws, rng, calibration, hold)
+            drawn[residuals] = sums, rng.bit_generator.state
+        out.append(_composed(work, plan, sums, Spread.of(variability.spec, hold), variability, rng, draws, gpus,
+                             slow_gpus, slow_factor, brute_force))
+    return out
+
+
+def _composed(work: Workload, plan: StagePlan, sums, spread: Spread, variability: Variability,
+              rng: np.random.Generator, draws: int, gpus: int, slow_gpus, slow_factor: float,
+              brute_force: bool) -> StepDistribution:
+    """Steps 2 and 3 of the module docstring from the stage sums of step 1."""
+    hw, par = work.hardware, work.parallel
     regime = spread.regime_factor(rng, draws)
     speed = _slowest_gpus(spread, gpus, par.pp, slow_gpus, slow_factor, rng, draws, brute_force)
     t = stage_times(plan, sums.drawn, sums.buckets, slice(None), speed, regime)

@@ -18,8 +18,8 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
+from predictor.core.normal import ndtr, ndtri
 from predictor.core.specs import VariabilitySpec
 
 

@@ -321,7 +321,8 @@ def _one_f_one_b_rounds(fwd: np.ndarray, bwd: np.ndarray, m: int) -> np.ndarray:
     shop: rank i finishes its j-th at ``sum(fwd[:i+1]) + j·max(fwd[:i+1])``. Where the
     state (each rank's last backward and the forward it waits for) has shifted by one
     amount over pp rounds, the rounds repeat (a max-plus linear recurrence), so whole
-    periods are skipped up to the cool-down.
+    periods are skipped up to the cool-down: for every draw at once where all have settled,
+    else for the draws settled to 1e-12 apart from the rest, which walk on.
     """
     pp, s = fwd.shape
     w = np.minimum(pp - 1 - np.arange(pp), m)
@@ -331,27 +332,63 @@ def _one_f_one_b_rounds(fwd: np.ndarray, bwd: np.ndarray, m: int) -> np.ndarray:
     wait[1:] = reach[:-1] + w[1:, None] * pace[:-1]  # rank i's first steady forward needs F_{i-1}(w_i)
     below = np.cumsum(bwd[::-1], axis=0)[::-1]  # sum of bwd over ranks i..pp-1
     below_next = np.vstack([below[1:], np.zeros((1, s))])
+    out = np.empty((pp, s))
+    # draws whose rounds have settled skip ahead on their own, the rest walk on: (columns, round, prev, wait)
+    todo = [(np.arange(s), 0, prev, wait)]
+    while todo:
+        cols, k, prev, wait = todo.pop()
+        cols, ends = _rounds(fwd[:, cols], below[:, cols], below_next[:, cols], w, m, k, prev, wait, cols, todo)
+        out[:, cols] = ends
+    return out
+
+
+def _rounds(fwd, below, below_next, w, m, k, prev, wait, cols, todo) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_one_f_one_b_rounds` from round ``k`` for the draws ``cols`` (state ``prev``,
+    ``wait``): the draws walked to the end and their rank ends after round m. Draws that
+    settle while others have not are put on ``todo`` to go on from the round they skip to."""
+    pp, s = fwd.shape
     steady_until = m - pp  # the last round in which every rank still runs a forward
-    snapshot, k = None, 0
+    snapshot = None
+    fe, after = np.empty((pp, s)), np.empty((pp, s))
+    wait = wait.copy()
     while k < m:
-        active = (w + k < m)[:, None]
-        fe = np.maximum(prev, wait) + fwd
-        after = np.where(active, fe, prev)
-        prev = np.maximum.accumulate((after - below_next)[::-1], axis=0)[::-1] + below
-        wait = np.vstack([np.zeros((1, s)), fe[:-1]])
+        # the round's arithmetic in place (the same operations, in the same order, as
+        # fe = max(prev, wait) + fwd; after = where(active, fe, prev); prev = reversed running max + below)
+        np.maximum(prev, wait, out=fe)
+        fe += fwd
+        if k + w[0] < m:  # every rank still has a forward (w falls with the rank)
+            np.subtract(fe, below_next, out=after)
+        else:
+            np.subtract(np.where((w + k < m)[:, None], fe, prev), below_next, out=after)
+        np.maximum.accumulate(after[::-1], axis=0, out=after[::-1])
+        prev = after + below
+        wait[1:] = fe[:-1]
         if pp <= k < steady_until and (k + 1) % pp == 0:
             state = np.concatenate([prev, wait[1:]])
-            shift = None if snapshot is None else state - snapshot
-            if shift is not None and np.all(np.abs(shift - shift[:1]) <= 1e-9 * np.abs(state)):
+            if snapshot is not None:
+                shift = state - snapshot
                 periods = (steady_until - k) // pp  # whole periods left before the cool-down
-                prev += periods * shift[0]
-                wait[1:] += periods * shift[0]
-                k += periods * pp
-                snapshot = None
-            else:
-                snapshot = state
+                if np.all(np.abs(shift - shift[:1]) <= 1e-9 * np.abs(state)):  # every draw has settled
+                    prev = prev + periods * shift[0]
+                    wait[1:] += periods * shift[0]
+                    k += periods * pp
+                    snapshot = None
+                    k += 1
+                    continue
+                # draws settled to a thousandth of that tolerance skip ahead apart (one slow draw held
+                # every draw to the full walk); the others walk on
+                settled = np.all(np.abs(shift - shift[:1]) <= 1e-12 * np.abs(state), axis=0)
+                if settled.any():
+                    todo.append((cols[settled], k + periods * pp + 1, prev[:, settled] + periods * shift[0, settled],
+                                 np.vstack([wait[:1, settled], wait[1:, settled] + periods * shift[0, settled]])))
+                    keep = ~settled
+                    cols, fwd, below, below_next = cols[keep], fwd[:, keep], below[:, keep], below_next[:, keep]
+                    prev, wait, state = prev[:, keep], wait[:, keep], state[:, keep]
+                    s = len(cols)
+                    fe, after = np.empty((pp, s)), np.empty((pp, s))
+            snapshot = state
         k += 1
-    return prev
+    return cols, prev
 
 
 def steady_pipeline(fwd, bwd, m, schedule: str = "1f1b", vpp: int = 1, in_flight=None) -> PipelineResult:

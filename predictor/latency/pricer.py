@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.special import ndtri
 
+from predictor.core.normal import ndtri
 from predictor.core.ops import OPS, Call
 from predictor.core.precision import call_dtype
 from predictor.core.specs import HardwareConfig
