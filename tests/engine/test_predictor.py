@@ -95,7 +95,7 @@ def test_what_jobs_share_is_kept(job):
 
 def test_prefetch_leaves_a_bad_job_to_fail_alone(job):
     predictor = Predictor()
-    bad = Job(load_model("gpt3-1.3b"), load_hardware("a100-sxm4-80gb"), ParallelConfig(tp=3, dp=1), 3)
+    bad = Job(load_model("gpt3-1.3b"), load_hardware("a100-sxm4-80gb"), ParallelConfig(tp=3, dp=1), 3, job.framework)
     predictor.prefetch([bad, job])  # no error: the good job is priced
     assert predictor.pricer(job)._q
     with pytest.raises(PrismError):
