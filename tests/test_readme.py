@@ -44,7 +44,7 @@ _FAST_TRAINING = "regressor.params.n_estimators=5 regressor.params.median_rounds
 #: (except ``--help`` and ``--show-config``, which run nothing).
 REDUCED = {
     # quick's 19 ops take 5 minutes (collectives under torchrun); two compute ops, 3 shapes: seconds,
-    # without the co-run phase's neighbour (tests/test_co_run.py runs it)
+    # without the co-run phase's neighbour (tests/sampling/test_co_run.py runs it)
     "prism sample": "sampling.ops=[gemm,layernorm] sampling.shapes_per_op=3 sampling.repeats=3 sampling.co_run_share=0",
     # 150 + 100 + 50 boosting rounds per model: 10-20 s for 27 models; 5 each: the same code, quicker
     "prism train": _FAST_TRAINING,
@@ -56,36 +56,36 @@ REDUCED = {
 }
 #: Exact README command -> why it is not run here, and what covers it.
 NOT_RUN = {
-    # Sampling a cluster: multi-rank jobs; the same code runs tiny in tests/test_cluster_sampling.py
+    # Sampling a cluster: multi-rank jobs; the same code runs tiny in tests/sampling/test_cluster_sampling.py
     'torchrun --standalone --nproc_per_node=4 --no-python prism sample hardware=local-cpu sampling=cluster '
     'sampling.budget_s=300 "sampling.space.message_bytes=[1024,16777216]" output_dir=samples/cluster-cpu':
-        "4 ranks for 5 minutes on 2 cores; tests/test_cluster_sampling.py::"
+        "4 ranks for 5 minutes on 2 cores; tests/sampling/test_cluster_sampling.py::"
         "test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once runs the same job with a tiny plan",
     "torchrun --nnodes=4 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node001:29500 --rdzv-id=prism-sample "
     "--no-python prism sample hardware=h100-sxm sampling=cluster output_dir=/shared/prism/samples":
-        "needs 4 GPU nodes; tests/test_cluster_sampling.py::"
+        "needs 4 GPU nodes; tests/sampling/test_cluster_sampling.py::"
         "test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once runs two torchrun agents with a c10d "
         "rendezvous on this host",
     "srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 prism sample hardware=h100-sxm sampling=cluster "
     "output_dir=/shared/prism/samples":
-        "needs SLURM and GPU nodes; tests/test_cluster_sampling.py::"
+        "needs SLURM and GPU nodes; tests/sampling/test_cluster_sampling.py::"
         "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish sets srun's variables by hand",
     'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)':
         "a line of the SLURM batch script: needs SLURM's scontrol",
     "srun prism sample hardware=h100-sxm sampling=cluster output_dir=/shared/prism/samples":
-        "a line of the SLURM batch script: needs SLURM; tests/test_cluster_sampling.py::"
+        "a line of the SLURM batch script: needs SLURM; tests/sampling/test_cluster_sampling.py::"
         "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish runs srun's environment here",
     "pip install -e .": "installs PRISM: these tests run in that installation",
     'pip install -e ".[sampling,test]"': "installs PRISM with its test extra: these tests run in that installation",
     "python -m pytest -q -n auto --dist loadfile": "the test suite, this file included",
     "prism import-trace traces/rank*.json out=samples/trace hardware=local-cpu":
         "a placeholder for your own traces: the same command on traces `prism measure` recorded runs in the "
-        "README's trace section, and tests/test_import_trace.py::test_cli_reads_files_then_settings",
+        "README's trace section, and tests/data/test_import_trace.py::test_cli_reads_files_then_settings",
     "python benchmarks/bench_regressors.py": "5-fold cross-validation of every regressor on the ETT samples: minutes",
     "python benchmarks/bench_search.py": "searches at 1,024 GPUs and ranks vTrain's published layouts: minutes; "
-                                         "tests/test_search.py covers the search",
+                                         "tests/analyses/test_search.py covers the search",
     "python benchmarks/bench_variability.py": "65,536 GPUs drawn one by one against the shortcut: minutes; "
-                                              "tests/test_variability.py covers the analysis",
+                                              "tests/analyses/test_variability.py covers the analysis",
     "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts in 3 passes: about 19 minutes",
     "python benchmarks/validation_suite.py --hardware h200 --stages sample,measure --out runs/h200":
         "needs a CUDA GPU; the train and validate commands after it run on the H200's kept sample and layouts",
@@ -94,11 +94,11 @@ NOT_RUN = {
     "python benchmarks/bench_attention_backends.py --out attention.csv": "needs a CUDA GPU (its output is kept in "
                                                                          "measurements/h200-attention-backends.csv)",
     "python benchmarks/bench_trace.py": "measures and traces three layouts, then imports a 500 MB trace: minutes; "
-                                        "tests/test_import_trace.py covers the loop",
+                                        "tests/data/test_import_trace.py covers the loop",
     "python benchmarks/bench_doubt.py": "predicts all 1,835 published runs and leaves each of 41 sources out: "
-                                        "about 4 minutes; tests/test_doubt.py covers the model and its check",
-    "python benchmarks/bench_doubt.py --save": "refits the shipped models/doubt; tests/test_doubt.py covers fit, save "
-                                               "and load",
+                                        "about 4 minutes; tests/latency/test_doubt.py covers the model and its check",
+    "python benchmarks/bench_doubt.py --save": "refits the shipped models/doubt; tests/latency/test_doubt.py covers "
+                                               "fit, save and load",
 }
 
 
@@ -184,7 +184,7 @@ def test_every_command_is_accounted_for():
 def test_named_tests_exist():
     """The tests NOT_RUN names as covering a command are there."""
     for reason in NOT_RUN.values():
-        for path, name in re.findall(r"(tests/\w+\.py)(?:::(\w+))?", reason):
+        for path, name in re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", reason):
             assert (ROOT / path).exists(), reason
             assert not name or f"def {name}(" in (ROOT / path).read_text(), reason
 

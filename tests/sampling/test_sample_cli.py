@@ -16,7 +16,7 @@ from predictor.data import store  # noqa: E402
 SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10", "sampling.collective_repeats=12",
               "sampling.shapes_per_op=3", "sampling.message_sizes=2", "sampling.targets=[tiny]",
               "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]", "sampling.flush_every_s=0",
-              "sampling.co_run_share=0"]  # the co-run phase: tests/test_co_run.py
+              "sampling.co_run_share=0"]  # the co-run phase: tests/sampling/test_co_run.py
 
 
 def _prism(args, env, **kw):

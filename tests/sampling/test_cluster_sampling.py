@@ -296,7 +296,7 @@ def test_the_cluster_plan_covers_every_collective_from_1_kib_to_1_gib():
     from predictor.core.profiles import load_hardware
     from predictor.core.specs import SamplingConfig
     from sampling.plan import make_plan
-    conf = Path(__file__).parents[1] / "conf" / "sampling"
+    conf = Path(__file__).parents[2] / "conf" / "sampling"
     merged = OmegaConf.merge(OmegaConf.load(conf / "quick.yaml"),
                              {k: v for k, v in OmegaConf.load(conf / "cluster.yaml").items() if k != "defaults"})
     sc = SamplingConfig(**OmegaConf.to_object(merged))
