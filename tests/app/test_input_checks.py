@@ -22,36 +22,6 @@ from predictor.latency.regressor import DEFAULT_QUANTILES
 JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
 
 
-@pytest.mark.parametrize("args, field", [
-    ([*JOB, "parallel.tp=0"], "parallel.tp=0"),
-    ([*JOB, "parallel.tp=-2"], "parallel.tp=-2"),  # not blamed on the dp it would imply
-    ([*JOB, "parallel.dp=4"], "parallel.dp=4 disagree"),
-    ([*JOB, "seed=abc"], "seed='abc'"),
-    ([*JOB, "seed=-1"], "seed=-1"),
-    ([*JOB, "target_step_s=abc"], "target_step_s='abc'"),
-    ([*JOB, "target_step_s=-1"], "target_step_s=-1"),
-    ([*JOB, "train_tokens=inf"], "train_tokens=inf"),
-    ([*JOB, "output=xml"], "output=xml"),
-    ([*JOB, "model.family=bert"], "model.family='bert'"),
-    ([*JOB, "model.num_layers=10000000000000"], "model.num_layers=10000000000000"),  # was a MemoryError
-    ([*JOB, "model.num_layers=4096"], "model.num_layers=4096"),
-    (["predict", "model=llama3-8b", "hardware=H100", "gpus=8"], "did you mean h100-sxm?"),
-    ([*JOB, "parallel.tp=eight"], "parallel.tp: 'eight' is not a whole number"),
-    ([*JOB, "parallel.tp=null"], "parallel.tp: null leaves it empty, and it takes a whole number"),  # OmegaConf's words
-    ([*JOB, "model.name=null"], "model.name: null leaves it empty, and it takes a text"),
-    ([*JOB, "parallel.sequence_parallel=maybe"], "parallel.sequence_parallel: 'maybe' is not true or false"),
-    (["predict", "model=llama3-8b", "hardware=DGX B200", "gpus=8"], "did you mean b200?"),
-    (["predict", "model=/tmp/mine.yaml", "hardware=h100-sxm", "gpus=8"], "a file path; model= takes the name"),
-    (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),
-    (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "seed=abc"], "seed='abc'"),
-    (["evaluate", "samples=samples/h200", "hardware=a100-sxm4-80gb"], "(they hold: h200)"),
-])
-def test_a_bad_setting_is_one_line_naming_it(args, field, capsys):
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert field in err and err.count("\n") == 1 and "Traceback" not in err
-
-
 def test_unwritable_figure_paths_are_refused_before_the_work(tmp_path, capsys):
     a_file = tmp_path / "afile"
     a_file.write_text("")
@@ -378,15 +348,6 @@ def test_a_microbench_table_cut_mid_quote_is_named(tmp_path):
         import_microbench(folder, "h100-sxm", tmp_path / "out")
     with pytest.raises(PrismError, match="a file; give the folder"):
         import_microbench(table, "h100-sxm", tmp_path / "out")
-
-
-@pytest.mark.parametrize("override, message", [
-    ("hardware.variability.spatial_cv=5", "hardware.variability.spatial_cv=5.0: a coefficient of variation is a share"),
-    ("hardware.device.kind=tpu", "hardware.device.kind='tpu': choose gpu or cpu"),
-])
-def test_a_profile_value_no_device_has_is_named(capsys, override, message):
-    assert main(["predict", "model=tiny", "hardware=local-cpu", override]) == 2
-    assert message in capsys.readouterr().err
 
 
 def test_sequence_parallelism_needs_tp_to_divide_the_tokens(capsys):

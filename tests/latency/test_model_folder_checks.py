@@ -131,17 +131,6 @@ def test_a_setting_the_profile_file_leaves_out_says_to_add_it(capsys):
     assert "model.num_expert: no such setting" in _one_line(capsys)
 
 
-@pytest.mark.parametrize("overrides, says", [
-    (["hardware.device.sms=-5"], "hardware.device.sms=-5: must be a non-negative integer"),
-    (["hardware.device.compute_capability=-1"], "hardware.device.compute_capability=-1.0"),  # changed the kernel
-    (["hardware.device.sms=16", "parallel.tp=8", "parallel.sequence_parallel=true", "parallel.overlap_tp_comm=true"],
-     "hardware.device.sms=16: parallel.overlap_tp_comm's collectives hold 16 SMs"),  # was NaN step times
-])
-def test_an_sm_count_no_gpu_has_is_named(capsys, overrides, says):
-    assert main([*JOB, *overrides]) == 2
-    assert says in _one_line(capsys)
-
-
 def test_an_expert_dispatcher_that_holds_every_sm_is_named():
     hw = load_hardware("h100-sxm")
     par = ParallelConfig(ep=8, moe_dispatcher="flex", overlap_ep_comm=True)
