@@ -204,6 +204,7 @@ def env() -> dict:
     return {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", [s for s in SNIPPETS if _rule(s) in ("run", "reduced")], ids=str)
 def test_readme_command_runs(snippet, workdir, env):
     if snippet.kind == "python":
