@@ -15,9 +15,7 @@ from predictor.core.errors import PrismError
 from predictor.core.files import writable
 from predictor.core.layout import resolve_layout
 from predictor.core.profiles import REPO_ROOT, read_yaml
-from predictor.core.specs import ParallelConfig, RegressorConfig
-from predictor.data.measurements import layout_configs, read_measurements
-from predictor.latency.regressor import DEFAULT_QUANTILES
+from predictor.core.specs import ParallelConfig
 
 JOB = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8"]
 
@@ -44,18 +42,6 @@ def test_a_models_dir_without_the_hardware_s_models_is_refused(tmp_path, capsys)
     assert "not the manifest's object" in capsys.readouterr().err
 
 
-def test_a_damaged_measure_file_names_the_layout(tmp_path):
-    frame = read_measurements(REPO_ROOT / "measurements" / "local-cpu-suite-C.parquet")
-    layout = frame.layout_id.iloc[0]
-    frame.loc[frame.layout_id == layout, "parallel_json"] = "{dp: 1"
-    frame.to_parquet(tmp_path / "m.parquet")
-    with pytest.raises(PrismError, match="parallel_json of layout"):
-        layout_configs(read_measurements(tmp_path / "m.parquet"), layout)
-    frame.to_csv(tmp_path / "m.csv")
-    with pytest.raises(PrismError, match="published="):
-        read_measurements(tmp_path / "m.csv")
-
-
 def test_a_damaged_trace_and_an_unknown_hardware_are_refused(tmp_path, capsys):
     bad = tmp_path / "t.json.gz"
     bad.write_bytes(gzip.compress(json.dumps({"traceEvents": [{"ph": "X"}] * 50}).encode())[:40])
@@ -65,37 +51,6 @@ def test_a_damaged_trace_and_an_unknown_hardware_are_refused(tmp_path, capsys):
     assert "nosuchhw" in capsys.readouterr().err
     assert main(["import-trace", str(bad), f"out={tmp_path / 'store'}", "profiler_cost_us=-3"]) == 2
     assert "profiler_cost_us=-3" in capsys.readouterr().err
-
-
-def test_training_refuses_latencies_that_are_no_measurement():
-    from predictor.core.profiles import load_hardware
-    from predictor.latency.artifacts import train
-    rows = pd.DataFrame({"hardware": "local-cpu", "op": "gemm", "pass": "fwd", "m": 64, "n": 64, "k": 64,
-                         "dtype": "float32", "latency_us": [10.0, -5.0, float("nan")], "origin": "sampled"})
-    with pytest.raises(PrismError, match="latency_us") as exc:
-        train(rows, load_hardware("local-cpu"), RegressorConfig("xgboost", list(DEFAULT_QUANTILES)))
-    assert "gemm/fwd 2" in str(exc.value)
-
-
-@pytest.mark.parametrize("quantiles, params, field", [
-    ([0.5], {}, "regressor.quantiles"),  # predictions draw from the 5%..95% levels
-    ([0.9, 0.1, 0.5], {}, "regressor.quantiles"),
-    ([*DEFAULT_QUANTILES[:-1], 1.5], {}, "regressor.quantiles"),
-    (list(DEFAULT_QUANTILES), {"max_depth": -1}, "regressor.params.max_depth"),
-    (list(DEFAULT_QUANTILES), {"learning_rate": "abc"}, "regressor.params.learning_rate"),
-    (list(DEFAULT_QUANTILES), {"multi_strategy": "foo"}, "regressor.params.multi_strategy"),
-    (list(DEFAULT_QUANTILES), {"n_estimators": 0}, "regressor.params.n_estimators"),
-    (list(DEFAULT_QUANTILES), {"calibration_fraction": 1.5}, "regressor.params.calibration_fraction"),
-    (list(DEFAULT_QUANTILES), {"depth": 3}, "regressor.params.depth"),
-])
-def test_regressor_settings_are_checked_before_any_fit(quantiles, params, field):
-    from predictor.core.profiles import load_hardware
-    from predictor.latency.artifacts import train
-    rows = pd.DataFrame({"hardware": "local-cpu", "op": "gemm", "pass": "fwd", "m": 64, "n": 64, "k": 64,
-                         "dtype": "float32", "latency_us": [10.0], "origin": "sampled"})
-    with pytest.raises(PrismError) as exc:
-        train(rows, load_hardware("local-cpu"), RegressorConfig("xgboost", quantiles, params))
-    assert exc.value.field == field and str(exc.value).count("\n") == 0
 
 
 def test_parallel_degrees_are_checked_before_dividing_the_gpus():
@@ -164,35 +119,6 @@ def test_predict_table_checks_what_every_row_shares_once():
         predict_table(rows.drop(columns=["gpu"]))
 
 
-def test_a_sample_store_with_text_in_numbers_or_an_unknown_pass_is_refused(tmp_path):
-    from predictor.data import store
-    rows = store.read_samples(REPO_ROOT / "samples" / "local-cpu").head(20).copy()
-    bad = rows.astype({"latency_us": str})
-    bad.loc[bad.index[0], "latency_us"] = "fast"
-    bad.to_parquet(tmp_path / "text.parquet")
-    with pytest.raises(PrismError, match="column 'latency_us' holds text"):
-        store.read_samples(tmp_path / "text.parquet")
-    as_text = rows.astype({"latency_us": str})
-    as_text.to_parquet(tmp_path / "numbers.parquet")
-    assert store.read_samples(tmp_path / "numbers.parquet").latency_us.dtype.kind == "f"  # read as numbers
-    sideways = rows.assign(**{"pass": "sideways"})
-    sideways.to_parquet(tmp_path / "pass.parquet")
-    with pytest.raises(PrismError, match="column 'pass'"):
-        store.read_samples(tmp_path / "pass.parquet")
-    # `prism samples` raised KeyError: 'm', and so did a resumed `prism sample`
-    gemm = store.read_samples(REPO_ROOT / "samples" / "local-cpu", ops=["gemm"]).head(20)
-    gemm.drop(columns=["m"]).to_parquet(tmp_path / "no_m.parquet")
-    with pytest.raises(PrismError, match="column 'm': missing, and every gemm row needs its shape"):
-        store.read_samples(tmp_path / "no_m.parquet")
-    gemm.assign(m=np.where(np.arange(len(gemm)) == 0, np.nan, gemm.m)).to_parquet(tmp_path / "blank_m.parquet")
-    with pytest.raises(PrismError, match="column 'm': empty in some rows"):
-        store.read_samples(tmp_path / "blank_m.parquet")
-    (tmp_path / "empty").mkdir()  # was: 'holds no sample runs (.parquet)'
-    gemm.head(0).to_parquet(tmp_path / "empty" / "run.parquet")
-    assert store.no_runs(tmp_path / "empty").endswith("holds 1 sample run(s) with no rows (run.parquet); sample "
-                                                      f"again: prism sample output_dir={tmp_path / 'empty'}")
-
-
 def test_train_notes_thin_models_and_evaluate_notes_in_sample_scores(tmp_path, capsys):
     from predictor.data import store
     rows = store.read_samples(REPO_ROOT / "samples" / "local-cpu")
@@ -222,20 +148,6 @@ def test_a_config_file_that_is_not_a_yaml_mapping_is_named(tmp_path, text, says)
     assert read_yaml(path) == {}  # an empty file is no settings
 
 
-@pytest.mark.parametrize("shapes, says", [
-    ({"m": [8192], "n": [8192], "k": [8192]}, "no column dtype"),  # was read as float32, 15x slower
-    ({"m": [0], "n": [8192], "k": [8192], "dtype": ["bfloat16"]}, "column m holds '0'"),
-    ({"m": [-5], "n": [8192], "k": [8192], "dtype": ["bfloat16"]}, "column m holds '-5'"),
-    ({"n": [8192], "k": [8192], "dtype": ["bfloat16"]}, "no column m"),
-])
-def test_a_model_query_needs_its_columns_and_positive_sizes(shapes, says):
-    from predictor.core.profiles import load_hardware
-    from predictor.latency.artifacts import ModelSet
-    models = ModelSet.load(REPO_ROOT / "models" / "a100-sxm4-80gb", load_hardware("a100-sxm4-80gb"))
-    with pytest.raises(PrismError, match=says):
-        models.query("gemm", "fwd", pd.DataFrame(shapes))
-
-
 def test_compare_takes_none_or_a_generator_and_refuses_a_profile_twice():
     from predictor.analyses.compare import check_hardware, gpu_profiles
     assert check_hardware(None) == gpu_profiles()
@@ -244,63 +156,6 @@ def test_compare_takes_none_or_a_generator_and_refuses_a_profile_twice():
         check_hardware(["h100-sxm", "h100-sxm"])
     with pytest.raises(PrismError, match="a list of profiles"):
         check_hardware(5)
-
-
-def test_a_booster_that_matches_its_checksum_but_is_no_model_is_named(tmp_path):
-    import hashlib
-    import shutil
-
-    from predictor.core.profiles import load_hardware
-    from predictor.latency.artifacts import ModelSet
-    folder = tmp_path / "a100-sxm4-80gb"
-    shutil.copytree(REPO_ROOT / "models" / "a100-sxm4-80gb", folder)
-    data = gzip.compress(b"not a model" * 100)
-    (folder / "gemm__fwd.ubj.gz").write_bytes(data)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["models"]["gemm/fwd"]["files"]["center"]["sha256"] = hashlib.sha256(data).hexdigest()
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    models = ModelSet.load(folder, load_hardware("a100-sxm4-80gb"))
-    with pytest.raises(PrismError, match="gemm__fwd.ubj.gz: not a gzip-compressed XGBoost model"):
-        models.query("gemm", "fwd", pd.DataFrame({"m": [64], "n": [64], "k": [64], "dtype": ["bfloat16"]}))
-
-
-@pytest.mark.parametrize("ceiling", ["fast", {"bfloat16": -1}, {"bfloat16": "0.8"}, {}])
-def test_a_tampered_compute_ceiling_is_named(tmp_path, ceiling):
-    import shutil
-
-    from predictor.core.profiles import load_hardware
-    from predictor.latency.artifacts import ModelSet
-    folder = tmp_path / "h100-sxm"
-    shutil.copytree(REPO_ROOT / "models" / "h100-sxm", folder)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["models"]["gemm/bwd"]["compute_ceiling"] = ceiling
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PrismError, match="gemm/bwd: compute_ceiling .* retrain with prism train"):
-        ModelSet.load(folder, load_hardware("h100-sxm"))
-
-
-@pytest.mark.parametrize("damage, field", [
-    (lambda m: m.pop("models"), "models"),
-    (lambda m: m.update(tier="gold"), "tier"),
-    (lambda m: m.update(quantiles=[0.5]), "quantiles"),
-    (lambda m: m["models"]["gemm/fwd"].update(offsets=[0.0, 0.1]), "models.gemm/fwd.offsets"),
-    (lambda m: m["models"]["gemm/fwd"].update(offsets=["0"] * 7), "models.gemm/fwd.offsets"),
-    (lambda m: m["models"]["gemm/fwd"].update(offsets=[1e6] * 7), "models.gemm/fwd.offsets"),  # predicts nan
-    (lambda m: m["models"]["gemm/fwd"].pop("files"), "models.gemm/fwd"),
-])
-def test_a_damaged_manifest_is_named_at_load(tmp_path, damage, field):
-    import shutil
-
-    from predictor.core.profiles import load_hardware
-    from predictor.latency.artifacts import ModelSet
-    folder = tmp_path / "local-cpu"
-    shutil.copytree(REPO_ROOT / "models" / "local-cpu", folder)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    damage(manifest)
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PrismError, match="retrain with prism train") as exc:
-        ModelSet.load(folder, load_hardware("local-cpu"))
-    assert exc.value.field == field
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -334,20 +189,6 @@ def test_a_destination_that_is_a_file_is_refused_before_any_work(tmp_path, capsy
     err = capsys.readouterr().err
     assert f"{key}={text}" in err and "is a file" in err and len(err.strip().splitlines()) == 1
     assert text.read_text() == "kept"
-
-
-def test_a_microbench_table_cut_mid_quote_is_named(tmp_path):
-    import shutil
-
-    from predictor.data.importers.microbench import import_microbench
-    folder = tmp_path / "microbench"
-    shutil.copytree(REPO_ROOT / "data" / "microbench", folder)
-    table = folder / "op_gemm_xla_perf_table.csv"
-    table.write_text(table.read_text().splitlines()[0] + '\nrow,"cut mid quote\n')
-    with pytest.raises(PrismError, match="op_gemm_xla_perf_table.csv: not a readable CSV .*restore it"):
-        import_microbench(folder, "h100-sxm", tmp_path / "out")
-    with pytest.raises(PrismError, match="a file; give the folder"):
-        import_microbench(table, "h100-sxm", tmp_path / "out")
 
 
 def test_sequence_parallelism_needs_tp_to_divide_the_tokens(capsys):
