@@ -1,7 +1,8 @@
 """Probe 6: faults a new user met, each with the command that showed it.
 
-compare's --show-config, the help pages' MoE and GEMM-precision settings, and a price given on
-the command line (the store and table faults: tests/data/test_store_and_table_faults.py).
+compare's --show-config, the help pages' MoE and GEMM-precision settings, a price given on
+the command line, and prism samples of an empty store (a run file copied into the store and a
+blank nccl-tests time: tests/data/test_store_and_table_faults.py).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from predictor.app.cli import VERBS, main
 from predictor.core.specs import HardwareConfig, ParallelConfig
+from predictor.data import store
 
 # -- 1. compare --show-config shows the profiles compare runs ----------------------------------
 
@@ -65,3 +67,13 @@ def test_a_price_given_on_the_command_line_is_not_called_indicative(capsys):
     assert "indicative on-demand prices, see conf/hardware" in _cost_note(capsys)
     given = _cost_note(capsys, "hardware.price_per_gpu_hour=1.5")
     assert "the price you gave for h100-sxm, b200" in given and "indicative on-demand" not in given
+
+
+# -- 6. prism samples of a store without samples is an error ----------------------------------
+
+def test_samples_of_an_empty_store_exits_2_with_the_advice_on_stderr(tmp_path, capsys):
+    assert main(["samples", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"prism samples: error: {tmp_path}: no samples; {store.no_runs(tmp_path)}" in err
+    assert main(["samples", str(tmp_path), "--json"]) == 2
+    assert store.no_runs(tmp_path) in json.loads(capsys.readouterr().out)["error"]

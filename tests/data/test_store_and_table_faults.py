@@ -1,8 +1,7 @@
-"""Probe 6, the data side: a run file copied into the store a resumed prism sample reads, a
-blank time in the nccl-tests table, and prism samples of an empty store."""
+"""Probe 6, the data side: a run file copied into the store a resumed prism sample reads, and a
+blank time in the nccl-tests table."""
 from __future__ import annotations
 
-import json
 import shutil
 
 import pandas as pd
@@ -10,7 +9,6 @@ import pytest
 
 from predictor.app.cli import main
 from predictor.core.profiles import DATA_DIR, REPO_ROOT
-from predictor.data import store
 from predictor.data.importers.microbench import import_microbench
 
 LOCAL_RUN = next((REPO_ROOT / "samples" / "local-cpu").glob("*.parquet"))
@@ -51,13 +49,3 @@ def test_a_blank_nccl_tests_time_leaves_its_row_out_counted(tmp_path, column):
     assert damaged.rows["all_reduce/step"] == clean.rows["all_reduce/step"] - 1
     assert sum(damaged.rows.values()) + sum(damaged.left_out.values()) == \
         sum(clean.rows.values()) + sum(clean.left_out.values())
-
-
-# -- 6. prism samples of a store without samples is an error ----------------------------------
-
-def test_samples_of_an_empty_store_exits_2_with_the_advice_on_stderr(tmp_path, capsys):
-    assert main(["samples", str(tmp_path)]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and f"prism samples: error: {tmp_path}: no samples; {store.no_runs(tmp_path)}" in err
-    assert main(["samples", str(tmp_path), "--json"]) == 2
-    assert store.no_runs(tmp_path) in json.loads(capsys.readouterr().out)["error"]
