@@ -11,6 +11,9 @@ from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E4
 from sampling.framework import LAYERS, host_clock_rows, profiled_rows  # noqa: E402
 
 
+pytestmark = pytest.mark.slow  # real profiled steps of the reference model: 3 to 30 s a test
+
+
 @pytest.fixture(scope="module")
 def rows():
     return pd.DataFrame(profiled_rows(steps=3))
