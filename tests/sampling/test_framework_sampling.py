@@ -10,7 +10,6 @@ from predictor.core.profiles import load_hardware  # noqa: E402
 from predictor.latency.backward_entry import FRAMEWORK, in_situ_host  # noqa: E402
 from sampling.framework import LAYERS, host_clock_rows, profiled_rows  # noqa: E402
 
-
 pytestmark = pytest.mark.slow  # real profiled steps of the reference model: 3 to 30 s a test
 
 
