@@ -146,8 +146,18 @@ PROFILE_VALUES = [
      "hardware.device.kind='tpu': choose gpu or cpu"),
 ]
 
+# Settings a dense model or a CPU does not have (was tests/test_bad_input.py and tests/test_probe7.py)
+NOT_HERE = [
+    ([*JOB, "parallel.moe_dispatcher=foo"], "parallel.moe_dispatcher='foo': unknown; choose one of"),
+    # it blamed the global batch ("a multiple of 64"), which was one
+    (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.etp=2"],
+     "parallel.etp=2: llama3-8b has no experts"),
+    (["predict", "model=tiny", "hardware=local-cpu", "parallel.attention=cudnn"],
+     "parallel.attention=cudnn: cuDNN's fused attention runs on NVIDIA GPUs"),
+]
+
 CASES = [*SETTINGS, *WRONG_SETTINGS, *NOT_READ, *NUMBERS, *VALIDATE_INPUTS, *SMS, *BARE_KEYS, *PATHS, *RANGES,
-         *PROFILE_VALUES]
+         *PROFILE_VALUES, *NOT_HERE]
 
 
 def of_verb(verb: str) -> list[tuple[list[str], int, str]]:

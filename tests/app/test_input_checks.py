@@ -269,11 +269,6 @@ def test_a_sampling_plan_that_measures_nothing_is_refused(override, field):
     assert exc.value.field == field
 
 
-def test_an_unknown_moe_dispatcher_is_named_on_a_dense_model_too(capsys):
-    assert main(["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=8", "parallel.moe_dispatcher=foo"]) == 2
-    assert "parallel.moe_dispatcher='foo': unknown; choose one of" in capsys.readouterr().err
-
-
 def test_the_python_api_takes_names_and_one_op_and_names_what_it_refuses(tmp_path):
     """Calls as the README shows them that raised AttributeError or TypeError, or answered
     nothing: a hardware name, one op as text, one set as text, a GPU in lower case, a dict row."""

@@ -38,12 +38,6 @@ def test_calibrate_and_validate_check_the_seed_before_any_work(tmp_path, capsys,
     assert "seed=" in _error(capsys, verb)
 
 
-def test_search_names_etp_on_a_dense_model(capsys):
-    """It blamed the global batch ("a multiple of 64"), which was one."""
-    assert main(["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.etp=2"]) == 2
-    assert "parallel.etp=2: llama3-8b has no experts" in _error(capsys, "search")
-
-
 def test_context_parallel_offers_only_degrees_the_gpus_hold(capsys):
     job = ["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.tp=8"]
     assert main([*job, "parallel.cp=2", "model.seq_length=8194"]) == 2  # 17 and 241 split 8194 but not 64 GPUs
@@ -70,11 +64,6 @@ def test_a_run_takes_whole_steps():
 def test_sharding_with_one_replica_is_noted():
     p = predict(load_model("llama3-8b"), load_hardware("h100-sxm"), ParallelConfig(tp=8, sharding="zero3"), draws=50)
     assert any("parallel.sharding=zero3: nothing to shard at dp·cp=1" in n for n in p.notes)
-
-
-def test_cudnn_attention_is_refused_on_a_cpu(capsys):
-    assert main(["predict", "model=tiny", "hardware=local-cpu", "parallel.attention=cudnn"]) == 2
-    assert "parallel.attention=cudnn: cuDNN's fused attention runs on NVIDIA GPUs" in _error(capsys, "predict")
 
 
 def test_compare_over_every_profile_leaves_out_those_whose_nodes_cannot_hold_the_job(capsys):
