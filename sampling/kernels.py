@@ -128,7 +128,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     runs them (megatron/core/tensor_parallel/cross_entropy.py): fp32 logits shifted by their
     max, exponentiated and normalised in place; the backward subtracts one at the target and
     scales by the output gradient, and autograd casts the gradient back to the logits' dtype.
-    Its loss per token is ``F.cross_entropy``'s (tests/test_kernels.py)."""
+    Its loss per token is ``F.cross_entropy``'s (tests/sampling/test_kernels.py)."""
 
     @staticmethod
     def forward(ctx, logits, target):

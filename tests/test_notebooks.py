@@ -19,6 +19,7 @@ def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(LIMIT_S)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(LIMIT_S))
 def test_notebook_runs_top_to_bottom(name, tmp_path):
     committed = NOTEBOOKS / name

@@ -49,7 +49,7 @@ _FAST_TRAINING = "regressor.params.n_estimators=5 regressor.params.median_rounds
 #: (except ``--help`` and ``--show-config``, which run nothing).
 REDUCED = {
     # quick's 19 ops take 5 minutes (collectives under torchrun); two compute ops, 3 shapes: seconds,
-    # without the co-run phase's neighbour (tests/test_co_run.py runs it)
+    # without the co-run phase's neighbour (tests/sampling/test_co_run.py runs it)
     "prism sample": "sampling.ops=[gemm,layernorm] sampling.shapes_per_op=3 sampling.repeats=3 sampling.co_run_share=0",
     # 150 + 100 + 50 boosting rounds per model: 10-20 s for 27 models; 5 each: the same code, quicker
     "prism train": _FAST_TRAINING,
@@ -60,31 +60,31 @@ REDUCED = {
 }
 #: Exact README command -> why it is not run here, and what covers it.
 NOT_RUN = {
-    # Sampling a cluster: multi-rank jobs; the same code runs tiny in tests/test_cluster_sampling.py
+    # Sampling a cluster: multi-rank jobs; the same code runs tiny in tests/sampling/test_cluster_sampling.py
     'torchrun --standalone --nproc_per_node=4 --no-python prism sample hardware=local-cpu sampling=cluster '
     'sampling.budget_s=300 "sampling.space.message_bytes=[1024,16777216]" output_dir=samples/cluster-cpu':
-        "4 ranks for 5 minutes on 2 cores; tests/test_cluster_sampling.py::"
+        "4 ranks for 5 minutes on 2 cores; tests/sampling/test_cluster_sampling.py::"
         "test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once runs the same job with a tiny plan",
     "srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 prism sample hardware=h100-sxm sampling=cluster "
     "output_dir=/shared/prism/samples":
-        "needs SLURM and GPU nodes; tests/test_cluster_sampling.py::"
+        "needs SLURM and GPU nodes; tests/sampling/test_cluster_sampling.py::"
         "test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish sets srun's variables by hand",
     "pip install -e .": "installs PRISM: these tests run in that installation",
     'pip install -e ".[sampling,test]"': "installs PRISM with its test extra: these tests run in that installation",
     "python -m pytest -q -n auto --dist loadfile": "the test suite, this file included",
     'python -m pytest -q -m "not slow"': "the fast test suite, which leaves this file out",
     "python benchmarks/bench_e2e.py": "predicts the published A100 runs of data/e2e and prints their "
-                                      "accuracy table: a benchmark, not a smoke test; tests/test_predict.py "
+                                      "accuracy table: a benchmark, not a smoke test; tests/analyses/test_predict.py "
                                       "predicts such rows",
     "python benchmarks/bench_hardware.py": "predicts the published H100 rows through predict-batch: a benchmark; "
-                                           "tests/test_batch.py covers predict-batch",
-    "python benchmarks/bench_moe_blackwell.py": "predicts every MoE and Blackwell row: a benchmark; tests/test_moe.py "
-                                                "and tests/test_blackwell.py cover those predictions",
+                                           "tests/analyses/test_batch.py covers predict-batch",
+    "python benchmarks/bench_moe_blackwell.py": "predicts every MoE and Blackwell row: a benchmark; tests/workload/test_moe.py "
+                                                "and tests/core/test_blackwell.py cover those predictions",
     "python benchmarks/bench_search.py": "searches at 1,024 GPUs and ranks vTrain's published layouts: minutes; "
-                                         "tests/test_search.py covers the search",
+                                         "tests/analyses/test_search.py covers the search",
     "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts in 3 passes: about 19 minutes",
     "python benchmarks/bench_doubt.py": "predicts all 1,835 published runs and leaves each of 41 sources out: "
-                                        "about 4 minutes; tests/test_doubt.py covers the model and its check",
+                                        "about 4 minutes; tests/latency/test_doubt.py covers the model and its check",
 }
 
 
@@ -178,7 +178,7 @@ def test_every_command_is_accounted_for():
 def test_named_tests_exist():
     """The tests NOT_RUN names as covering a command are there."""
     for reason in NOT_RUN.values():
-        for path, name in re.findall(r"(tests/\w+\.py)(?:::(\w+))?", reason):
+        for path, name in re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", reason):
             assert (ROOT / path).exists(), reason
             assert not name or f"def {name}(" in (ROOT / path).read_text(), reason
 
@@ -198,6 +198,7 @@ def env() -> dict:
     return {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", [s for s in SNIPPETS if _rule(s) in ("run", "reduced")], ids=str)
 def test_readme_command_runs(snippet, workdir, env):
     if snippet.kind == "python":

@@ -26,7 +26,7 @@ Thousands of layouts in a few seconds, in three steps:
    ``prism predict`` would, and the ranking is redone with their figures; a layout the
    screen had lower that now ranks among the top ``top`` is composed too. Every layout
    says whether its figures are composed or screened (they agree to about 1% on median
-   and p95: tests/test_search.py).
+   and p95: tests/analyses/test_search.py).
 
 Layouts: tp a divisor of the GPUs per node (TP stays inside a node's NVLink domain); for a
 Mixture-of-Experts model, ep every divisor of the experts that (times etp) divides a
@@ -84,7 +84,7 @@ SHARDINGS = ("none", "distributed_optimizer", "zero3")
 MIN_CP_TOKENS = 1024
 #: Draws per layout in the screen (step 2), and for every layout shown (step 3).
 SCREEN_DRAWS = 128
-FINAL_DRAWS = 1000  # half of prism predict's DRAWS: the p50 agrees within 0.5% (tests/test_search.py)
+FINAL_DRAWS = 1000  # half of prism predict's DRAWS: the p50 agrees within 0.5% (tests/analyses/test_search.py)
 #: Most layouts ``top`` may ask to be composed in full and listed.
 MAX_TOP = 1000
 #: Layouts composed in full before the ranking (at least ``top``), and how many times a

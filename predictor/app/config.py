@@ -19,7 +19,7 @@ it, 40 ms, and ``hydra.compose``, 70 ms, of a 0.5 s ``prism predict``):
   of its group (as ``sampling/full`` extends ``quick``).
 
 Both lean on functions private to Hydra and OmegaConf (``ConfigLoaderImpl.
-_apply_overrides_to_config``, ``get_yaml_loader``); tests/test_config.py checks the
+_apply_overrides_to_config``, ``get_yaml_loader``); tests/app/test_config.py checks the
 result against Hydra itself: the same values read, the same configuration composed.
 """
 from __future__ import annotations

@@ -52,7 +52,7 @@ Orders (per rank, built by :func:`rank_orders`)
 For uniform per-stage times f, b and no transfer time, the makespan is
 ``(m + pp - 1)·(f + b)`` for GPipe and 1F1B (bubble/ideal = (pp-1)/m, Narayanan 2021
 §2.2) and ``m·(f + b) + (pp - 1)·(f + b)/vpp`` for the interleaved schedule with per-chunk
-times f/vpp and b/vpp (bubble/ideal = (pp-1)/(vpp·m), §2.2.1); tests/test_schedule.py
+times f/vpp and b/vpp (bubble/ideal = (pp-1)/(vpp·m), §2.2.1); tests/engine/test_schedule.py
 checks both.
 """
 from __future__ import annotations
@@ -413,7 +413,7 @@ def steady_pipeline(fwd, bwd, m, schedule: str = "1f1b", vpp: int = 1, in_flight
     reached and the ends at ``m`` follow by adding the remaining periods. Draws that have
     not settled are tried again from four times as many micro-batches, and walked in full
     once that is not fewer than ``m``. Either way the result is the full walk's (to
-    rounding): tests/test_schedule.py compares the two over random stage times.
+    rounding): tests/engine/test_schedule.py compares the two over random stage times.
     """
     fwd, bwd = np.asarray(fwd, dtype=float), np.asarray(bwd, dtype=float)
     pp, s = fwd.shape

@@ -11,7 +11,7 @@ the median stage times (every call, the slowest GPU and the regime at their medi
 once per layout; each draw then scales a rank's end by the ratio of the closed-form
 makespan at its own stage times to the one at the median times,
 ``(m - 1/vpp)·max(f+b) + sum(f+b)/vpp`` (exact for equal stages: Narayanan et al. 2021,
-arXiv 2104.04473, §2.2), which spares a walk per draw. tests/test_search.py holds the
+arXiv 2104.04473, §2.2), which spares a walk per draw. tests/analyses/test_search.py holds the
 screen to :func:`~predictor.engine.compose.compose` on median and p95.
 """
 from __future__ import annotations

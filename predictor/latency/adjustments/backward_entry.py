@@ -11,7 +11,7 @@ samples 265 us; on the Xeon slice the entry was 65 us (tiny's step was over-pred
 37-52% there, by 39-72% here). CUDA-event samples (a GPU) hold no host time (the device is
 put behind its host first: :data:`sampling.timers.HOST_LEAD_S`): untouched. It would be
 retired by backward samples timed inside a step rather than one ``autograd.grad`` each:
-``tests/test_backward_entry.py::test_a_gpu_s_samples_are_untouched`` shows the asynchronous case.
+``tests/latency/test_backward_entry.py::test_a_gpu_s_samples_are_untouched`` shows the asynchronous case.
 
 Its size is the intercept of the ``dispatch`` backward samples against their length
 (``launches`` chained autograd nodes in one call: the entry plus ``launches`` nodes), a
@@ -145,7 +145,7 @@ class BackwardEntry(Adjustment):
     mechanism = ("torch/csrc/autograd/engine.cpp Engine::execute (once per backward call); our traced steps of "
                  "small on the 2-core VM")
     testbed_only = True
-    retire_when = "tests/test_backward_entry.py::test_a_gpu_s_samples_are_untouched, for every testbed"
+    retire_when = "tests/latency/test_backward_entry.py::test_a_gpu_s_samples_are_untouched, for every testbed"
     params_type = EntryParams
     legacy_key = "backward_entry_us"
 

@@ -6,7 +6,7 @@ memory bandwidth; a GPU rank has its own device. ``experiments/co_runner/bench_c
 ``small``'s step ops beside a copy looping the same step on this project's 2-core VM (the
 measurement is the co-run phase's own rows, origins :data:`~predictor.latency.origins.CO_RUN_ORIGINS`).
 It would be retired by a testbed of one rank per host, where
-``tests/test_co_run.py::test_one_rank_on_a_cpu_and_gpu_ranks_are_alone`` leaves every call unmarked.
+``tests/sampling/test_co_run.py::test_one_rank_on_a_cpu_and_gpu_ranks_are_alone`` leaves every call unmarked.
 
 Each op's slowdown is the median, over the shapes timed both ways, of the shape's median
 latency beside a neighbouring rank over its median alone (the two timed back to back in
@@ -97,7 +97,7 @@ class CoRun(Adjustment):
     mechanism = ("our measurement: experiments/co_runner/bench_co_runner.py and the co-run phase's rows "
                  "(sampling/cpu/co_run.py)")
     testbed_only = True
-    retire_when = "tests/test_co_run.py::test_one_rank_on_a_cpu_and_gpu_ranks_are_alone, on a one-rank-per-host testbed"
+    retire_when = "tests/sampling/test_co_run.py::test_one_rank_on_a_cpu_and_gpu_ranks_are_alone, on a one-rank-per-host testbed"
     marks = {"co_runners": 0}
     params_type = CoRunParams
     legacy_key = "co_run"

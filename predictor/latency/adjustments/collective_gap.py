@@ -7,7 +7,7 @@ members computed before them (gloo's threads woken from idle):
 a 12 KB all_reduce at a median of 0.9 ms after 0.5 ms of computing, 2.4 ms after 10 ms and
 3.8 ms after 20 ms. NCCL's kernels on a GPU do not sleep between collectives. It would be
 retired by a CPU backend whose collectives cost the same after any gap: the curve
-``tests/test_collective_gap.py::test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_from_the_op_models``
+``tests/latency/test_collective_gap.py::test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_from_the_op_models``
 trains would then be flat at 1.
 
 The op models are trained on the repeats timed after the reference gap
@@ -122,7 +122,7 @@ class CollectiveGap(Adjustment):
     mechanism = ("our measurement: experiments/collective_gap/bench_collective_gap.py and the gap rows "
                  "prism sample takes")
     testbed_only = True
-    retire_when = ("tests/test_collective_gap.py::test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_"
+    retire_when = ("tests/latency/test_collective_gap.py::test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_"
                    "from_the_op_models, once the curve it trains comes out flat")
     params_type = GapCurve
     legacy_key = "collective_gap"

@@ -34,6 +34,7 @@ PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=3", "sa
         "sampling.flush_every_s=0", "sampling.ops=[gemm,swiglu]", "sampling.co_run_share=0.5"]
 
 
+@pytest.mark.slow
 def test_targeted_shapes_are_timed_alone_and_beside_a_training_rank_and_train_stores_the_slowdown(tmp_path, cpu_env):
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "sample", *PLAN, f"output_dir={tmp_path}",
@@ -143,6 +144,7 @@ def test_a_plan_without_the_targets_compute_has_no_co_run_phase():
     assert {t.call.op for t in tasks} == {"gemm"} and targets  # on a host of several ranks with a spare core
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_the_neighbour_to_its_parent_without_a_traceback(capfd):
     """Ctrl-C reaches the whole process group: the neighbour, importing torch or training,
     outlives it without a traceback of its own, and the parent stops it on its way out."""

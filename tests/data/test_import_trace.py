@@ -47,6 +47,7 @@ def imported(traces, tmp_path_factory):
     return report, pd.read_parquet(report.run_file), out
 
 
+@pytest.mark.slow
 def test_reference_traces_map_every_call_of_a_step(traces, imported):
     report, rows, _ = imported
     assert [t.name for t in traces] == ["rank0.step0.json", "rank1.step0.json"]
@@ -74,6 +75,7 @@ def test_traced_steps_are_spread_between_the_timed_ones():
     assert sum(crowded.values()) == 5 and set(crowded) <= {2, 3}
 
 
+@pytest.mark.slow
 def test_shapes_are_the_models(imported):
     _, rows, _ = imported
     h, t = MODEL.hidden_size, MODEL.seq_length  # micro-batch 1
@@ -95,6 +97,7 @@ def test_shapes_are_the_models(imported):
     assert set(ar.ranks_per_node) == {2} and set(ar.nodes) == {1}  # both ranks on this host
 
 
+@pytest.mark.slow
 def test_unknown_ops_are_counted_and_the_attributed_share_is_the_stored_one(imported):
     report, rows, _ = imported
     names = {u["name"] for u in report.unknown_ops}
@@ -110,6 +113,7 @@ def test_unknown_ops_are_counted_and_the_attributed_share_is_the_stored_one(impo
     assert report.op_overhead_us > 0
 
 
+@pytest.mark.slow
 def test_the_recorded_profiler_cost_comes_off_every_cpu_timing(traces, imported, tmp_path):
     report, rows, _ = imported
     assert 0 < report.profiler_cost_us < 20  # measured by the recorder, stored in each trace
@@ -123,6 +127,7 @@ def test_the_recorded_profiler_cost_comes_off_every_cpu_timing(traces, imported,
     assert raw.op_overhead_us > report.op_overhead_us
 
 
+@pytest.mark.slow
 def test_a_call_under_the_profilers_mean_cost_is_kept_at_the_floor(traces, imported, tmp_path):
     """On a busy CPU a short call can measure less than its events' mean recording cost; it
     was dropped, with its framework calls from the dispatch rows' count."""
@@ -136,6 +141,7 @@ def test_a_call_under_the_profilers_mean_cost_is_kept_at_the_floor(traces, impor
     assert "(kept)" in busy.table()
 
 
+@pytest.mark.slow
 def test_the_steps_framework_time_becomes_dispatch_rows_the_composer_reads_back(imported):
     report, rows, samples = imported
     dispatch = rows[rows.op == "dispatch"]
@@ -196,6 +202,7 @@ def test_a_call_of_a_negative_size_is_skipped_and_counted(tmp_path):
     assert list(rows.n) == [32] and report.skipped == {"gemm calls with a non-positive size in their shape": 1}
 
 
+@pytest.mark.slow
 def test_cli_reads_files_then_settings(traces, tmp_path):
     out = subprocess.run([sys.executable, "-m", "predictor.app.cli", "import-trace", *map(str, traces),
                           f"out={tmp_path}", "hardware=local-cpu", "--json"], capture_output=True, text=True)
@@ -207,6 +214,7 @@ def test_cli_reads_files_then_settings(traces, tmp_path):
     assert missing.returncode != 0 and "out=DIR is required" in missing.stderr
 
 
+@pytest.mark.slow
 def test_cpu_trace_needs_a_hardware(traces, tmp_path):
     with pytest.raises(PrismError, match="hardware=NAME is required"):
         import_trace(traces[:1], tmp_path)
@@ -238,6 +246,7 @@ def test_bad_files_give_one_clear_error(tmp_path, text, message):
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.parquet"))
 
 
+@pytest.mark.slow
 def test_truncated_real_trace_and_gzip(traces, tmp_path):
     data = traces[0].read_bytes()
     cut = tmp_path / "cut.json"
@@ -316,6 +325,7 @@ def test_gpu_trace_times_ops_by_their_kernels(tmp_path):
     assert report.op_overhead_us is None  # GPU steps are not charged to CPU framework time
 
 
+@pytest.mark.slow
 def test_an_empty_file_or_one_given_twice_is_named(traces, tmp_path):
     empty = tmp_path / "rank0.json"
     empty.write_text("")
@@ -368,6 +378,7 @@ def test_missing_file_is_named(tmp_path):
         import_trace([tmp_path / "rank0.json"], tmp_path / "out", hardware="local-cpu")
 
 
+@pytest.mark.slow
 def test_a_trace_imported_again_is_refused_and_two_imports_get_two_runs(traces, tmp_path):
     first = import_trace(traces[:1], tmp_path, hardware="local-cpu")
     with pytest.raises(PrismError, match="imported already, as .*count its steps twice"):
@@ -404,6 +415,7 @@ def _steps_of(trace, count: int, slow: dict, path, start: float = 0.0):
     return path
 
 
+@pytest.mark.slow
 def test_a_profiled_step_that_ran_over_twice_the_median_is_left_out(traces, tmp_path):
     """A step whose every call ran three times slower (the machine, not the calls) would
     enter the samples as each call's spread; it is named and its calls left out."""

@@ -206,6 +206,7 @@ def test_search_in_worker_processes_ranks_as_in_one(monkeypatch, small):
                                rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_the_top_layout_is_what_prism_predict_says(capsys):
     """The search's figures for its best layout are ``prism predict``'s for that layout:
     one engine (a pipeline of 8 stages, interleaved, with a sharded optimizer here)."""

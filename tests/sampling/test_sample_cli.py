@@ -16,7 +16,7 @@ from predictor.data import store  # noqa: E402
 SMALL_PLAN = ["sampling.budget_s=120", "sampling.threads=1", "sampling.repeats=10", "sampling.collective_repeats=12",
               "sampling.shapes_per_op=3", "sampling.message_sizes=2", "sampling.targets=[tiny]",
               "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]", "sampling.flush_every_s=0",
-              "sampling.co_run_share=0"]  # the co-run phase: tests/test_co_run.py
+              "sampling.co_run_share=0"]  # the co-run phase: tests/sampling/test_co_run.py
 
 
 def _prism(args, env, **kw):
@@ -24,6 +24,7 @@ def _prism(args, env, **kw):
                           capture_output=True, text=True, **kw)
 
 
+@pytest.mark.slow
 def test_sample_writes_every_repeat_with_the_contract_columns(tmp_path, cpu_env):
     # no call timed again under steal: a retake comes after the last round and would blur the rounds' order
     out = _prism(["sample", *SMALL_PLAN, "sampling.ops=[gemm,rmsnorm,all_reduce,send_recv]", "sampling.steal_retakes=0",
@@ -57,6 +58,7 @@ def test_sample_writes_every_repeat_with_the_contract_columns(tmp_path, cpu_env)
     assert meta["versions"]["torch"] and meta["calibration"]["matmul_flops"] > 0
 
 
+@pytest.mark.slow
 def test_a_cpu_s_framework_time_is_sampled_once_per_store(tmp_path, cpu_env):
     """With dispatch in the plan, a CPU run also samples the reference model's framework
     time in situ (sampling.framework); a store that holds it does not sample it again."""
@@ -97,6 +99,7 @@ def _interrupt_after_first_part(args, out_dir, env):
     return proc.returncode, stdout, finished_first
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     shapes = 18  # about 11 s of plan after the first part is written
     args = ["sample", *SMALL_PLAN, f"sampling.shapes_per_op={shapes}", "sampling.ops=[gemm,attention,layernorm]"]
@@ -134,6 +137,7 @@ def test_interrupted_run_resumes_without_losing_a_row(tmp_path, cpu_env):
     assert json.loads(again.stdout)["status"] == "nothing-to-do"
 
 
+@pytest.mark.slow
 def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
     # sizes of 32-64 MiB: each a block of its own (sampling.collectives.BLOCK_BYTES), written when timed
     args = ["sample", *SMALL_PLAN, "sampling.ops=[all_reduce]", "sampling.message_sizes=30",
@@ -155,6 +159,7 @@ def test_an_interrupted_collective_job_keeps_its_rows(tmp_path, cpu_env):
     assert 1 <= kept.message_bytes.nunique() < 30
 
 
+@pytest.mark.slow
 def test_a_spent_budget_is_reported_with_what_is_left(tmp_path, cpu_env):
     out = _prism(["sample", *SMALL_PLAN, "sampling.budget_s=1", "sampling.ops=[all_reduce,gemm]",
                   f"output_dir={tmp_path}"], cpu_env, timeout=120)

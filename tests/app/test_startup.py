@@ -40,6 +40,7 @@ LAYOUT_MODULES = ("torch.distributed.fsdp", "torch.distributed.pipelining", "tor
                   "scipy.stats")
 
 
+@pytest.mark.slow
 def test_a_sampling_process_imports_no_layout_it_does_not_build():
     pytest.importorskip("torch")
     for module in ("sampling.runner", "sampling.collectives"):

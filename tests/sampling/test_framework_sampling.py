@@ -11,6 +11,8 @@ from predictor.latency.adjustments.backward_entry import in_situ_host  # noqa: E
 from predictor.latency.origins import FRAMEWORK  # noqa: E402
 from sampling.framework import LAYERS, host_clock_rows, profiled_rows  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real profiled steps of the reference model: 3 to 30 s a test
+
 
 @pytest.fixture(scope="module")
 def rows():

@@ -134,17 +134,6 @@ def test_a_learner_prism_does_not_have_is_refused(name):
     assert err.value.field == "regressor.name"
 
 
-@pytest.mark.parametrize("setting, meant", [
-    ("tp=8", "did you mean parallel.tp?"),  # was "did you mean top?", a setting of search
-    ("+tp=8", "did you mean parallel.tp?"),
-    ("draws=10", "did you mean analysis.draws?"),
-    ("num_experts=8", "did you mean model.num_experts?"),  # a setting tiny.yaml does not write
-    ("topp=3", "did you mean top?"),
-])
-def test_a_bare_key_suggests_the_setting_it_ends(capsys, setting, meant):
-    assert meant in _error(capsys, "predict", setting)
-
-
 @pytest.mark.parametrize("load, name", [(load_hardware, "../model/gpt3-13b"), (load_model, "../config")])
 def test_the_loaders_refuse_a_path(load, name):
     # was gpt3-13b.yaml read as hardware, and "model.defaults: no such setting" for config.yaml

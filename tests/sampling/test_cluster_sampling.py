@@ -112,6 +112,7 @@ def _meta(out: Path) -> list[dict]:
     return [store.read_run_metadata(f) for f in store.run_files(out)]
 
 
+@pytest.mark.slow
 def test_torchrun_job_of_two_emulated_nodes_stores_every_rank_once(tmp_path, cpu_env):
     results = _finish(_torchrun_job(tmp_path, cpu_env))
     assert [rc for rc, _ in results] == [0, 0], results
@@ -137,6 +138,7 @@ def _wait_for_rows(out: Path, rank: int, procs, timeout=90) -> int:
     pytest.fail(f"rank {rank} flushed no compute row in {timeout} s: {_finish(procs)}")
 
 
+@pytest.mark.slow
 def test_a_rank_killed_mid_run_leaves_a_store_that_resumes_without_duplicates(tmp_path, cpu_env):
     slow = ["sampling.shapes_per_op=6", "sampling.rank_timeout_s=8"]
     agents = _torchrun_job(tmp_path, cpu_env, slow)
@@ -152,6 +154,7 @@ def test_a_rank_killed_mid_run_leaves_a_store_that_resumes_without_duplicates(tm
         assert len(df) > len(before)
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_reported_by_rank_and_host_and_the_rest_finish(tmp_path, cpu_env):
     """A SLURM-like job (the variables srun sets) with rank 3 stopped mid-run, then the same
     job again, which finishes the store with every rank's rows once."""
@@ -190,6 +193,7 @@ sys.exit(main())
 """
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_reported_by_rank_and_host_and_the_rest_finish(tmp_path, cpu_env):
     port = _port()
     procs = []  # the SLURM-like job, every rank started through FAILING_RANK
@@ -297,7 +301,7 @@ def test_the_cluster_plan_covers_every_collective_from_1_kib_to_1_gib():
     from predictor.core.profiles import load_hardware
     from predictor.core.specs import SamplingConfig
     from sampling.plan import make_plan
-    conf = Path(__file__).parents[1] / "conf" / "sampling"
+    conf = Path(__file__).parents[2] / "conf" / "sampling"
     merged = OmegaConf.merge(OmegaConf.load(conf / "quick.yaml"),
                              {k: v for k, v in OmegaConf.load(conf / "cluster.yaml").items() if k != "defaults"})
     sc = SamplingConfig(**OmegaConf.to_object(merged))

@@ -36,6 +36,7 @@ def run(tmp_path, *overrides):
     return measure(load_config([*QUICK, f"out={tmp_path / 'm.parquet'}", *overrides]), progress=False)
 
 
+@pytest.mark.slow
 def test_one_rank_then_a_pipeline_layout_appends(tmp_path):
     first = run(tmp_path)
     assert first.layout_id == "tiny seq128 dp1 tp1 pp1 mbs1 gbs4 rc=none 1f1b"
@@ -90,6 +91,7 @@ def test_passes_of_a_layout_join_into_one_run():
     assert "pass1_steal" not in table  # steps measured before steal was recorded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis, lid", [  # the default global batch: 4 micro-batches per replica
     ("dp", "tiny seq128 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b"),
     ("tp", "tiny seq128 dp1 tp2 pp1 mbs1 gbs4 rc=none 1f1b"),
@@ -145,6 +147,7 @@ def test_layout_id_names_changed_model_fields_and_sharding():
     assert lid == "small[num_layers=2] seq64 dp2 tp1 pp1 mbs1 gbs8 rc=none 1f1b fsdp"
 
 
+@pytest.mark.slow
 def test_a_failing_rank_gives_one_line_with_its_own_error(tmp_path):
     with pytest.raises(PrismError) as info:  # a job without its settings: every rank fails
         run_torchrun("sampling.reference", {}, 2, tmp_path, what="measure nothing", timeout_s=120,
@@ -179,6 +182,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_sigterm_stops_torchrun_and_every_rank(tmp_path, cpu_env):
     err = tmp_path / "stderr.txt"
     with open(err, "w") as f:

@@ -62,6 +62,7 @@ def test_validate_names_a_missing_file_and_a_foreign_hardware(tmp_path, cpu_env)
     assert foreign.returncode == 2 and "give hardware=local-cpu" in foreign.stderr
 
 
+@pytest.mark.slow
 def test_validate_published_reports_coverage_and_draws_reliability(tmp_path, reference_data, cpu_env):
     """prism validate published=TABLE: coverage of the predictive intervals on a table of runs."""
     table = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv")

@@ -106,13 +106,6 @@ def test_a_json_run_that_fails_says_so_in_json_on_stdout(capsys, args):
     assert said["field"] in ("parallel.tp", "gpus") and said["error"] in out.err
 
 
-@pytest.mark.parametrize("override", ["models_dir=5", "models_dir=2024"])
-def test_a_folder_named_by_a_number_is_read_as_a_path(capsys, override):
-    # was TypeError: expected str, bytes or os.PathLike object, not int
-    assert main([*JOB, override]) == 2
-    assert f"{override}: no such folder" in _error(capsys, "predict")
-
-
 @pytest.mark.parametrize("override", ["models_dir=[a,b]", "models_dir=true", "plot=[a]", "plot=true"])
 def test_a_path_setting_takes_one_path(tmp_path, capsys, monkeypatch, override):
     monkeypatch.chdir(tmp_path)  # plot=[a] wrote "['a'].png" here

@@ -129,19 +129,6 @@ def test_train_refuses_to_replace_a_folder_that_is_no_model_set(tmp_path, capsys
     assert code == 2 and "local-cpu: a file, where the set's folder goes" in err
 
 
-@pytest.mark.parametrize("argv, said", [
-    (["published=data/e2e/e2e_training_visible.csv", "out=fig.png"], "out=fig.png: not read with published=;"),
-    (["published=data/e2e/e2e_training_visible.csv", "models_dir=models"], "models_dir=models: not read with "
-                                                                             "published=;"),
-    (["published=data/e2e/e2e_training_visible.csv", "measured=m.parquet"], "measured=m.parquet: not read"),
-    (["measured=m.parquet", "plot=fig.png"], "plot=fig.png: not read with measured=; measured= draws its CDF "
-                                             "to out=PATH.png"),
-])
-def test_validate_refuses_a_setting_the_other_input_reads(capsys, argv, said):
-    code, _, err = _run(capsys, "validate", *argv)
-    assert code == 2 and said in err
-
-
 def test_a_value_hydra_reads_only_in_quotes_gets_the_quoted_form(capsys, tmp_path):
     code, _, err = _run(capsys, "predict", "plot=/tmp/ünï.png")
     assert code == 2 and "write plot='/tmp/ünï.png' (in the shell, quoted once more: \"plot='/tmp/ünï.png'\")" in err

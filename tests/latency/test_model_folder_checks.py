@@ -1,13 +1,12 @@
 """Bad input met further from the command line: model folders edited by hand or another
-tool, measurement files of another writer, profile figures no GPU has, settings a profile
-file leaves out, and table rows that half describe a Mixture-of-Experts model. Each is one
+tool (measurement files of another writer: tests/data/test_measurement_files.py), profile
+figures no GPU has, settings a profile file leaves out, and table rows that half describe a
+Mixture-of-Experts model. Each is one
 line naming the field, never a traceback, a NaN or a plausible wrong answer."""
 import json
 import shutil
 from dataclasses import replace
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from predictor.analyses.batch import predict_table
@@ -15,7 +14,6 @@ from predictor.app.cli import main
 from predictor.core.errors import PrismError
 from predictor.core.profiles import REPO_ROOT, load_hardware
 from predictor.core.specs import ParallelConfig
-from predictor.data.measurements import measured_workloads, read_measurements
 from predictor.engine.stages import ep_sm_share
 from predictor.latency.artifacts import ModelSet
 
@@ -91,36 +89,6 @@ def test_a_variability_file_that_is_json_but_no_object_is_named(local_models):
         ModelSet.load(local_models, load_hardware("local-cpu"))
 
 
-@pytest.fixture
-def measured(tmp_path):
-    """Two layouts of a shipped measurement file, and where to write a damaged copy."""
-    frame = pd.read_parquet(REPO_ROOT / "measurements" / "local-cpu-suite-C.parquet")
-    return frame[frame.layout_id.isin(frame.layout_id.unique()[:2])].reset_index(drop=True), tmp_path / "m.parquet"
-
-
-@pytest.mark.parametrize("damage, says", [
-    (lambda f: f.assign(step_time_s=f.step_time_s.astype(str)), "'step_time_s' holds"),  # was a pandas TypeError
-    (lambda f: f.assign(step_time_s=np.where(f.index < 3, np.inf, f.step_time_s)), "non-positive or infinite"),
-    (lambda f: f.assign(hardware=None), "'hardware' has"),  # was a TypeError joining the hardware names
-    (lambda f: f.assign(layout_id=None), "'layout_id' has"),  # was a ZeroDivisionError drawing no layout
-    (lambda f: f.assign(step=np.where(f.index == 0, np.nan, f.step)), "'step' has 1 empty"),  # a step dropped
-])
-def test_a_measurement_file_of_another_writer_is_refused(measured, damage, says):
-    frame, path = measured
-    damage(frame).to_parquet(path)
-    with pytest.raises(PrismError, match=says) as exc:
-        read_measurements(path)
-    assert exc.value.field == "measured"
-
-
-def test_a_measured_layout_the_specs_refuse_is_named_with_its_layout(measured):
-    frame, path = measured
-    par = json.loads(frame.parallel_json[0]) | {"tp": 0}
-    frame.assign(parallel_json=json.dumps(par)).to_parquet(path)
-    with pytest.raises(PrismError, match=r"measured: layout 'tiny .*': parallel.tp=0"):  # was "parallel.tp=0" alone
-        measured_workloads(read_measurements(path), load_hardware("local-cpu"))
-
-
 def test_a_setting_the_profile_file_leaves_out_says_to_add_it(capsys):
     # was "model.num_experts: no such setting; did you mean model.num_layers?" for a real setting
     assert main([*JOB, "model.num_experts=8"]) == 2
@@ -129,17 +97,6 @@ def test_a_setting_the_profile_file_leaves_out_says_to_add_it(capsys):
     assert "+hardware.node.nvlink_domain=16" in _one_line(capsys)
     assert main([*JOB, "model.num_expert=8"]) == 2  # a typo is still no setting
     assert "model.num_expert: no such setting" in _one_line(capsys)
-
-
-@pytest.mark.parametrize("overrides, says", [
-    (["hardware.device.sms=-5"], "hardware.device.sms=-5: must be a non-negative integer"),
-    (["hardware.device.compute_capability=-1"], "hardware.device.compute_capability=-1.0"),  # changed the kernel
-    (["hardware.device.sms=16", "parallel.tp=8", "parallel.sequence_parallel=true", "parallel.overlap_tp_comm=true"],
-     "hardware.device.sms=16: parallel.overlap_tp_comm's collectives hold 16 SMs"),  # was NaN step times
-])
-def test_an_sm_count_no_gpu_has_is_named(capsys, overrides, says):
-    assert main([*JOB, *overrides]) == 2
-    assert says in _one_line(capsys)
 
 
 def test_an_expert_dispatcher_that_holds_every_sm_is_named():

@@ -87,6 +87,7 @@ def test_a_pass_s_collectives_take_the_ratio_at_the_compute_shared_among_them():
         assert scaled.nominal[compute, 0] == plain.nominal[compute, 0]  # the compute is not the collectives'
 
 
+@pytest.mark.slow
 def test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_from_the_op_models(tmp_path, cpu_env):
     args = ["sample", "hardware=local-cpu", "sampling=quick", "sampling.ops=[all_reduce]", "sampling.message_sizes=4",
             "sampling.collective_repeats=6", "sampling.warmup=1", f"output_dir={tmp_path}"]

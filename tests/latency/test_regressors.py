@@ -208,6 +208,7 @@ def _prism(*args):
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_train_and_evaluate_commands_on_ett(ett_a100, tmp_path):
     store_dir, _ = ett_a100
     out = _prism("train", f"samples={store_dir}", f"hardware={A100}", f"models_dir={tmp_path}",
@@ -224,6 +225,7 @@ def test_train_and_evaluate_commands_on_ett(ett_a100, tmp_path):
     assert gemm["n"] > 1000 and gemm["mape_median"] < 0.1
 
 
+@pytest.mark.slow
 def test_train_writes_outside_the_shipped_models_unless_told(ett_a100, tmp_path):
     from predictor.core.profiles import REPO_ROOT
     from predictor.data.store import write_run
@@ -244,6 +246,7 @@ def test_train_writes_outside_the_shipped_models_unless_told(ett_a100, tmp_path)
     assert f"predict with them: prism predict hardware={A100} models_dir={tmp_path / 'm'}" in table
 
 
+@pytest.mark.slow
 def test_cpu_samples_train_and_evaluate_through_the_same_commands(tmp_path):
     pytest.importorskip("torch")
     samples = tmp_path / "samples"

@@ -37,28 +37,6 @@ def _refused(call, field: str, says: str = "") -> str:
     return str(error.value)
 
 
-@pytest.mark.parametrize("args, says", [
-    # were numpy's ArrayMemoryError: 2.18 TiB for the draws, 74.5 GiB for the runs
-    (["variability", *JOB, "analysis.draws=10000000000"], "analysis.draws=10000000000: must be a whole number from 100 "
-                                                          "to 1,000,000"),
-    (["variability", *JOB, "analysis.runs=10000000000"], "analysis.runs=10000000000: must be a whole number from 100"),
-    # were priced as 1 token (train 0.0 s, $0) and a pue of 1.0
-    (["predict", *JOB, "train_tokens=true"], "train_tokens=True: must be a positive finite number, not true or false"),
-    (["compare", *JOB, "pue=true"], "pue=True: must be a positive finite number, not true or false"),
-    (["compare", *JOB, "pue=1e308"], "pue=1e+308: power usage effectiveness, from 1 to 3"),  # was energy inf
-    # was priced as if userbuffers held no SMs (sms=10 was refused)
-    (["predict", "model=llama3-8b", "hardware=h100-sxm", "gpus=64", "parallel.tp=8", "parallel.sequence_parallel=true",
-      "parallel.overlap_tp_comm=true", "hardware.device.sms=0"], "hardware.device.sms=0: a GPU's streaming multiproc"),
-    # were priced: 261,382,042 GiB per GPU, a step of 44,836,695,113,680 s
-    (["predict", *JOB, "model.seq_length=100000000000"], "model.seq_length=100000000000: more than 16,777,216"),
-    (["predict", *JOB, "model.hidden_size=1000000000", "model.num_heads=1000000", "model.num_kv_heads=1000000",
-      "model.ffn_hidden_size=4000000000"], "model.hidden_size=1000000000: more than 262,144"),
-])
-def test_a_bad_number_on_the_command_line_is_one_line_naming_it(args, says, capsys):
-    assert main(args) == 2
-    assert says in _one_line(capsys)
-
-
 def test_draws_and_runs_are_capped_where_predict_batch_caps_them():
     assert MAX_DRAWS == 1_000_000  # prism predict-batch's draws=N
     _refused(lambda: predict(MODEL, A100, TP8, 64, draws=10 ** 12), "draws", "from 1 to 1,000,000")  # was MemoryError
