@@ -78,8 +78,9 @@ NOT_RUN = {
                                       "predicts such rows",
     "python benchmarks/bench_hardware.py": "predicts the published H100 rows through predict-batch: a benchmark; "
                                            "tests/analyses/test_batch.py covers predict-batch",
-    "python benchmarks/bench_moe_blackwell.py": "predicts every MoE and Blackwell row: a benchmark; tests/workload/test_moe.py "
-                                                "and tests/core/test_blackwell.py cover those predictions",
+    "python benchmarks/bench_moe_blackwell.py": "predicts every MoE and Blackwell row: a benchmark; "
+                                                "tests/workload/test_moe.py and tests/core/test_blackwell.py cover "
+                                                "those predictions",
     "python benchmarks/bench_search.py": "searches at 1,024 GPUs and ranks vTrain's published layouts: minutes; "
                                          "tests/analyses/test_search.py covers the search",
     "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts in 3 passes: about 19 minutes",

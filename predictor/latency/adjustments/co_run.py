@@ -97,7 +97,8 @@ class CoRun(Adjustment):
     mechanism = ("our measurement: experiments/co_runner/bench_co_runner.py and the co-run phase's rows "
                  "(sampling/cpu/co_run.py)")
     testbed_only = True
-    retire_when = "tests/sampling/test_co_run.py::test_one_rank_on_a_cpu_and_gpu_ranks_are_alone, on a one-rank-per-host testbed"
+    retire_when = ("tests/sampling/test_co_run.py::test_one_rank_on_a_cpu_and_gpu_ranks_are_alone, on a "
+                   "one-rank-per-host testbed")
     marks = {"co_runners": 0}
     params_type = CoRunParams
     legacy_key = "co_run"

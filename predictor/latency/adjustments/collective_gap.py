@@ -122,8 +122,9 @@ class CollectiveGap(Adjustment):
     mechanism = ("our measurement: experiments/collective_gap/bench_collective_gap.py and the gap rows "
                  "prism sample takes")
     testbed_only = True
-    retire_when = ("tests/latency/test_collective_gap.py::test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_"
-                   "from_the_op_models, once the curve it trains comes out flat")
+    retire_when = ("tests/latency/test_collective_gap.py::"
+                   "test_a_cpu_sample_times_each_gap_and_train_keeps_the_curve_apart_from_the_op_models, "
+                   "once the curve it trains comes out flat")
     params_type = GapCurve
     legacy_key = "collective_gap"
 
