@@ -33,6 +33,7 @@ from pathlib import Path
 from predictor.core.errors import PrismError
 from predictor.core.files import checked_path, writable
 from predictor.core.specs import MAX_LAYERS
+from predictor.data import cells
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ COLUMNS = (
     Column("tp", "count", True, "tensor-parallel degree", limit=1024),
     Column("pp", "count", True, "pipeline-parallel degree", limit=512),
     Column("dp", "count", True, "data-parallel degree, an FSDP degree included", limit=1 << 22),
+    Column("fsdp", "count", False, "FSDP degree where dp holds only the other data-parallel axis (MaxText's "
+           "ici/dcn_fsdp_parallelism): data parallelism is dp x fsdp, sharded", "none (dp counts every data-parallel "
+           "rank)", limit=1 << 22),
     Column("cp", "count", False, "context-parallel degree", "1", limit=1024),
     Column("ep", "count", False, "expert-parallel degree (Mixture-of-Experts models; expert tensor parallelism "
            "from the notes' 'ETP=n', else 1)", "1", limit=1 << 14),
@@ -268,7 +272,7 @@ def count(row: Mapping, column: str) -> int | None:
         if spec.required:
             raise PrismError(f"{column}: blank; fill it in ({spec.meaning})", field=column)
         return None
-    number = text.replace(",", "") if re.fullmatch(r"\d{1,3}(,\d{3})+(\.0*)?", text) else text
+    number = cells.plain_number(text, suffix=column not in NO_SUFFIX)
     try:
         value = float(number)
     except ValueError:
@@ -284,15 +288,25 @@ def count(row: Mapping, column: str) -> int | None:
     return int(value)
 
 
+#: Count columns whose "256K" is not a binary multiple (a vocabulary: 256,000 or 262,144).
+NO_SUFFIX = ("vocab",)
+
+#: The framework setting behind each switch column, whose configuration keys a cell may name
+#: ("--sequence-parallel", "sequence_parallel: true": each framework's ``spellings``).
+SWITCH_SETTINGS = {"seq_parallel": "sequence_parallel"}
+
+
 def switch(row: Mapping, column: str) -> bool | None:
-    """An on/off cell; None where blank. The cell's first word decides ("on (TP > 1)")."""
+    """An on/off cell; None where blank. The cell's first word decides ("on (TP > 1)",
+    "enabled", "True"), after a configuration key of the setting that any framework spells
+    (a bare "--sequence-parallel" is on; :func:`predictor.data.cells.switch_word`)."""
     text = cell(row, column).lower()
     if not text:
         return None
-    first = re.match(r"[a-z0-9]+", text)
-    word = first.group(0) if first else ""
-    if word in ON_WORDS or word in OFF_WORDS:
-        return word in ON_WORDS
+    from predictor.core.framework import setting_spellings  # the frameworks' files: not for --help
+    value = cells.switch_word(text, setting_spellings(SWITCH_SETTINGS.get(column, column)))
+    if value is not None:
+        return value
     raise PrismError(f"{column}={_shown(text)}: not on or off; write {BY_NAME[column].spellings}", field=column)
 
 
@@ -313,29 +327,41 @@ def mentions(text: str, phrases: Mapping[str, tuple[str, ...]]) -> list[tuple[st
     return [(value, negated) for _, value, negated in sorted(found)]
 
 
-def choice(row: Mapping, column: str, phrases: Mapping[str, tuple[str, ...]], off: str | None
-           ) -> tuple[str | None, str | None]:
+def choice(row: Mapping, column: str, phrases: Mapping[str, tuple[str, ...]], off: str | None,
+           extra: Mapping[str, tuple[str, ...]] | None = None) -> tuple[str | None, str | None]:
     """The value a choice cell names and a note where it was read from free text; (None,
     None) where blank or where the cell asks for the framework's default.
 
     The first value named and not negated wins. A cell that negates every value it names
     ("FSDP=0") or is a whole-cell "none" reads as ``off``, where the column has one. A
-    cell that names nothing it knows is refused."""
+    cell that names nothing it knows is refused. ``extra`` adds the frameworks' own spellings
+    of the values (NeMo's ``distributed_fused_adam``); a cell read by one is noted."""
     text = cell(row, column)
     low = text.lower()
     if not low or asks_default(low):
         return None, None
     if off is not None and low in NONE_WORDS:
         return off, None
-    named = mentions(low, phrases)
+    named = mentions(low, _joined(phrases, extra or {}))
     kept = [value for value, negated in named if not negated]
     if kept:
         exact = low in (p for spellings in phrases.values() for p in spellings)
         return kept[0], None if exact else f"{column} {_shown(text)} read as {kept[0]}"
     if named and off is not None:
         return off, f"{column} {_shown(text)} read as {off} (it negates what it names)"
+    if off is not None and cells.none_cell(low):  # "none (no ACT_CKPT set)": none, and why
+        return off, f"{column} {_shown(text)} read as {off}"
     raise PrismError(f"{column}={_shown(text)}: not a {column} this reads; write {BY_NAME[column].spellings}",
                      field=column)
+
+
+def _joined(phrases: Mapping[str, tuple[str, ...]], extra: Mapping[str, tuple[str, ...]]
+            ) -> dict[str, tuple[str, ...]]:
+    """``phrases`` with ``extra``'s spellings added to each value (values of ``extra`` alone too)."""
+    joined = {value: tuple(spellings) for value, spellings in phrases.items()}
+    for value, spellings in extra.items():
+        joined[value] = joined.get(value, ()) + tuple(spellings)
+    return joined
 
 
 def asks_default(text: str) -> bool:
