@@ -387,7 +387,7 @@ UNMODELLED = {
     "rwkv": "RWKV is a linear-attention recurrent network (not modelled)",
     "retnet": "RetNet's retention is linear attention (not modelled)",
     "recurrentgemma": "RecurrentGemma (Griffin) mixes recurrent layers with local attention (not modelled)",
-    "minimaxtext01": "MiniMax-Text-01's layers are mostly lightning (linear) attention (not modelled)",
+    "minimaxt": "MiniMax-Text-01's layers are mostly lightning (linear) attention (not modelled)",
     "minimaxm1": "MiniMax-M1's layers are mostly lightning (linear) attention (not modelled)",
     "xlstm": "xLSTM is a recurrent network (not modelled)",
 }
