@@ -424,7 +424,8 @@ def _registry_row(entry: ModelConfig, row: Mapping, notes: list[str]) -> ModelCo
 
     name = cell(row, "model")
     stated = {c: _given(row, c) for c in REGISTRY_COLUMNS}
-    fields = {REGISTRY_COLUMNS[c]: v for c, v in stated.items() if v is not None and v != getattr(entry, REGISTRY_COLUMNS[c])}
+    fields = {REGISTRY_COLUMNS[c]: v for c, v in stated.items()
+              if v is not None and v != getattr(entry, REGISTRY_COLUMNS[c])}
     hidden, heads = fields.get("hidden_size", entry.hidden_size), fields.get("num_heads", entry.num_heads)
     if ("hidden_size" in fields or "num_heads" in fields) and not entry.kv_lora_rank:
         if hidden % heads:
