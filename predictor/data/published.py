@@ -58,6 +58,7 @@ from predictor.data.runs_table import (
     mentions,
     says,
     switch,
+    with_columns,
 )
 from predictor.workload.decompose import attention_kernel
 from predictor.workload.flops import model_flops_per_step
@@ -631,6 +632,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     object. One :class:`PrismError` naming the column where a cell cannot be read or the
     layout cannot run."""
     notes: list[str] = []
+    row = with_columns(row)  # a header that spells a column as a framework's configuration does
     model = row_model(row, notes)
     framework = cell(row, "framework")
     family = framework_family(framework)

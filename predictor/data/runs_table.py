@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import io
 import math
 import os
@@ -127,6 +128,49 @@ COLUMNS = (
 BY_NAME = {c.name: c for c in COLUMNS}
 REQUIRED = tuple(c.name for c in COLUMNS if c.required)
 
+#: The column that each framework setting of ``conf/framework``'s ``spellings:`` fills, so that a
+#: table whose header spells a column as a framework's configuration does
+#: (``tensor_model_parallel_size``, ``--micro-batch-size``, ``ici_fsdp_parallelism``) is read.
+SETTING_COLUMNS = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp": "dp", "fsdp": "fsdp",
+                   "sequence_parallel": "seq_parallel", "micro_batch_size": "mbs", "global_batch_size": "gbs",
+                   "recompute": "recompute", "sharding": "zero_or_distopt", "precision": "precision",
+                   "seq": "seq_len", "layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
+                   "ffn": "ffn", "vocab": "vocab", "num_experts": "num_experts", "top_k": "top_k",
+                   "expert_ffn": "expert_ffn", "moe_layer_freq": "moe_layer_freq"}
+
+
+def _spelling_key(text: str) -> str:
+    return re.sub(r"[-\s]+", "_", str(text).strip().lower().lstrip("-"))
+
+
+def header_columns(names) -> dict[str, str]:
+    """The header names (lower case, stripped) that spell a column as a framework's
+    configuration does, each with the column it fills; a column the header already has, or
+    that two names would fill, is filled by none."""
+    return dict(_header_columns(tuple(str(n).strip().lower() for n in names)))
+
+
+@functools.lru_cache(maxsize=256)
+def _header_columns(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    from predictor.core.framework import setting_spellings  # the frameworks' files: not for --help
+    spelled = {}
+    for setting, column in SETTING_COLUMNS.items():
+        for word in setting_spellings(setting):
+            key = _spelling_key(word)
+            spelled.setdefault(key, column)
+            spelled.setdefault(key.rsplit(".", 1)[-1], column)  # "parallelism.tensor_parallel_degree" or its leaf
+    found = [(n, spelled[_spelling_key(n)]) for n in names if n not in BY_NAME and _spelling_key(n) in spelled]
+    filled = [column for _, column in found]
+    return tuple((n, c) for n, c in found if c not in names and filled.count(c) == 1)
+
+
+def with_columns(row: Mapping) -> Mapping:
+    """``row`` with the columns its framework-spelled names fill (:func:`header_columns`) added."""
+    spelled = header_columns(row.keys())
+    if not spelled:
+        return row
+    return {**dict(row), **{column: row[name] for name, column in spelled.items()}}
+
 
 def schema_help(width: int = 100) -> str:
     """The schema as ``prism predict-batch --help`` prints it, wrapped to ``width``."""
@@ -204,7 +248,7 @@ def read_table(path) -> Table:
     twice = sorted({n for n in names if n and names.count(n) > 1})
     if twice:
         raise PrismError(f"{p}: column {twice[0]!r} appears twice in the header; keep one", field=twice[0])
-    missing = [c for c in REQUIRED if c not in names]
+    missing = [c for c in REQUIRED if c not in names and c not in header_columns(names).values()]
     if missing:
         raise PrismError(f"{p}: no column {', '.join(missing)} (required: {', '.join(REQUIRED)}); add "
                          f"{'it' if len(missing) == 1 else 'them'} to the header (prism predict-batch --help)",
