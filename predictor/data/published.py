@@ -405,13 +405,18 @@ def _given(row: Mapping, column: str) -> int | None:
     return None if not text or text.lower() in MISSING_WORDS else count(row, column)
 
 
+#: A checkpoint's variant after an architecture's name ("-Base", " Instruct", "-hf"): the same layers.
+_VARIANT = re.compile(r"([\s_-]+(base|instruct|chat|hf|it|sft|pretrain(ing)?|pre-?training))+$", re.IGNORECASE)
+
+
 def registry_model(name: str) -> ModelConfig | None:
     """The conf/model entry a model cell names (:func:`~predictor.core.profiles.match_model`:
     its name or an alias, exactly, a trailing parenthesis aside; else the Mixture-of-Experts
     entry whose name the cell contains), None where none does."""
     from predictor.core.profiles import load_model, match_model
 
-    for text in (name, re.sub(r"\s*[(\[].*$", "", name)):
+    bare = re.sub(r"\s*[(\[].*$", "", name)
+    for text in (name, bare, _VARIANT.sub("", bare)):
         found = match_model(text) if text else None
         if found:
             return load_model(found)
@@ -633,6 +638,10 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     layout cannot run."""
     notes: list[str] = []
     row = with_columns(row)  # a header that spells a column as a framework's configuration does
+    for column in ("seq_len", "gbs", "mbs", "num_gpus", "dp", "tp", "pp", "cp", "ep"):
+        text = cell(row, column)
+        if re.fullmatch(r"\d+(\.\d+)?\s*[kK]", text):  # a binary k is what the reader assumes
+            notes.append(f"{column} {text!r} read as {plain.plain_number(text)} (k = 1,024)")
     model = row_model(row, notes)
     framework = cell(row, "framework")
     family = framework_family(framework)

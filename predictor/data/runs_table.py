@@ -100,11 +100,14 @@ COLUMNS = (
            "on/off, yes/no, true/false, 1/0"),
     Column("recompute", "choice", False, "activation recomputation",
            "torchtitan: per_op (its selective mode's per-op policy); else none",
-           "none, selective (SAC; torchtitan's reads as per_op), per_op (per-op), full; 'default': the framework's"),
+           "none, selective (SAC; torchtitan's reads as per_op), per_op (per-op), full; 'default': the framework's; "
+           "also the frameworks' own words (recompute_method uniform/block: full; yes/enabled: full)"),
     Column("zero_or_distopt", "choice", False, "optimizer and weight sharding", "torchtitan: fsdp; else none",
-           "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's"),
+           "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's; also the "
+           "frameworks' own words (NeMo distributed_fused_adam, DeepSpeed stage 2, FULL_SHARD)"),
     Column("precision", "choice", False, "training precision", "bf16; fp32 under HF Accelerate",
-           "bf16, fp16, fp32 (tf32), fp8 (linears in float8, the rest bf16 unless another is named)"),
+           "bf16, fp16, fp32 (tf32), fp8 (linears in float8, the rest bf16 unless another is named); also "
+           "bf16-mixed, 16-mixed, mixed (16-bit), fp8 hybrid"),
     Column("framework", "text", False, "training framework: picks the defaults above; Megatron-LM without 'Core' "
            "runs attention unfused and reduces gradients after the backward",
            "Megatron-Core's behaviour (flash attention, gradient reduction overlapped)"),
@@ -121,7 +124,7 @@ COLUMNS = (
     Column("expert_ffn", "count", False, "one routed expert's FFN width", "ffn", limit=1 << 20),
     Column("shared_experts", "text", False, "shared experts, each of expert_ffn", "0", "a whole number"),
     Column("moe_layer_freq", "text", False, "which layers are MoE", "every layer",
-           "1 (every layer), N (every N-th), or Megatron's list '[0]*3+[1]*58'"),
+           "1 (every layer), N (every N-th), 'all MoE', 'every 2nd layer MoE', or Megatron's list '[0]*3+[1]*58'"),
     Column("notes", "text", False, "free text: 'async TP' or '--tp-comm-overlap' (not negated) overlaps the TP "
            "collectives with the GEMMs; the framework column is read alike"),
 )
@@ -184,9 +187,11 @@ def schema_help(width: int = 100) -> str:
             lines += entry("", f"spellings: {c.spellings}")
         if c.default:
             lines += entry("", f"blank: {c.default}")
-    lines += textwrap.wrap("Counts are whole numbers ('12' or '12.0', not '12.5'); a count cell of nan, NA or null "
-                           "is blank. Free text counts a scheme it names unless it negates it ('DDP (FSDP=0)' is "
-                           "not FSDP); the first named wins; text naming none is refused, not guessed.", width)
+    lines += textwrap.wrap("Counts are whole numbers ('12' or '12.0', not '12.5'; '1,024'; '4K' is 4,096, not for "
+                           "vocab); a count cell of nan, NA or null is blank. A column may be headed as a framework "
+                           "spells the setting (tensor_model_parallel_size, ici_fsdp_parallelism). Free text counts a "
+                           "scheme it names unless it negates it ('DDP (FSDP=0)' is not FSDP); the first named wins; "
+                           "text naming none is refused, not guessed.", width)
     return "\n".join(lines)
 
 
