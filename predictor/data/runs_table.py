@@ -142,14 +142,47 @@ SETTING_COLUMNS = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp": "dp", "
                    "expert_ffn": "expert_ffn", "moe_layer_freq": "moe_layer_freq"}
 
 
+#: Column headers in plain words ("Global Batch Size", "SeqLen (T)", "# GPUs"), letters and
+#: digits only, a parenthesis dropped, and the column each names.
+HEADER_WORDS = {
+    "gbs": ("globalbatchsize", "globalbatch", "gbsz"), "mbs": ("microbatchsize", "microbatch", "mbsz"),
+    "seq_len": ("seqlen", "seqlength", "sequencelength", "sequencelen", "contextlength", "maxseqlen"),
+    "num_gpus": ("gpus", "numgpus", "ngpus", "gpucount", "numberofgpus"),
+    "layers": ("numlayers", "nlayers", "numberoflayers", "archnlayers"),
+    "hidden": ("hiddensize", "hiddendim", "dmodel", "modeldim", "archdmodel"),
+    "heads": ("numheads", "nheads", "attentionheads", "numattentionheads", "archnheads"),
+    "kv_heads": ("kvheads", "numkvheads", "querygroups", "numquerygroups"),
+    "ffn": ("ffnhiddensize", "ffnsize", "ffndim", "intermediatesize", "archffn"),
+    "vocab": ("vocabsize", "vocabulary", "vocabularysize", "archvocab"),
+    "tp": ("tensorparallel", "tensorparallelsize", "tensorparallelism", "tpsize", "tpdegree"),
+    "pp": ("pipelineparallel", "pipelineparallelsize", "pipelineparallelism", "ppsize", "ppdegree"),
+    "dp": ("dataparallel", "dataparallelsize", "dataparallelism", "dpsize", "dpdegree"),
+    "cp": ("contextparallel", "contextparallelsize", "cpsize"),
+    "ep": ("expertparallel", "expertparallelsize", "epsize"),
+    "vp": ("vpp", "virtualpipeline", "virtualpipelinestages", "virtualstages"),
+    "seq_parallel": ("sequenceparallel", "sequenceparallelism", "sp"),
+    "recompute": ("activationcheckpointing", "activationrecompute", "activationrecomputation", "recomputation",
+                  "gradientcheckpointing", "actckpt", "remat", "rematpolicy"),
+    "zero_or_distopt": ("shardingstrategy", "sharding", "zerostage", "zero", "distributedoptimizer"),
+    "precision": ("dtype", "mixedprecision", "numerics"),
+    "gpu": ("gputype", "gpumodel", "accelerator"),
+    "num_experts": ("experts", "numexperts", "routedexperts"), "top_k": ("topk", "moeroutertopk"),
+}
+_HEADER_WORDS = {word: column for column, words in HEADER_WORDS.items() for word in words}
+
+
+def _header_words(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
+
+
 def _spelling_key(text: str) -> str:
     return re.sub(r"[-\s]+", "_", str(text).strip().lower().lstrip("-"))
 
 
 def header_columns(names) -> dict[str, str]:
     """The header names (lower case, stripped) that spell a column as a framework's
-    configuration does, each with the column it fills; a column the header already has, or
-    that two names would fill, is filled by none."""
+    configuration does, or in plain words (:data:`HEADER_WORDS`), each with the column it
+    fills; a column the header already has, or that two names would fill, is filled by none."""
     return dict(_header_columns(tuple(str(n).strip().lower() for n in names)))
 
 
@@ -162,7 +195,8 @@ def _header_columns(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
             key = _spelling_key(word)
             spelled.setdefault(key, column)
             spelled.setdefault(key.rsplit(".", 1)[-1], column)  # "parallelism.tensor_parallel_degree" or its leaf
-    found = [(n, spelled[_spelling_key(n)]) for n in names if n not in BY_NAME and _spelling_key(n) in spelled]
+    found = [(n, spelled.get(_spelling_key(n)) or _HEADER_WORDS[_header_words(n)]) for n in names
+             if n not in BY_NAME and (_spelling_key(n) in spelled or _header_words(n) in _HEADER_WORDS)]
     filled = [column for _, column in found]
     return tuple((n, c) for n, c in found if c not in names and filled.count(c) == 1)
 
