@@ -28,6 +28,24 @@ _NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*([kK])")
 _GROUPED = re.compile(r"\d{1,3}([,\u202f\u00a0' _])\d{3}(\1\d{3})*(\.0*)?")
 
 
+#: A count written with its setting's label before it ("TP=8", "tp 8", "PP: 4") or a unit
+#: word or remark after it ("4096 tokens", "8 (per node)", "5 (interleaved)"): the number.
+#: Not "64 nodes" in a GPU count: a unit that changes the number is not dropped.
+_LABELLED = re.compile(r"(?:(?:tp|pp|dp|cp|ep|etp|vp|vpp|mbs|gbs|fsdp)\s*[=:]?\s*)?"
+                       r"(\d[\d,\u202f\u00a0' _]*(?:\.\d+)?\s*[kK]?)"
+                       r"\s*(?:-?way|x|tokens?|seqs?|sequences?|samples?|gpus?|layers?|heads?|experts?)?"
+                       r"\s*(?:\([^()]*\))?", re.IGNORECASE)
+#: Dashes that some tables write for "not applicable" in a count column.
+DASHES = ("-", "\u2013", "\u2014", "--")
+
+
+def labelled_number(text: str) -> str | None:
+    """The number of a count cell written with a label, unit or remark ("TP=8", "4096 tokens",
+    "5 (interleaved)", "8-way"), None where the cell is not one."""
+    found = _LABELLED.fullmatch(text.strip())
+    return found.group(1).strip() if found and found.group(1).strip() != text.strip() else None
+
+
 def plain_number(text: str, suffix: bool = True) -> str:
     """A count cell's text with thousands separators dropped ("1,024", "1 024", "1'024") and
     a binary k worked out ("4K" -> "4096", "1.5k" -> "1536"; not where ``suffix`` is false:
@@ -109,6 +127,19 @@ PRECISION_WORDS = {
     "bfloat16": ("bf16-mixed", "bf16-true", "bf16 mixed", "mixed bf16", "amp_bf16", "amp bf16", "brain float 16",
                  "bfloat16 mixed"),
     "float16": ("16-mixed", "16-bit", "16 bit", "16-true", "amp_fp16", "amp fp16", "fp16 mixed", "mixed fp16",
-                "float16 mixed", "half precision"),
+                "float16 mixed", "half precision", "apex amp", "apex o1", "apex o2", "amp o1", "amp o2"),
     "float32": ("32-true", "32-bit", "32 bit", "full precision", "single precision"),
+}
+
+
+#: Choice values in plain words, framework-free: a recompute cell's "full AC" or "attention
+#: only" (Megatron's selective recompute is the attention core), a sharding cell's "HSDP"
+#: (hybrid-sharded FSDP) or "sharded optimizer states" (ZeRO-1).
+PLAIN_VALUES = {
+    "recompute": {"full": ("full ac", "full layer", "full layers", "whole layer", "whole layers", "full activation",
+                           "full recompute", "full recomputation", "full checkpointing"),
+                  "selective": ("attention only", "core attention", "core_attn", "attention core", "selective ac")},
+    "sharding": {"fsdp": ("hsdp", "hybrid shard", "hybrid sharded", "hybrid_shard", "zero-3 (fsdp)"),
+                 "zero1": ("sharded optimizer", "optimizer state sharding", "sharded optimizer states",
+                           "optimizer sharding")},
 }

@@ -579,7 +579,11 @@ def _chosen(row: Mapping, column: str, phrases, off, family: str, notes: list[st
     DeepSpeed's ``stage 2``); a recompute cell that only says it is on ("yes", "enabled")
     recomputes whole layers (activation checkpointing as DeepSpeed, HF and FSDP wrap it)."""
     try:
-        value, note = choice(row, column, phrases, off, value_spellings(CHOICE_SETTINGS[column]))
+        setting = CHOICE_SETTINGS[column]
+        own = value_spellings(setting)
+        for value, words in plain.PLAIN_VALUES.get(setting, {}).items():
+            own[value] = own.get(value, ()) + words
+        value, note = choice(row, column, phrases, off, own)
     except PrismError:
         if column != "recompute" or plain.switch_word(cell(row, column)) is not True:
             raise

@@ -355,7 +355,10 @@ def count(row: Mapping, column: str) -> int | None:
         if spec.required:
             raise PrismError(f"{column}: blank; fill it in ({spec.meaning})", field=column)
         return None
-    number = cells.plain_number(text, suffix=column not in NO_SUFFIX)
+    if text in cells.DASHES:  # "-": not applicable, as blank
+        return count({}, column)
+    labelled = cells.labelled_number(text)  # "TP=8", "4096 tokens", "5 (interleaved)"
+    number = cells.plain_number(labelled or text, suffix=column not in NO_SUFFIX)
     try:
         value = float(number)
     except ValueError:

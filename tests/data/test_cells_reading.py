@@ -9,7 +9,8 @@ from predictor.data.published import row_precision
 from predictor.data.runs_table import RECOMPUTES, SHARDINGS, choice, count, header_columns, switch
 
 COUNTS = [("1,024", 1024), ("2,048", 2048), ("1 024", 1024), ("2k", 2048), ("4K", 4096), ("8K", 8192),
-          ("1.5k", 1536), ("12", 12), ("12.0", 12), ("8,192", 8192)]
+          ("1.5k", 1536), ("12", 12), ("12.0", 12), ("8,192", 8192), ("TP=8", 8), ("tp 8", 8), ("4096 tokens", 4096),
+          ("5 (interleaved)", 5), ("8-way", 8), ("1,024 GPUs", 1024), ("4K tokens", 4096)]
 
 
 @pytest.mark.parametrize("text, want", COUNTS)
@@ -17,11 +18,17 @@ def test_counts_with_separators_and_a_binary_k(text, want):
     assert count({"seq_len": text}, "seq_len") == want
 
 
-@pytest.mark.parametrize("text", ["256K", "1,02", "4KB", "2.5", "k"])
+@pytest.mark.parametrize("text", ["256K", "1,02", "4KB", "2.5", "k", "64 nodes"])
 def test_counts_that_stay_refused(text):
     with pytest.raises(PrismError) as err:
         count({"vocab": text}, "vocab")
     assert str(err.value).startswith("vocab=")
+
+
+def test_a_dash_is_a_blank_count():
+    assert count({"cp": "-"}, "cp") is None and count({"cp": "\u2014"}, "cp") is None
+    with pytest.raises(PrismError, match="layers: blank"):
+        count({"layers": "-"}, "layers")
 
 
 SWITCHES = [("on", True), ("off", False), ("yes", True), ("no", False), ("true", True), ("False", False),
@@ -44,12 +51,20 @@ def test_a_switch_that_says_nothing_is_refused_naming_its_column():
 RECOMPUTE = [("none (no ACT_CKPT set)", "none"), ("full (uniform, 1 layer)", "full"), ("selective", "selective"),
              ("full (block, 2 layers)", "full"), ("uniform", "full"), ("recompute_granularity=selective", "selective"),
              ("--recompute-activations", "selective"), ("activations_checkpoint_method: block", "full"),
-             ("off; activations kept", "none")]
+             ("off; activations kept", "none"), ("full AC", "full"), ("attention only", "selective"),
+             ("yes", None)]
 
 
 @pytest.mark.parametrize("text, want", RECOMPUTE)
 def test_recompute_cells(text, want):
-    assert choice({"recompute": text}, "recompute", RECOMPUTES, "none", value_spellings("recompute"))[0] == want
+    if want is None:  # a switch word: published.py reads it as full (test_published_cells)
+        with pytest.raises(PrismError):
+            choice({"recompute": text}, "recompute", RECOMPUTES, "none", value_spellings("recompute"))
+        return
+    own = value_spellings("recompute")
+    for value, words in cells.PLAIN_VALUES["recompute"].items():
+        own[value] = own.get(value, ()) + words
+    assert choice({"recompute": text}, "recompute", RECOMPUTES, "none", own)[0] == want
 
 
 SHARDING = [("distributed_fused_adam", "distributed_optimizer"), ("mcore_distributed_optim", "distributed_optimizer"),
