@@ -613,6 +613,23 @@ def _virtual_stages(row: Mapping, family: str, notes: list[str]) -> int:
     return count(row, "vp") or 1
 
 
+#: Cells that ask for a degree to fill what the others leave (MaxText's -1: "auto-sharded").
+AUTO_WORDS = ("auto", "-1", "rest", "remaining")
+
+
+def _auto_degree(row: Mapping, column: str, gpus: int, others: int, notes: list[str]) -> int:
+    """A degree cell, or where it says "auto" / -1 (MaxText's ``ici_fsdp_parallelism: -1``) the
+    only degree that makes the row's GPUs: ``gpus`` over the product of the ``others``."""
+    text = cell(row, column)
+    if text.lower() not in AUTO_WORDS:
+        return count(row, column)
+    if gpus % others:
+        raise PrismError(f"{column}={text!r}: the GPUs left over, num_gpus={gpus} / {others}, are not whole; "
+                         f"write the degree", field=column)
+    notes.append(f"{column} {text!r} read as {gpus // others} (num_gpus / the other degrees)")
+    return gpus // others
+
+
 _FSDP_DEGREE = re.compile(r"(?:(?:ici|dcn)_)?fsdp(?:_parallelism)?\s*(?:[=:]|degree)?\s*(\d+)", re.IGNORECASE)
 
 
@@ -622,7 +639,7 @@ def _data_parallel(row: Mapping, dp: int, model_parallel: int, gpus: int, notes:
     zero_or_distopt cell) beside a dp of its other data-parallel axis. Data parallelism is
     dp·fsdp where that makes the GPUs the row states (MaxText's data and fsdp axes are both
     data parallel, the fsdp one sharded); a dp that already counts the FSDP ranks stays."""
-    fsdp = count(row, "fsdp") if "fsdp" in row and cell(row, "fsdp") else None
+    fsdp = _auto_degree(row, "fsdp", gpus, dp * model_parallel, notes) if cell(row, "fsdp") else None
     if fsdp is None and dp * model_parallel != gpus:
         found = _FSDP_DEGREE.search(cell(row, "zero_or_distopt"))
         fsdp = int(found.group(1)) if found and int(found.group(1)) > 1 else None
@@ -654,8 +671,9 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(
             framework=repr(framework)))
     spec = _spec(family)
-    dp, tp, pp, gbs, gpus = (count(row, c) for c in ("dp", "tp", "pp", "gbs", "num_gpus"))
+    tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
+    dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
     vp = _virtual_stages(row, family, notes)
     ones = [c for c in ("mbs", "cp", "ep", "vp") if not cell(row, c)]
     if ones:

@@ -92,3 +92,11 @@ def test_a_table_headed_in_nemos_spelling_reads_as_ours():
 def test_reach_on_the_table():
     read = sum(_read(r)[1] is None for r in ROWS)
     assert read >= len(ROWS) - len(REFUSED) - (0 if B300 else 2)
+
+
+def test_an_auto_degree_takes_the_gpus_the_others_leave():
+    row = dict(next(r for r in ROWS if r["model"] == "Llama 2 70B"))  # dp=1, fsdp=256, 256 GPUs
+    job = row_workload({**row, "fsdp": "-1"}, {})  # MaxText's ici_fsdp_parallelism: -1
+    assert job.parallel.dp == 256 and job.parallel.sharding == "fsdp"
+    job = row_workload({**row, "fsdp": "", "dp": "auto"}, {})
+    assert job.parallel.dp == 256 and "dp 'auto' read as 256" in "; ".join(job.assumed)
