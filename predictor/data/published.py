@@ -671,9 +671,11 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(
             framework=repr(framework)))
     spec = _spec(family)
+    dp = None if cell(row, "dp").lower() in AUTO_WORDS else count(row, "dp")  # dp's blank is refused first
     tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
-    dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
+    if dp is None:
+        dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
     vp = _virtual_stages(row, family, notes)
     ones = [c for c in ("mbs", "cp", "ep", "vp") if not cell(row, c)]
     if ones:
