@@ -461,8 +461,10 @@ def framework_family(text: str) -> str:
     (Megatron-LM under HF Accelerate), megatron-lm (before Megatron-Core; also Microsoft's
     Megatron-DeepSpeed, a fork of it with its kernels), megatron-core (NeMo and
     Megatron-Bridge too)), or "" (not recognised)."""
-    from predictor.core.framework import table_framework  # the frameworks' files: not for --help
+    from predictor.core.framework import load_framework, table_framework  # the frameworks' files: not for --help
     spec = table_framework(text)
+    if spec and spec.family != spec.name and load_framework(spec.family).role == "unrecognised":
+        return spec.name  # priced as an unrecognised framework, read with its own file's blank defaults (MaxText)
     return spec.family if spec else ""
 
 

@@ -100,3 +100,11 @@ def test_an_auto_degree_takes_the_gpus_the_others_leave():
     assert job.parallel.dp == 256 and job.parallel.sharding == "fsdp"
     job = row_workload({**row, "fsdp": "", "dp": "auto"}, {})
     assert job.parallel.dp == 256 and "dp 'auto' read as 256" in "; ".join(job.assumed)
+
+
+def test_a_maxtext_row_takes_maxtexts_blank_defaults():
+    row = dict(next(r for r in ROWS if r["model"] == "Llama 2 70B"))
+    job = row_workload({**row, "dp": "256", "fsdp": "", "recompute": "", "zero_or_distopt": ""}, {})
+    assumed = "; ".join(job.assumed)
+    assert job.parallel.sharding == "fsdp" and job.parallel.recompute == "full"
+    assert "MaxText's default" in assumed and "none PRISM knows" not in assumed
