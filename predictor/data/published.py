@@ -694,6 +694,10 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", family, notes), family)
     if note:
         notes.append(note)
+    partial = re.search(r"\bblock\b\D*(\d+)\s*layers?", cell(row, "recompute"), re.IGNORECASE)
+    if recompute == "full" and partial:  # Megatron's block method recomputes that many layers of each stage
+        notes.append(f"recompute {cell(row, 'recompute')!r}: the block method recomputes {partial.group(1)} layers of "
+                     f"each pipeline stage; PRISM prices every layer recomputed (an upper bound)")
     if fsdp and not cell(row, "zero_or_distopt"):
         sharding = "fsdp"
         notes.append("zero_or_distopt=fsdp (blank: the fsdp degree shards weights, gradients and optimizer states)")
