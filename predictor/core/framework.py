@@ -16,6 +16,7 @@ published table's framework cell. ``PRISM_CONF_DIR`` is honoured as
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 from collections.abc import Mapping
@@ -126,6 +127,9 @@ class FrameworkSpec:
     blank_fallback: bool
     unknown_note: str | None
     spellings: Mapping[str, tuple[str, ...]]
+    values: Mapping[str, Mapping[str, tuple[str, ...]]] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+    requires: tuple[Rule, ...] = ()
 
     @property
     def reference(self) -> bool:
@@ -241,7 +245,12 @@ def _spec(name: str, node: dict, path: str) -> FrameworkSpec:
             blank=types.MappingProxyType({k: BlankDefault(str(v["value"]), str(v["why"]), str(v["whose"]))
                                           for k, v in (table.get("blank") or {}).items()}),
             blank_fallback=bool(table.get("fallback", False)), unknown_note=table.get("unknown_note"),
-            spellings=types.MappingProxyType({k: tuple(v) for k, v in (node.get("spellings") or {}).items()}))
+            spellings=types.MappingProxyType({k: tuple(v) for k, v in (node.get("spellings") or {}).items()}),
+            values=types.MappingProxyType({
+                setting: types.MappingProxyType({str(value): tuple(str(w).lower() for w in words)
+                                                 for value, words in (table or {}).items()})
+                for setting, table in (node.get("values") or {}).items()}),
+            requires=_rules(node.get("requires"), path))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise PrismError(f"{path}: {type(exc).__name__} {exc} reading a framework file; see the files of "
                          f"{profiles.SHIPPED_CONF / 'framework'}", field="framework") from None
@@ -284,6 +293,37 @@ def _check(specs: dict[str, FrameworkSpec], folder: Path) -> None:
         if sum(map(pick, specs.values())) != 1:
             raise PrismError(f"{folder}: one framework file, not {sum(map(pick, specs.values()))}, sets {what}",
                              field="framework")
+
+
+def setting_spellings(setting: str) -> tuple[str, ...]:
+    """Every framework's configuration keys for ``setting`` (``spellings:``), longest first."""
+    return _setting_spellings(framework_dir(), setting)
+
+
+@functools.cache
+def _setting_spellings(folder: Path, setting: str) -> tuple[str, ...]:
+    words = {w for spec in _specs(folder).values() for w in spec.spellings.get(setting, ())}
+    return tuple(sorted(words, key=lambda w: (-len(w), w)))
+
+
+def value_spellings(setting: str) -> dict[str, tuple[str, ...]]:
+    """Every framework's own spellings of ``setting``'s values (``values:``; NeMo's
+    ``distributed_fused_adam`` for the distributed optimizer), as value -> spellings."""
+    return dict(_value_spellings(framework_dir(), setting))
+
+
+@functools.cache
+def _value_spellings(folder: Path, setting: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    found: dict[str, dict[str, str]] = {}
+    owner: dict[str, tuple[str, str]] = {}
+    for spec in _specs(folder).values():
+        for value, words in spec.values.get(setting, {}).items():
+            for word in words:
+                if owner.setdefault(word, (value, spec.name))[0] != value:
+                    raise PrismError(f"{folder}/{spec.name}.yaml: values: {setting}: {word!r} is {value} here and "
+                                     f"{owner[word][0]} in {owner[word][1]}.yaml", field="framework.values")
+                found.setdefault(value, {})[word] = value
+    return tuple((value, tuple(words)) for value, words in found.items())
 
 
 def _all() -> dict[str, FrameworkSpec]:

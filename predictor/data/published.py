@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,18 @@ import numpy as np
 import pandas as pd
 
 from predictor.core.errors import PrismError
-from predictor.core.framework import FrameworkSpec, all_frameworks, load_framework, unrecognised_framework
+from predictor.core.framework import (
+    FrameworkSpec,
+    all_frameworks,
+    load_framework,
+    unrecognised_framework,
+    value_spellings,
+)
 from predictor.core.layout import framework_recompute, validate_layout
 from predictor.core.precision import LOW_PRECISION_OPS, check_gemm_dtype
 from predictor.core.profiles import load_hardware, match_hardware, names_profile, other_gpus_named
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
+from predictor.data import cells as plain
 from predictor.data.runs_table import (
     BY_NAME,
     MISSING_WORDS,
@@ -50,6 +58,7 @@ from predictor.data.runs_table import (
     mentions,
     says,
     switch,
+    with_columns,
 )
 from predictor.workload.decompose import attention_kernel
 from predictor.workload.flops import model_flops_per_step
@@ -229,9 +238,25 @@ class RowJob:
         return self.key[2]
 
 
+#: GPU systems a cell may name whose profile is another file's to add, by the profile's
+#: name: "B300", "DGX B300", "HGX B300" (an 8-GPU Blackwell Ultra node, not the GB300 NVL72
+#: rack) is conf/hardware/b300.yaml. Where that file is absent the cell matches no profile.
+NAMED_PROFILES = {"b300": re.compile(r"(?<![a-z0-9])(?:(?:dgx|hgx|nvidia)[\s-]*)?b300(?![0-9])", re.IGNORECASE)}
+
+
+def _named_profile(gpu: str) -> str | None:
+    from predictor.core.profiles import group_options
+
+    for name, pattern in NAMED_PROFILES.items():
+        if pattern.search(gpu) and name in group_options("hardware"):
+            return name
+    return None
+
+
 def row_hardware(gpu: str) -> str:
-    """The hardware profile a GPU cell names (longest ``device.match`` name it contains)."""
-    name = match_hardware(gpu) if gpu else None
+    """The hardware profile a GPU cell names (longest ``device.match`` name it contains, else
+    a system of :data:`NAMED_PROFILES` whose file is there)."""
+    name = (match_hardware(gpu) or _named_profile(gpu)) if gpu else None
     if name is None:
         raise PrismError(f"gpu={gpu!r}: no hardware profile matches; write a name such as A100, H100, H200, GH200, "
                          f"B200 (B200-SXM-180GB, DGX B200), GB200 or GB300 (NVL72 racks), or add it to a "
@@ -278,9 +303,13 @@ def row_precision(text, framework: str) -> tuple[str, str]:
     if not cell(row, "precision") or asks_default(cell(row, "precision")):
         row = {"precision": framework_default("precision", framework_family(framework))[0]}
     written = cell(row, "precision")
-    low = {value for value, negated in mentions(written, LOW_PRECISIONS) if not negated}
+    own = value_spellings("precision")  # the frameworks' own: NeMo's fp8 "hybrid", Bridge's "bf16_mixed"
+    lows = {**LOW_PRECISIONS, "float8": LOW_PRECISIONS["float8"] + own.get("float8", ())}
+    low = {value for value, negated in mentions(written, lows) if not negated}
     gemm = next((v for v in LOW_PRECISIONS if v in low), None)
-    named = [value for value, negated in mentions(written, PRECISIONS) if not negated and value != "float8"]
+    words = {v: PRECISIONS.get(v, ()) + plain.PRECISION_WORDS.get(v, ()) + (own.get(v, ()) if v != "float8" else ())
+             for v in PRECISIONS}
+    named = [value for value, negated in mentions(written, words) if not negated and value != "float8"]
     if not named and gemm is None:
         raise PrismError(f"precision={written!r}: not a precision this reads; write "
                          f"{BY_NAME['precision'].spellings}", field="precision")
@@ -303,6 +332,11 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
         word = next(w for w in UNMODELLED if w in _squeezed(name))
         raise PrismError(f"model={name!r}: {UNMODELLED[word]}; PRISM does not model it", field="model")
     families = [f for f in ("llama", "gpt") if f in name.lower()]
+    blank_dims = [c for c in ("layers", "hidden", "heads", "seq_len") if _given(row, c) is None]
+    if (known is None and len(families) != 1) or blank_dims:  # a published architecture by its name
+        entry = registry_model(name)
+        if entry is not None:
+            return _registry_row(entry, row, notes)
     if known is None and len(families) != 1:  # not guessed: the two families differ in every layer
         what = "both GPT and Llama; keep only its family's" if families else "neither GPT nor Llama; put the family"
         raise PrismError(f"model={name!r}: names {what} in the name ({BY_NAME['model'].meaning})", field="model")
@@ -341,8 +375,87 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
 MOE_COLUMNS = ("top_k", "expert_ffn", "shared_experts", "moe_layer_freq")
 
 
-#: Architectures a model name may name that PRISM does not model, and why.
-UNMODELLED = {"qwen3next": "Qwen3-Next's layers are 3 of 4 Gated DeltaNet linear attention (not modelled)"}
+#: Architectures a model name may name that PRISM does not model, and why (letters and digits
+#: of the name: "Nemotron-H 8B" is nemotronh8b).
+UNMODELLED = {
+    "qwen3next": "Qwen3-Next's layers are 3 of 4 Gated DeltaNet linear attention (not modelled)",
+    "nemotronh": "Nemotron-H is a hybrid of Mamba-2 state-space layers and attention (Mamba layers are not modelled)",
+    "mamba": "Mamba layers are state-space layers, not attention (not modelled)",
+    "jamba": "Jamba interleaves Mamba state-space layers with attention (Mamba layers are not modelled)",
+    "zamba": "Zamba is a Mamba hybrid (state-space layers are not modelled)",
+    "hymba": "Hymba runs Mamba heads beside attention (state-space layers are not modelled)",
+    "falconh1": "Falcon-H1 runs Mamba-2 heads beside attention (state-space layers are not modelled)",
+    "rwkv": "RWKV is a linear-attention recurrent network (not modelled)",
+    "retnet": "RetNet's retention is linear attention (not modelled)",
+    "recurrentgemma": "RecurrentGemma (Griffin) mixes recurrent layers with local attention (not modelled)",
+    "minimaxt": "MiniMax-Text-01's layers are mostly lightning (linear) attention (not modelled)",
+    "minimaxm1": "MiniMax-M1's layers are mostly lightning (linear) attention (not modelled)",
+    "xlstm": "xLSTM is a recurrent network (not modelled)",
+}
+
+
+#: The row's columns that override a conf/model entry's figures, and its field of each.
+REGISTRY_COLUMNS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads", "kv_heads": "num_kv_heads",
+                    "ffn": "ffn_hidden_size", "vocab": "vocab_size", "seq_len": "seq_length"}
+
+
+def _given(row: Mapping, column: str) -> int | None:
+    """A count cell, None where blank (a required column's blank too: the registry may fill it)."""
+    text = cell(row, column)
+    return None if not text or text.lower() in MISSING_WORDS else count(row, column)
+
+
+#: A checkpoint's variant after an architecture's name ("-Base", " Instruct", "-hf"): the same layers.
+_VARIANT = re.compile(r"([\s_-]+(base|instruct|chat|hf|it|sft|pretrain(ing)?|pre-?training))+$", re.IGNORECASE)
+
+
+def registry_model(name: str) -> ModelConfig | None:
+    """The conf/model entry a model cell names (:func:`~predictor.core.profiles.match_model`:
+    its name or an alias, exactly, a trailing parenthesis aside; else the Mixture-of-Experts
+    entry whose name the cell contains), None where none does."""
+    from predictor.core.profiles import load_model, match_model
+
+    bare = re.sub(r"\s*[(\[].*$", "", name)
+    for text in (name, bare, _VARIANT.sub("", bare)):
+        found = match_model(text) if text else None
+        if found:
+            return load_model(found)
+    return known_moe_model(name)
+
+
+def _registry_row(entry: ModelConfig, row: Mapping, notes: list[str]) -> ModelConfig:
+    """The conf/model ``entry`` a row names, with the figures the row states ruling over the
+    entry's (:data:`REGISTRY_COLUMNS`) and its MoE columns read over the entry's experts."""
+    from dataclasses import replace
+
+    name = cell(row, "model")
+    stated = {c: _given(row, c) for c in REGISTRY_COLUMNS}
+    fields = {REGISTRY_COLUMNS[c]: v for c, v in stated.items()
+              if v is not None and v != getattr(entry, REGISTRY_COLUMNS[c])}
+    hidden, heads = fields.get("hidden_size", entry.hidden_size), fields.get("num_heads", entry.num_heads)
+    if ("hidden_size" in fields or "num_heads" in fields) and not entry.kv_lora_rank:
+        if hidden % heads:
+            raise PrismError(f"hidden={hidden}: not a multiple of heads={heads}; check both", field="hidden")
+        fields["head_dim"] = hidden // heads
+        if stated["kv_heads"] is None and heads % entry.num_kv_heads:
+            fields["num_kv_heads"] = heads
+    taken = [f"{c}={getattr(entry, f)}" for c, f in REGISTRY_COLUMNS.items() if stated[c] is None]
+    ruled = [f"{c}={stated[c]}" for c, f in REGISTRY_COLUMNS.items() if REGISTRY_COLUMNS[c] in fields]
+    notes.append(f"model {name!r} read as conf/model {entry.name}" + (f" ({', '.join(taken)} from it)" if taken else "")
+                 + (f"; the row's {', '.join(ruled)} rule" if ruled else ""))
+    try:
+        model = replace(entry, name=name, **fields)
+    except PrismError as exc:
+        raise in_table_terms(exc) from None
+    if count(row, "num_experts") or entry.num_experts:
+        return _with_experts(model, row, entry if entry.num_experts else None, notes)
+    for column in MOE_COLUMNS:
+        text = cell(row, column)
+        if text.lower() not in ("", "0", *MISSING_WORDS):
+            raise PrismError(f"{column}={text!r}: an expert setting on a row without num_experts, and "
+                             f"{entry.name} is dense; fill num_experts (the routed experts) or clear {column}",
+                             field=column)
+    return model
 
 
 def _squeezed(text: str) -> str:
@@ -382,9 +495,13 @@ def _layer_pattern(text: str, layers: int) -> tuple[int, int]:
                              f"{layers} layers, as '[0]*3+[1]*58'", field="moe_layer_freq")
         return 1, first
     number = re.match(r"\d+", text)
+    if not number:
+        every = plain.layer_pattern(text)  # "all MoE", "every 2nd layer MoE"
+        if every:
+            return every, 0
     if not number or int(number.group(0)) < 1:
-        raise PrismError(f"moe_layer_freq={text!r}: write N (every N-th layer is MoE) or '[0]*3+[1]*58'",
-                         field="moe_layer_freq")
+        raise PrismError(f"moe_layer_freq={text!r}: write N (every N-th layer is MoE), 'all MoE', 'every 2nd layer "
+                         f"MoE' or '[0]*3+[1]*58'", field="moe_layer_freq")
     return int(number.group(0)), 0
 
 
@@ -452,9 +569,25 @@ def _default_note(column: str, value: str, family: str, text: str = "") -> str:
     return f"{column}={value} ({repr(text) if text else 'blank'}: {whose}'s default)"
 
 
+#: The framework setting a choice column holds (its values' spellings: ``values:`` of conf/framework).
+CHOICE_SETTINGS = {"recompute": "recompute", "zero_or_distopt": "sharding"}
+
+
 def _chosen(row: Mapping, column: str, phrases, off, family: str, notes: list[str]) -> str:
-    """A choice cell's value, or the framework's default where blank or asked for (noted)."""
-    value, note = choice(row, column, phrases, off)
+    """A choice cell's value, or the framework's default where blank or asked for (noted).
+    The frameworks' own spellings of the values are read too (NeMo's ``distributed_fused_adam``,
+    DeepSpeed's ``stage 2``); a recompute cell that only says it is on ("yes", "enabled")
+    recomputes whole layers (activation checkpointing as DeepSpeed, HF and FSDP wrap it)."""
+    try:
+        setting = CHOICE_SETTINGS[column]
+        own = value_spellings(setting)
+        for value, words in plain.PLAIN_VALUES.get(setting, {}).items():
+            own[value] = own.get(value, ()) + words
+        value, note = choice(row, column, phrases, off, own)
+    except PrismError:
+        if column != "recompute" or plain.switch_word(cell(row, column)) is not True:
+            raise
+        value, note = "full", f"recompute {cell(row, column)!r} read as full (activation checkpointing of whole layers)"
     if value is None:
         value, _ = framework_default(column, family)
         notes.append(_default_note(column, value, family, cell(row, column)))
@@ -480,6 +613,44 @@ def _virtual_stages(row: Mapping, family: str, notes: list[str]) -> int:
     return count(row, "vp") or 1
 
 
+#: Cells that ask for a degree to fill what the others leave (MaxText's -1: "auto-sharded").
+AUTO_WORDS = ("auto", "-1", "rest", "remaining")
+
+
+def _auto_degree(row: Mapping, column: str, gpus: int, others: int, notes: list[str]) -> int:
+    """A degree cell, or where it says "auto" / -1 (MaxText's ``ici_fsdp_parallelism: -1``) the
+    only degree that makes the row's GPUs: ``gpus`` over the product of the ``others``."""
+    text = cell(row, column)
+    if text.lower() not in AUTO_WORDS:
+        return count(row, column)
+    if gpus % others:
+        raise PrismError(f"{column}={text!r}: the GPUs left over, num_gpus={gpus} / {others}, are not whole; "
+                         f"write the degree", field=column)
+    notes.append(f"{column} {text!r} read as {gpus // others} (num_gpus / the other degrees)")
+    return gpus // others
+
+
+_FSDP_DEGREE = re.compile(r"(?:(?:ici|dcn)_)?fsdp(?:_parallelism)?\s*(?:[=:]|degree)?\s*(\d+)", re.IGNORECASE)
+
+
+def _data_parallel(row: Mapping, dp: int, model_parallel: int, gpus: int, notes: list[str]) -> tuple[int, int | None]:
+    """(data-parallel degree, FSDP degree or None) of a row that may write MaxText's sharding:
+    an FSDP degree (the ``fsdp`` column, or "FSDP=8" / "ici_fsdp_parallelism=64" in the
+    zero_or_distopt cell) beside a dp of its other data-parallel axis. Data parallelism is
+    dp·fsdp where that makes the GPUs the row states (MaxText's data and fsdp axes are both
+    data parallel, the fsdp one sharded); a dp that already counts the FSDP ranks stays."""
+    fsdp = _auto_degree(row, "fsdp", gpus, dp * model_parallel, notes) if cell(row, "fsdp") else None
+    if fsdp is None and dp * model_parallel != gpus:
+        found = _FSDP_DEGREE.search(cell(row, "zero_or_distopt"))
+        fsdp = int(found.group(1)) if found and int(found.group(1)) > 1 else None
+    if not fsdp or fsdp == 1:
+        return dp, None
+    if dp * fsdp * model_parallel == gpus and dp * model_parallel != gpus:
+        notes.append(f"dp={dp * fsdp} (dp={dp} x fsdp={fsdp}: the fsdp degree is sharded data parallelism)")
+        return dp * fsdp, fsdp
+    return dp, fsdp
+
+
 def row_workload(row: Mapping, hardware: dict) -> RowJob:
     """The model, layout, hardware and GPU count of a table row (a pandas Series or a
     mapping of column to cell), read by :mod:`predictor.data.runs_table`; ``hardware``
@@ -487,6 +658,11 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     object. One :class:`PrismError` naming the column where a cell cannot be read or the
     layout cannot run."""
     notes: list[str] = []
+    row = with_columns(row)  # a header that spells a column as a framework's configuration does
+    for column in ("seq_len", "gbs", "mbs", "num_gpus", "dp", "tp", "pp", "cp", "ep"):
+        text = cell(row, column)
+        if re.fullmatch(r"\d+(\.\d+)?\s*[kK]", text):  # a binary k is what the reader assumes
+            notes.append(f"{column} {text!r} read as {plain.plain_number(text)} (k = 1,024)")
     model = row_model(row, notes)
     framework = cell(row, "framework")
     family = framework_family(framework)
@@ -495,20 +671,38 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(
             framework=repr(framework)))
     spec = _spec(family)
-    dp, tp, pp, gbs, gpus = (count(row, c) for c in ("dp", "tp", "pp", "gbs", "num_gpus"))
+    dp = None if cell(row, "dp").lower() in AUTO_WORDS else count(row, "dp")  # dp's blank is refused first
+    tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
+    if dp is None:
+        dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
     vp = _virtual_stages(row, family, notes)
     ones = [c for c in ("mbs", "cp", "ep", "vp") if not cell(row, c)]
     if ones:
         notes.append(", ".join(f"{c}=1" for c in ones) + " (blank)")
+    dp, fsdp = _data_parallel(row, dp, tp * pp * cp, gpus, notes)
     sp = switch(row, "seq_parallel")
     if sp is None:
-        sp = spec.sequence_parallel_default == "with_tp" and tp > 1
-        notes.append(_default_note("seq_parallel", "on" if sp else "off", family))
+        layout = types.SimpleNamespace(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
+        required = next((r for r in spec.requires if r.field == "sequence_parallel" and r.holds(layout)), None)
+        if required:  # the only value the framework allows
+            sp = True
+            notes.append(f"seq_parallel: blank, read as on ({required.message})")
+        else:
+            sp = spec.sequence_parallel_default == "with_tp" and tp > 1
+            notes.append(_default_note("seq_parallel", "on" if sp else "off", family))
     recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", family, notes), family)
     if note:
         notes.append(note)
-    sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
+    partial = re.search(r"\bblock\b\D*(\d+)\s*layers?", cell(row, "recompute"), re.IGNORECASE)
+    if recompute == "full" and partial:  # Megatron's block method recomputes that many layers of each stage
+        notes.append(f"recompute {cell(row, 'recompute')!r}: the block method recomputes {partial.group(1)} layers of "
+                     f"each pipeline stage; PRISM prices every layer recomputed (an upper bound)")
+    if fsdp and not cell(row, "zero_or_distopt"):
+        sharding = "fsdp"
+        notes.append("zero_or_distopt=fsdp (blank: the fsdp degree shards weights, gradients and optimizer states)")
+    else:
+        sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
     # the spec's defaults.overlap_grad_reduce: Megatron-LM before Megatron-Core (2023) reduced DP
     # gradients after the backward (--overlap-grad-reduce came with Core) and ran attention
     # unfused (baddbmm, fused scale-mask-softmax, bmm) rather than FlashAttention (its attention).

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import io
 import math
 import os
@@ -33,6 +34,7 @@ from pathlib import Path
 from predictor.core.errors import PrismError
 from predictor.core.files import checked_path, writable
 from predictor.core.specs import MAX_LAYERS
+from predictor.data import cells
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,9 @@ COLUMNS = (
     Column("tp", "count", True, "tensor-parallel degree", limit=1024),
     Column("pp", "count", True, "pipeline-parallel degree", limit=512),
     Column("dp", "count", True, "data-parallel degree, an FSDP degree included", limit=1 << 22),
+    Column("fsdp", "count", False, "FSDP degree where dp holds only the other data-parallel axis (MaxText's "
+           "ici/dcn_fsdp_parallelism): data parallelism is dp x fsdp, sharded", "none (dp counts every data-parallel "
+           "rank)", limit=1 << 22),
     Column("cp", "count", False, "context-parallel degree", "1", limit=1024),
     Column("ep", "count", False, "expert-parallel degree (Mixture-of-Experts models; expert tensor parallelism "
            "from the notes' 'ETP=n', else 1)", "1", limit=1 << 14),
@@ -95,11 +100,14 @@ COLUMNS = (
            "on/off, yes/no, true/false, 1/0"),
     Column("recompute", "choice", False, "activation recomputation",
            "torchtitan: per_op (its selective mode's per-op policy); else none",
-           "none, selective (SAC; torchtitan's reads as per_op), per_op (per-op), full; 'default': the framework's"),
+           "none, selective (SAC; torchtitan's reads as per_op), per_op (per-op), full; 'default': the framework's; "
+           "also the frameworks' own words (recompute_method uniform/block: full; yes/enabled: full)"),
     Column("zero_or_distopt", "choice", False, "optimizer and weight sharding", "torchtitan: fsdp; else none",
-           "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's"),
+           "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's; also the "
+           "frameworks' own words (NeMo distributed_fused_adam, DeepSpeed stage 2, FULL_SHARD)"),
     Column("precision", "choice", False, "training precision", "bf16; fp32 under HF Accelerate",
-           "bf16, fp16, fp32 (tf32), fp8 (linears in float8, the rest bf16 unless another is named)"),
+           "bf16, fp16, fp32 (tf32), fp8 (linears in float8, the rest bf16 unless another is named); also "
+           "bf16-mixed, 16-mixed, mixed (16-bit), fp8 hybrid"),
     Column("framework", "text", False, "training framework: picks the defaults above; Megatron-LM without 'Core' "
            "runs attention unfused and reduces gradients after the backward",
            "Megatron-Core's behaviour (flash attention, gradient reduction overlapped)"),
@@ -116,12 +124,89 @@ COLUMNS = (
     Column("expert_ffn", "count", False, "one routed expert's FFN width", "ffn", limit=1 << 20),
     Column("shared_experts", "text", False, "shared experts, each of expert_ffn", "0", "a whole number"),
     Column("moe_layer_freq", "text", False, "which layers are MoE", "every layer",
-           "1 (every layer), N (every N-th), or Megatron's list '[0]*3+[1]*58'"),
+           "1 (every layer), N (every N-th), 'all MoE', 'every 2nd layer MoE', or Megatron's list '[0]*3+[1]*58'"),
     Column("notes", "text", False, "free text: 'async TP' or '--tp-comm-overlap' (not negated) overlaps the TP "
            "collectives with the GEMMs; the framework column is read alike"),
 )
 BY_NAME = {c.name: c for c in COLUMNS}
 REQUIRED = tuple(c.name for c in COLUMNS if c.required)
+
+#: The column that each framework setting of ``conf/framework``'s ``spellings:`` fills, so that a
+#: table whose header spells a column as a framework's configuration does
+#: (``tensor_model_parallel_size``, ``--micro-batch-size``, ``ici_fsdp_parallelism``) is read.
+SETTING_COLUMNS = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp": "dp", "fsdp": "fsdp",
+                   "sequence_parallel": "seq_parallel", "micro_batch_size": "mbs", "global_batch_size": "gbs",
+                   "recompute": "recompute", "sharding": "zero_or_distopt", "precision": "precision",
+                   "seq": "seq_len", "layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
+                   "ffn": "ffn", "vocab": "vocab", "num_experts": "num_experts", "top_k": "top_k",
+                   "expert_ffn": "expert_ffn", "moe_layer_freq": "moe_layer_freq"}
+
+
+#: Column headers in plain words ("Global Batch Size", "SeqLen (T)", "# GPUs"), letters and
+#: digits only, a parenthesis dropped, and the column each names.
+HEADER_WORDS = {
+    "gbs": ("globalbatchsize", "globalbatch", "gbsz"), "mbs": ("microbatchsize", "microbatch", "mbsz"),
+    "seq_len": ("seqlen", "seqlength", "sequencelength", "sequencelen", "contextlength", "maxseqlen"),
+    "num_gpus": ("gpus", "numgpus", "ngpus", "gpucount", "numberofgpus"),
+    "layers": ("numlayers", "nlayers", "numberoflayers", "archnlayers"),
+    "hidden": ("hiddensize", "hiddendim", "dmodel", "modeldim", "archdmodel"),
+    "heads": ("numheads", "nheads", "attentionheads", "numattentionheads", "archnheads"),
+    "kv_heads": ("kvheads", "numkvheads", "querygroups", "numquerygroups"),
+    "ffn": ("ffnhiddensize", "ffnsize", "ffndim", "intermediatesize", "archffn"),
+    "vocab": ("vocabsize", "vocabulary", "vocabularysize", "archvocab"),
+    "tp": ("tensorparallel", "tensorparallelsize", "tensorparallelism", "tpsize", "tpdegree"),
+    "pp": ("pipelineparallel", "pipelineparallelsize", "pipelineparallelism", "ppsize", "ppdegree"),
+    "dp": ("dataparallel", "dataparallelsize", "dataparallelism", "dpsize", "dpdegree"),
+    "cp": ("contextparallel", "contextparallelsize", "cpsize"),
+    "ep": ("expertparallel", "expertparallelsize", "epsize"),
+    "vp": ("vpp", "virtualpipeline", "virtualpipelinestages", "virtualstages"),
+    "seq_parallel": ("sequenceparallel", "sequenceparallelism", "sp"),
+    "recompute": ("activationcheckpointing", "activationrecompute", "activationrecomputation", "recomputation",
+                  "gradientcheckpointing", "actckpt", "remat", "rematpolicy"),
+    "zero_or_distopt": ("shardingstrategy", "sharding", "zerostage", "zero", "distributedoptimizer"),
+    "precision": ("dtype", "mixedprecision", "numerics"),
+    "gpu": ("gputype", "gpumodel", "accelerator"),
+    "num_experts": ("experts", "numexperts", "routedexperts"), "top_k": ("topk", "moeroutertopk"),
+}
+_HEADER_WORDS = {word: column for column, words in HEADER_WORDS.items() for word in words}
+
+
+def _header_words(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
+
+
+def _spelling_key(text: str) -> str:
+    return re.sub(r"[-\s]+", "_", str(text).strip().lower().lstrip("-"))
+
+
+def header_columns(names) -> dict[str, str]:
+    """The header names (lower case, stripped) that spell a column as a framework's
+    configuration does, or in plain words (:data:`HEADER_WORDS`), each with the column it
+    fills; a column the header already has, or that two names would fill, is filled by none."""
+    return dict(_header_columns(tuple(str(n).strip().lower() for n in names)))
+
+
+@functools.lru_cache(maxsize=256)
+def _header_columns(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    from predictor.core.framework import setting_spellings  # the frameworks' files: not for --help
+    spelled = {}
+    for setting, column in SETTING_COLUMNS.items():
+        for word in setting_spellings(setting):
+            key = _spelling_key(word)
+            spelled.setdefault(key, column)
+            spelled.setdefault(key.rsplit(".", 1)[-1], column)  # "parallelism.tensor_parallel_degree" or its leaf
+    found = [(n, spelled.get(_spelling_key(n)) or _HEADER_WORDS[_header_words(n)]) for n in names
+             if n not in BY_NAME and (_spelling_key(n) in spelled or _header_words(n) in _HEADER_WORDS)]
+    filled = [column for _, column in found]
+    return tuple((n, c) for n, c in found if c not in names and filled.count(c) == 1)
+
+
+def with_columns(row: Mapping) -> Mapping:
+    """``row`` with the columns its framework-spelled names fill (:func:`header_columns`) added."""
+    spelled = header_columns(row.keys())
+    if not spelled:
+        return row
+    return {**dict(row), **{column: row[name] for name, column in spelled.items()}}
 
 
 def schema_help(width: int = 100) -> str:
@@ -136,9 +221,11 @@ def schema_help(width: int = 100) -> str:
             lines += entry("", f"spellings: {c.spellings}")
         if c.default:
             lines += entry("", f"blank: {c.default}")
-    lines += textwrap.wrap("Counts are whole numbers ('12' or '12.0', not '12.5'); a count cell of nan, NA or null "
-                           "is blank. Free text counts a scheme it names unless it negates it ('DDP (FSDP=0)' is "
-                           "not FSDP); the first named wins; text naming none is refused, not guessed.", width)
+    lines += textwrap.wrap("Counts are whole numbers ('12' or '12.0', not '12.5'; '1,024'; '4K' is 4,096, not for "
+                           "vocab); a count cell of nan, NA or null is blank. A column may be headed as a framework "
+                           "spells the setting (tensor_model_parallel_size, ici_fsdp_parallelism). Free text counts a "
+                           "scheme it names unless it negates it ('DDP (FSDP=0)' is not FSDP); the first named wins; "
+                           "text naming none is refused, not guessed.", width)
     return "\n".join(lines)
 
 
@@ -200,7 +287,7 @@ def read_table(path) -> Table:
     twice = sorted({n for n in names if n and names.count(n) > 1})
     if twice:
         raise PrismError(f"{p}: column {twice[0]!r} appears twice in the header; keep one", field=twice[0])
-    missing = [c for c in REQUIRED if c not in names]
+    missing = [c for c in REQUIRED if c not in names and c not in header_columns(names).values()]
     if missing:
         raise PrismError(f"{p}: no column {', '.join(missing)} (required: {', '.join(REQUIRED)}); add "
                          f"{'it' if len(missing) == 1 else 'them'} to the header (prism predict-batch --help)",
@@ -268,7 +355,10 @@ def count(row: Mapping, column: str) -> int | None:
         if spec.required:
             raise PrismError(f"{column}: blank; fill it in ({spec.meaning})", field=column)
         return None
-    number = text.replace(",", "") if re.fullmatch(r"\d{1,3}(,\d{3})+(\.0*)?", text) else text
+    if text in cells.DASHES:  # "-": not applicable, as blank
+        return count({}, column)
+    labelled = cells.labelled_number(text)  # "TP=8", "4096 tokens", "5 (interleaved)"
+    number = cells.plain_number(labelled or text, suffix=column not in NO_SUFFIX)
     try:
         value = float(number)
     except ValueError:
@@ -284,15 +374,25 @@ def count(row: Mapping, column: str) -> int | None:
     return int(value)
 
 
+#: Count columns whose "256K" is not a binary multiple (a vocabulary: 256,000 or 262,144).
+NO_SUFFIX = ("vocab",)
+
+#: The framework setting behind each switch column, whose configuration keys a cell may name
+#: ("--sequence-parallel", "sequence_parallel: true": each framework's ``spellings``).
+SWITCH_SETTINGS = {"seq_parallel": "sequence_parallel"}
+
+
 def switch(row: Mapping, column: str) -> bool | None:
-    """An on/off cell; None where blank. The cell's first word decides ("on (TP > 1)")."""
+    """An on/off cell; None where blank. The cell's first word decides ("on (TP > 1)",
+    "enabled", "True"), after a configuration key of the setting that any framework spells
+    (a bare "--sequence-parallel" is on; :func:`predictor.data.cells.switch_word`)."""
     text = cell(row, column).lower()
     if not text:
         return None
-    first = re.match(r"[a-z0-9]+", text)
-    word = first.group(0) if first else ""
-    if word in ON_WORDS or word in OFF_WORDS:
-        return word in ON_WORDS
+    from predictor.core.framework import setting_spellings  # the frameworks' files: not for --help
+    value = cells.switch_word(text, setting_spellings(SWITCH_SETTINGS.get(column, column)))
+    if value is not None:
+        return value
     raise PrismError(f"{column}={_shown(text)}: not on or off; write {BY_NAME[column].spellings}", field=column)
 
 
@@ -313,29 +413,41 @@ def mentions(text: str, phrases: Mapping[str, tuple[str, ...]]) -> list[tuple[st
     return [(value, negated) for _, value, negated in sorted(found)]
 
 
-def choice(row: Mapping, column: str, phrases: Mapping[str, tuple[str, ...]], off: str | None
-           ) -> tuple[str | None, str | None]:
+def choice(row: Mapping, column: str, phrases: Mapping[str, tuple[str, ...]], off: str | None,
+           extra: Mapping[str, tuple[str, ...]] | None = None) -> tuple[str | None, str | None]:
     """The value a choice cell names and a note where it was read from free text; (None,
     None) where blank or where the cell asks for the framework's default.
 
     The first value named and not negated wins. A cell that negates every value it names
     ("FSDP=0") or is a whole-cell "none" reads as ``off``, where the column has one. A
-    cell that names nothing it knows is refused."""
+    cell that names nothing it knows is refused. ``extra`` adds the frameworks' own spellings
+    of the values (NeMo's ``distributed_fused_adam``); a cell read by one is noted."""
     text = cell(row, column)
     low = text.lower()
     if not low or asks_default(low):
         return None, None
     if off is not None and low in NONE_WORDS:
         return off, None
-    named = mentions(low, phrases)
+    named = mentions(low, _joined(phrases, extra or {}))
     kept = [value for value, negated in named if not negated]
     if kept:
         exact = low in (p for spellings in phrases.values() for p in spellings)
         return kept[0], None if exact else f"{column} {_shown(text)} read as {kept[0]}"
     if named and off is not None:
         return off, f"{column} {_shown(text)} read as {off} (it negates what it names)"
+    if off is not None and cells.none_cell(low):  # "none (no ACT_CKPT set)": none, and why
+        return off, f"{column} {_shown(text)} read as {off}"
     raise PrismError(f"{column}={_shown(text)}: not a {column} this reads; write {BY_NAME[column].spellings}",
                      field=column)
+
+
+def _joined(phrases: Mapping[str, tuple[str, ...]], extra: Mapping[str, tuple[str, ...]]
+            ) -> dict[str, tuple[str, ...]]:
+    """``phrases`` with ``extra``'s spellings added to each value (values of ``extra`` alone too)."""
+    joined = {value: tuple(spellings) for value, spellings in phrases.items()}
+    for value, spellings in extra.items():
+        joined[value] = joined.get(value, ()) + tuple(spellings)
+    return joined
 
 
 def asks_default(text: str) -> bool:
@@ -349,8 +461,10 @@ def framework_family(text: str) -> str:
     (Megatron-LM under HF Accelerate), megatron-lm (before Megatron-Core; also Microsoft's
     Megatron-DeepSpeed, a fork of it with its kernels), megatron-core (NeMo and
     Megatron-Bridge too)), or "" (not recognised)."""
-    from predictor.core.framework import table_framework  # the frameworks' files: not for --help
+    from predictor.core.framework import load_framework, table_framework  # the frameworks' files: not for --help
     spec = table_framework(text)
+    if spec and spec.family != spec.name and load_framework(spec.family).role == "unrecognised":
+        return spec.name  # priced as an unrecognised framework, read with its own file's blank defaults (MaxText)
     return spec.family if spec else ""
 
 
