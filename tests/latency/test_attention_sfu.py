@@ -19,7 +19,8 @@ def _ratio(hardware: str) -> np.ndarray:
     hw = load_hardware(hardware)
     folder = models_dir() / hardware
     models = ModelSet.load(folder, hw) if folder.is_dir() else None  # b300 borrows b200's: priors here
-    calls = [Call.of("attention", p, SHAPE) for p in ("fwd", "bwd")] + [Call.of("gemm", "fwd", {"m": 4096, "n": 4096, "k": 4096})]
+    calls = [Call.of("attention", p, SHAPE) for p in ("fwd", "bwd")]
+    calls.append(Call.of("gemm", "fwd", {"m": 4096, "n": 4096, "k": 4096}))
     q, _ = Pricer(models, hw).price(calls)
     q0, _ = Pricer(models, hw, adjustments=[a for a in ADJUSTMENTS if a.name != "attention_sfu"]).price(calls)
     return q[:, 3] / q0[:, 3]
@@ -42,5 +43,6 @@ def test_blackwell_and_hopper_are_left_alone(hardware):
 
 
 def test_gb300s_larger_memory_is_the_fits_verdicts():
-    need = MemoryBreakdown(stage=0, weights=200 * 2**30, gradients=0.0, optimizer=0.0, activations=0.0, workspace=0.0)  # 200 GiB: over GB200's 186, under GB300's 279
+    need = MemoryBreakdown(stage=0, weights=200 * 2**30, gradients=0.0, optimizer=0.0, activations=0.0,
+                           workspace=0.0)  # 200 GiB: over GB200's 186, under GB300's 279
     assert not need.fits(load_hardware("gb200-nvl72")) and need.fits(load_hardware("gb300-nvl72"))

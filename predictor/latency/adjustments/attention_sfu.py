@@ -29,7 +29,7 @@ bound by shared-memory traffic, which Blackwell Ultra does not change. Nothing i
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -51,7 +51,7 @@ FLOPS_PER_SCORE_PER_DIM = {"fwd": 4.0, "bwd": 10.0}
 EXP_PER_SCORE = 1.0
 
 
-@lru_cache(maxsize=None)
+@cache
 def _profile_rate(name: str) -> float:
     from predictor.core.profiles import load_hardware
     try:
