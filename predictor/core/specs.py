@@ -217,6 +217,9 @@ class DeviceSpec:
     compute_capability: float = 0.0  # CUDA's (9.0 Hopper, 10.0 Blackwell); 0: none (a CPU)
     sms: int = 0  # streaming multiprocessors (0: a CPU)
     match: list[str] = field(default_factory=list)
+    # exponentials (MUFU.EX2) the special function units return per clock per SM; 0: not stated.
+    # Read by the attention_sfu adjustment (predictor/latency/adjustments/attention_sfu.py)
+    exp2_per_clk_per_sm: float = 0.0
 
 
 @dataclass
@@ -328,6 +331,7 @@ class HardwareConfig:
         # 0 is "none" (a CPU, or not given); a negative figure picked the wrong attention kernel or SM share
         check_number("hardware.device.compute_capability", self.device.compute_capability, zero=True)
         check_number("hardware.device.sms", self.device.sms, integer=True, zero=True)
+        check_number("hardware.device.exp2_per_clk_per_sm", self.device.exp2_per_clk_per_sm, zero=True)
         if self.device.kind == "gpu" and not self.device.sms:  # would price the SMs userbuffers and DeepEP hold at none
             raise PrismError("hardware.device.sms=0: a GPU's streaming multiprocessor count, e.g. 132 on an H100 SXM "
                              "(0 is a CPU's, of hardware.device.kind=cpu)", field="hardware.device.sms")

@@ -13,6 +13,7 @@ that would retire it; their measuring code is in ``sampling/cpu/``.
 from __future__ import annotations
 
 from predictor.latency.adjustments.attention_kernel import AttentionKernel
+from predictor.latency.adjustments.attention_sfu import AttentionSfu
 from predictor.latency.adjustments.backward_entry import BackwardEntry
 from predictor.latency.adjustments.base import Adjustment, Batch, Params
 from predictor.latency.adjustments.co_run import CoRun
@@ -25,6 +26,7 @@ from predictor.latency.adjustments.sm_margin import SmMargin
 #: it prepared).
 ADJUSTMENTS: tuple[Adjustment, ...] = (
     AttentionKernel(),
+    AttentionSfu(),
     GroupedGemm(),
     OneNodeFloor(),
     SmMargin(),
