@@ -55,6 +55,10 @@ class Prediction:
     variability_source: dict | None = None  # per component its sigma, measured (n, interval) or cited
     confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
     notes: list[str] = field(default_factory=list)  # what the user should know, e.g. models of another CPU
+    #: The one step figure tokens/s, MFU, time to train, GPU-hours and cost rest on: the p50 of the
+    #: run's mean step (the persistent variability times the doubt about the median step), so that
+    #: tokens/s x time to train is the token budget (to a step's tokens).
+    train_step_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -170,15 +174,15 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
     step["jitter_p95_over_p50"] = step["p95"] / step["p50"]
     grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
     tokens = work.tokens_per_step
-    median = step["p50"]
     peak = hardware.mfu_peak
     steps = steps_to_train(train_tokens, tokens)
     # a run's mean step: the persistent variability times the doubt about its median
     doubt_draws = doubt.draws(np.random.default_rng(seed + 1), draws)
     run_mean = run_step_draws(dist.draws, persistent) * doubt_draws
     step_with_doubt = dist.draws * doubt_draws
-    ttt = {f"p{round(a * 100)}": float(v) * steps / SECONDS_PER_DAY
-           for a, v in zip((0.05, 0.5, 0.95), np.quantile(run_mean, (0.05, 0.5, 0.95)))}
+    run_q = dict(zip((0.05, 0.5, 0.95), map(float, np.quantile(run_mean, (0.05, 0.5, 0.95)))))
+    ttt = {f"p{round(a * 100)}": v * steps / SECONDS_PER_DAY for a, v in run_q.items()}
+    train_step = run_q[0.5]  # tokens/s, MFU, time to train, GPU-hours and cost: all at this step
     gpu_hours = ttt["p50"] * 24 * gpus
     price = hardware.price_per_gpu_hour
     basis = {}
@@ -189,7 +193,8 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
         layout=report_layout(model, par),
         step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
         predictive=predictive_report(doubt),
-        tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),
+        tokens_per_s=tokens / train_step,
+        mfu=model_flops_per_step(model, tokens, work.seq) / (train_step * gpus * peak), train_step_s=train_step,
         memory_gib={"weights": mem.weights / 2**30, "gradients": mem.gradients / 2**30,
                     "optimizer": mem.optimizer / 2**30, "activations": mem.activations / 2**30,
                     "workspace": mem.workspace / 2**30, "total": mem.total_gib,
