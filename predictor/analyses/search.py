@@ -64,10 +64,10 @@ from predictor.core.job import check_framework, check_gpus
 from predictor.core.layout import AXES, check_count, refuse_experts_of_dense, resolve_layout, validate_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
-from predictor.engine.compose import DRAWS, compose
+from predictor.engine.compose import DRAWS, PER_STEP, compose_holds
 from predictor.engine.doubt import doubt_of, shipped_model
 from predictor.engine.predictor import Predictor, QuantileCache
-from predictor.engine.report import predictive_report
+from predictor.engine.report import predictive_report, run_mean_draws, train_step
 from predictor.engine.screen import screen
 from predictor.latency.artifacts import evidence_tier
 from predictor.workload.decompose import Workload, attention_kernel, decompose
@@ -257,13 +257,14 @@ def composed_figures(work: Workload, models, cache: QuantileCache, seed: int, fr
     """Step 3 for one layout: its :data:`RANK_BY` statistics composed in full, and its median
     step as ``prism predict`` reports it (the predictive distribution's p50, same draws and seed:
     ``median_step_s``) with the 80% predictive interval of it (``median_step_80_s``)."""
-    dist = compose(work, models, draws=FINAL_DRAWS, seed=seed, cache=cache)
+    dist, held = compose_holds(work, models, [(), PER_STEP], draws=FINAL_DRAWS, seed=seed, cache=cache)
     figures = {name: float(dist.draws.mean() if q is None else np.quantile(dist.draws, q))
                for name, q in RANK_BY.items()}
     doubt = doubt_of(work, dist, evidence_tier(models, dist.evidence.values()), framework, shipped_model())
     report = predictive_report(doubt)
     return figures, {"median_step_s": report["median_step_s"]["p50"],
-                     "median_step_80_s": report["interval_s"]["80%"]}
+                     "median_step_80_s": report["interval_s"]["80%"],
+                     "train_step_s": train_step(run_mean_draws(dist.draws, held.draws, doubt, seed)[0])}
 
 
 def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], like: Workload, compose_figures,
@@ -299,11 +300,13 @@ def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], like: Wo
     for rank, i in enumerate(order, 1):
         par, p50 = layouts[i], float(stats["p50"][i])
         tokens = par.global_batch_size * like.seq
+        # tokens/s and MFU at prism predict's step for them (the run's mean step) where composed, else at the p50
+        step = predictive.get(i, {}).get("train_step_s") or p50
         ranked.append({"rank": rank, **_layout_fields(par),
                        **{f"{name}_s": float(stats[name][i]) for name in RANK_BY},
                        "risk": float(stats["p95"][i]) / p50, "memory_gib": float(memory[i]),
-                       "tokens_per_s": tokens / p50,
-                       "mfu": model_flops_per_step(model, tokens, like.seq) / (p50 * gpus * peak),
+                       "tokens_per_s": tokens / step,
+                       "mfu": model_flops_per_step(model, tokens, like.seq) / (step * gpus * peak),
                        "median_step_s": predictive.get(i, {}).get("median_step_s"),
                        "median_step_80_s": predictive.get(i, {}).get("median_step_80_s"),
                        "composed": bool(composed[i])})

@@ -285,7 +285,8 @@ def format_search(r: SearchResult) -> str:
              f"{c['do_not_fit']} do not fit in memory, {c['ranked']} ranked   ({r.seconds:.1f} s)",
              "", f"top {min(r.top, len(r.layouts))} by {r.rank_by} (composed with {r.draws['composed']} draws; "
                  f"the rest screened with {r.draws['screen']}; p50/p95: the step within a run, ranked by; median "
-                 f"step: prism predict's, with its predictive uncertainty)"]
+                 f"step: prism predict's, with its predictive uncertainty; tokens/s and MFU: prism predict's, at the "
+                 f"run's mean step, where composed)"]
     ep = any(layout["ep"] > 1 for layout in r.layouts)
     lines += _layout_table(r.layouts[:r.top], r.rank_by, ep)
     lines += ["", f"Pareto front: {r.rank_by} vs memory per GPU ({len(r.front_memory)} layouts)"]

@@ -122,4 +122,5 @@ def test_one_job_one_answer(case):
         q = predict(model, hardware, par, gpus, draws=DRAWS, seed=SEED, framework=framework)
         assert r.get("median_step_s") == pytest.approx(q.predictive["median_step_s"]["p50"], rel=1e-9)
         assert list(r["median_step_80_s"]) == pytest.approx(q.predictive["interval_s"]["80%"], rel=1e-9)
+        assert r["tokens_per_s"] == pytest.approx(q.tokens_per_s, rel=1e-9)
         assert math.isfinite(r["p50_s"])
