@@ -450,8 +450,8 @@ def fit_note(memory, hw: HardwareConfig) -> str | None:
     every figure of the report is of a job that cannot run as laid out."""
     if memory.fits(hw):
         return None
-    return (f"DOES NOT FIT: {memory.total_gib:.1f} GiB per GPU of {hw.memory.capacity_gib:g}; the job cannot run as laid out, "
-            f"so its step, goodput and time to train are of a layout that would not start (shard more: "
+    return (f"DOES NOT FIT: {memory.total_gib:.1f} GiB per GPU of {hw.memory.capacity_gib:g}; the job cannot run "
+            f"as laid out, so its step, goodput and time to train are of a layout that would not start (shard more: "
             f"parallel.sharding, tp, pp, or recompute)")
 
 
@@ -550,6 +550,7 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
         | {"train_tokens": train_tokens},
         settings=asdict(a),
-        notes=[n for n in [fit_note(memory, hardware), scales_note(par, a.scales, gpus), placement_note(work.mesh, a.slow_nodes),
-                           progress_note(hardware, gpus), basis_note(doubt, full)] if n],
+        notes=[n for n in [fit_note(memory, hardware), scales_note(par, a.scales, gpus),
+                           placement_note(work.mesh, a.slow_nodes), progress_note(hardware, gpus),
+                           basis_note(doubt, full)] if n],
         elapsed_s=time.perf_counter() - t0)
