@@ -5,7 +5,8 @@ The table's columns, units, blanks and spellings are :mod:`predictor.data.runs_t
 :func:`predictor.data.published.row_workload` turns a row into specs. Every row comes out
 with its input cells and :data:`OUTPUT_COLUMNS`: the run's median step (s) at the
 p5/p10/p50/p90/p95 of its predictive distribution (the composed median, and the doubt
-about it: :mod:`predictor.analyses.doubt`), the within-run spread p95/p50 (step-time
+about it: :mod:`predictor.analyses.doubt`; the p50 is the job's median step, ``prism predict``'s
+"median step"), the within-run spread p95/p50 (step-time
 variability) and memory per GPU (GiB), or blank with ``pred_status`` naming the column to fix (``ok``
 otherwise); ``pred_fits``, whether that memory fits the GPU (a job that does not fit is still
 predicted, as ``prism predict`` does, and flagged); ``pred_hardware``, the profile the row ran
@@ -144,8 +145,9 @@ class BatchPredictor:
             job = c.job
             try:
                 q = dict(zip(DEFAULT_QUANTILES, c.doubt.quantiles_s))
-                v5, v50, v95 = c.dist.quantile([0.05, 0.5, 0.95])
-                values = (float(v50), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),
+                v50, v95 = c.dist.quantile([0.5, 0.95])
+                # the job's median step as prism predict reports it: the predictive distribution's
+                values = (float(q[0.5]), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),
                           float(c.memory.total_gib))
                 if all(math.isfinite(v) and v > 0 for v in values):
                     self.results[key] = (values, "ok", c.memory.fits(job.hardware))

@@ -48,7 +48,7 @@ class HardwareResult:
     tier: str  # predictor.latency.artifacts.TIERS: what the numbers rest on
     step_time_s: dict  # p5, p50, p95: variability within a run
     median_step_80_s: list  # the 80% predictive interval of the run's median step (predictive uncertainty)
-    speedup: float  # the first profile's median step / this one's
+    speedup: float  # the first profile's median step / this one's (median_step_s)
     tokens_per_s: float
     mfu: float
     memory_gib: float  # per GPU, the most loaded pipeline stage
@@ -63,6 +63,9 @@ class HardwareResult:
     gpus_per_node: int
     cdf: dict  # {"t_s": [...], "p": [...]}: the step-time CDF (Prediction.cdf)
     nvlink_domain: int = 0  # GPUs of one NVLink domain (72 on an NVL72 rack of 4-GPU nodes)
+    median_step_s: float = 0.0  # the job's median step, prism predict's "median step" (predictive p50)
+    median_step_90_s: list = field(default_factory=list)  # its 90% predictive interval
+    train_step_s: float | None = None  # the step tokens/s, time, cost and energy rest on (Prediction.train_step_s)
 
 
 @dataclass
@@ -132,12 +135,19 @@ def check_pue(value) -> float:
     return float(value)
 
 
+def median_step(p: Prediction) -> float:
+    """The job's median step as ``prism predict`` reports it ("median step"): the p50 of the
+    predictive distribution (the composed median where no doubt model applies)."""
+    return p.predictive["median_step_s"]["p50"]
+
+
 def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) -> HardwareResult:
     gpu_hours = {k: p.time_to_train_days[k] * 24 * p.gpus for k in BAND}
     return HardwareResult(
         hardware=p.hardware, tier=p.tier, step_time_s={k: p.step_time_s[k] for k in BAND},
-        median_step_80_s=p.predictive["interval_s"]["80%"],
-        speedup=baseline_s / p.step_time_s["p50"], tokens_per_s=p.tokens_per_s, mfu=p.mfu,
+        median_step_80_s=p.predictive["interval_s"]["80%"], median_step_s=median_step(p),
+        median_step_90_s=list(p.predictive["interval_s"]["90%"]), train_step_s=p.train_step_s,
+        speedup=baseline_s / median_step(p), tokens_per_s=p.tokens_per_s, mfu=p.mfu,
         memory_gib=p.memory_gib["total"], capacity_gib=p.memory_gib["capacity"], fits=p.fits,
         time_to_train_days=dict(p.time_to_train_days), gpu_hours=gpu_hours, cost_usd=p.cost_usd,
         energy_mwh={k: v * hw.power_w * pue / 1e6 for k, v in gpu_hours.items()} if hw.power_w else None,
@@ -213,16 +223,17 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
         profiles = [hw for hw in profiles if id(hw) not in left]
     predictions = [predict(model, hw, layout, gpus, models_dir=models_dir, draws=draws, seed=seed,
                            train_tokens=train_tokens, framework=framework) for hw in profiles]
-    baseline = predictions[0].step_time_s["p50"]
+    baseline = median_step(predictions[0])
     results = [_result(p, hw, pue, baseline) for p, hw in zip(predictions, profiles)]
     first = predictions[0]
     tp = first.layout["tp"]
     notes = [f"energy = GPU-hours x hardware.power_w (rated board power) x pue={pue:g}: node CPUs and network "
              + ("excluded, cooling too (pue=1.2 would add 20%)" if pue == 1.0 else "excluded, cooling via pue"),
              f"cost = GPU-hours x hardware.price_per_gpu_hour ({_price_source(profiles)})",
-             "step bands are the variability within a run (p5-p95); the median step's 80% interval is the "
-             "predictive uncertainty; time, cost and energy bands (p5-p95) hold both; failures and restarts "
-             "are excluded (prism variability adds them)"]
+             "step bands are the variability within a run (p5-p95); the median step (prism predict's, the speed-up's "
+             "basis) and its 80% interval are the predictive uncertainty's; tokens/s, time, cost and energy rest on "
+             "the run's mean step (p50), their bands (p5-p95) on both; failures and restarts are excluded (prism "
+             "variability adds them)"]
     notes += [f"{hw.name}: hardware.power_w={hw.power_w:g} W is the whole module's, its CPU included (no GPU-only "
               f"figure is published), so its energy holds what the others' leave out" for hw in profiles
               if hw.power_includes_cpu and hw.power_w]

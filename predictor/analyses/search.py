@@ -64,10 +64,10 @@ from predictor.core.job import check_framework, check_gpus
 from predictor.core.layout import AXES, check_count, refuse_experts_of_dense, resolve_layout, validate_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
-from predictor.engine.compose import compose
+from predictor.engine.compose import DRAWS, PER_STEP, compose_holds
 from predictor.engine.doubt import doubt_of, shipped_model
 from predictor.engine.predictor import Predictor, QuantileCache
-from predictor.engine.report import predictive_report
+from predictor.engine.report import predictive_report, run_mean_draws, train_step
 from predictor.engine.screen import screen
 from predictor.latency.artifacts import evidence_tier
 from predictor.workload.decompose import Workload, attention_kernel, decompose
@@ -84,7 +84,7 @@ SHARDINGS = ("none", "distributed_optimizer", "zero3")
 MIN_CP_TOKENS = 1024
 #: Draws per layout in the screen (step 2), and for every layout shown (step 3).
 SCREEN_DRAWS = 128
-FINAL_DRAWS = 1000  # half of prism predict's DRAWS: the p50 agrees within 0.5% (tests/analyses/test_search.py)
+FINAL_DRAWS = DRAWS  # prism predict's: a composed layout's figures and median step are predict's for that job
 #: Most layouts ``top`` may ask to be composed in full and listed.
 MAX_TOP = 1000
 #: Layouts composed in full before the ranking (at least ``top``), and how many times a
@@ -235,9 +235,10 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     against memory per GPU, and p50 against risk (p95/p50). The best are composed in full
     (module docstring, step 3); the others keep the screen's figures (``composed``
     False). ``memory_gib``: each layout's memory per GPU, if known. A composed layout
-    also states the 80% predictive interval of its median step (``median_step_80_s``,
-    the predictive uncertainty for ``framework``); the ranking reads only the step-time
-    variability.
+    also states its median step as ``prism predict`` reports it (``median_step_s``: the
+    predictive distribution's p50 for ``framework``) and the 80% predictive interval of it
+    (``median_step_80_s``); ``p50_s`` is the step-time variability's median (the composed
+    draws, a different quantity), which the ranking reads.
     """
     check_rank_by(rank_by)
     first = works[0]
@@ -252,14 +253,18 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
                  rank_by, top)
 
 
-def composed_figures(work: Workload, models, cache: QuantileCache, seed: int, framework: str) -> tuple[dict, list]:
-    """Step 3 for one layout: its :data:`RANK_BY` statistics composed in full, and the 80%
-    predictive interval of its median step."""
-    dist = compose(work, models, draws=FINAL_DRAWS, seed=seed, cache=cache)
+def composed_figures(work: Workload, models, cache: QuantileCache, seed: int, framework: str) -> tuple[dict, dict]:
+    """Step 3 for one layout: its :data:`RANK_BY` statistics composed in full, and its median
+    step as ``prism predict`` reports it (the predictive distribution's p50, same draws and seed:
+    ``median_step_s``) with the 80% predictive interval of it (``median_step_80_s``)."""
+    dist, held = compose_holds(work, models, [(), PER_STEP], draws=FINAL_DRAWS, seed=seed, cache=cache)
     figures = {name: float(dist.draws.mean() if q is None else np.quantile(dist.draws, q))
                for name, q in RANK_BY.items()}
     doubt = doubt_of(work, dist, evidence_tier(models, dist.evidence.values()), framework, shipped_model())
-    return figures, predictive_report(doubt)["interval_s"]["80%"]
+    report = predictive_report(doubt)
+    return figures, {"median_step_s": report["median_step_s"]["p50"],
+                     "median_step_80_s": report["interval_s"]["80%"],
+                     "train_step_s": train_step(run_mean_draws(dist.draws, held.draws, doubt, seed)[0])}
 
 
 def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], like: Workload, compose_figures,
@@ -271,14 +276,14 @@ def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], like: Wo
     stats = {"p50": np.quantile(steps, 0.5, axis=1), "p90": np.quantile(steps, 0.9, axis=1),
              "p95": np.quantile(steps, 0.95, axis=1), "mean": steps.mean(axis=1)}
     composed = np.zeros(len(layouts), bool)
-    interval80 = {}
+    predictive: dict[int, dict] = {}  # a composed layout's median step (predict's) and its 80% interval
 
     def compose_in_full(indices):
         todo = [int(i) for i in indices if not composed[i]]
         for i, (figures, interval) in zip(todo, compose_figures(todo)):
             for name in RANK_BY:
                 stats[name][i] = figures[name]
-            interval80[i] = interval
+            predictive[i] = interval
             composed[i] = True
 
     key = stats[rank_by]  # updated in place as layouts are composed
@@ -295,12 +300,16 @@ def _rank(steps: np.ndarray, memory_gib, layouts: list[ParallelConfig], like: Wo
     for rank, i in enumerate(order, 1):
         par, p50 = layouts[i], float(stats["p50"][i])
         tokens = par.global_batch_size * like.seq
+        # tokens/s and MFU at prism predict's step for them (the run's mean step) where composed, else at the p50
+        step = predictive.get(i, {}).get("train_step_s") or p50
         ranked.append({"rank": rank, **_layout_fields(par),
                        **{f"{name}_s": float(stats[name][i]) for name in RANK_BY},
                        "risk": float(stats["p95"][i]) / p50, "memory_gib": float(memory[i]),
-                       "tokens_per_s": tokens / p50,
-                       "mfu": model_flops_per_step(model, tokens, like.seq) / (p50 * gpus * peak),
-                       "median_step_80_s": interval80.get(i), "composed": bool(composed[i])})
+                       "tokens_per_s": tokens / step,
+                       "mfu": model_flops_per_step(model, tokens, like.seq) / (step * gpus * peak),
+                       "median_step_s": predictive.get(i, {}).get("median_step_s"),
+                       "median_step_80_s": predictive.get(i, {}).get("median_step_80_s"),
+                       "composed": bool(composed[i])})
     position = np.empty(len(order), int)
     position[order] = np.arange(len(order))
     return Ranking(ranked, [int(i) for i in order], [int(position[i]) for i in fronts[0]],

@@ -64,7 +64,7 @@ from predictor.analyses.predict import (
 )
 from predictor.core.errors import PrismError
 from predictor.core.job import Job, check_framework
-from predictor.core.layout import MAX_GPUS, report_layout, resolve_layout
+from predictor.core.layout import MAX_GPUS, report_layout
 from predictor.core.mesh import Mesh
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws
@@ -108,6 +108,8 @@ class VariabilityReport:
     placement_spread: float  # worst median / best median over the placements
     time_to_train: dict  # days with failures, productive days, interruptions, goodput
     predictive: dict = field(default_factory=dict)  # doubt about the median step, reported beside, never mixed in
+    fits: bool = True  # the memory verdict, prism predict's: memory per GPU within the GPU's capacity
+    memory_gib: dict = field(default_factory=dict)  # {"total", "capacity", "stage"}: per GPU, the fullest stage
     settings: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the user should know, e.g. a scale rounded up
     elapsed_s: float = 0.0
@@ -443,6 +445,16 @@ def basis_note(doubt: Doubt, full: np.ndarray) -> str | None:
             f"{'longer' if leaned > composed else 'shorter'}")
 
 
+def fit_note(memory, hw: HardwareConfig) -> str | None:
+    """A note where the layout does not fit in the GPU's memory (as ``prism predict`` flags it):
+    every figure of the report is of a job that cannot run as laid out."""
+    if memory.fits(hw):
+        return None
+    return (f"DOES NOT FIT: {memory.total_gib:.1f} GiB per GPU of {hw.memory.capacity_gib:g}; the job cannot run "
+            f"as laid out, so its step, goodput and time to train are of a layout that would not start (shard more: "
+            f"parallel.sharding, tp, pp, or recompute)")
+
+
 def time_to_train(run_step_s: np.ndarray, steps: float, hw: HardwareConfig, gpus: int, runs: int,
                   seed: int) -> dict:
     """Days to train with interruptions and restarts, over ``runs`` Monte Carlo runs.
@@ -509,11 +521,12 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
     model, hardware, layout = as_model(model), as_hardware(hardware), as_layout(layout)
     a = check_analysis(settings or AnalysisConfig())
     train_tokens = check_train_tokens(train_tokens)
-    par = resolve_layout(layout, check_gpus(gpus))  # the layout as given: no framework's settings
-    gpus = par.world_size
+    job = Job.of(model, hardware, layout, check_gpus(gpus), check_framework(framework))  # as prism predict's
+    par, gpus = job.parallel, job.gpus
     predictor = Predictor(models_dir)
     models = predictor.models(hardware)
-    job = Job(model, hardware, par, gpus, check_framework(framework), layout)
+    memory = predictor.memory(job)
+    fits = memory.fits(hardware)
     framework, cache, work = job.framework, predictor.pricer(job), predictor.workload(job)
     a = replace(a, slow_nodes=slow_node_count(work, a))  # the default made a number, as reported
     placed = place_slow_nodes(work, models, cache, a, seed)  # first: it checks analysis.slow_nodes
@@ -532,10 +545,12 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         scales=slowdown_vs_scale(model, work, models, cache, a, seed, framework),
         attribution=attribution(work, models, cache, a.draws, seed),
         placements=placed, placement_spread=max(medians) / min(medians) if medians else 1.0,
-        predictive=predictive_report(doubt),
+        predictive=predictive_report(doubt), fits=fits,
+        memory_gib={"total": memory.total_gib, "capacity": hardware.memory.capacity_gib, "stage": memory.stage},
         time_to_train=time_to_train(run_step_draws(full, persistent), steps, hardware, gpus, a.runs, seed)
         | {"train_tokens": train_tokens},
         settings=asdict(a),
-        notes=[n for n in [scales_note(par, a.scales, gpus), placement_note(work.mesh, a.slow_nodes),
-                           progress_note(hardware, gpus), basis_note(doubt, full)] if n],
+        notes=[n for n in [fit_note(memory, hardware), scales_note(par, a.scales, gpus),
+                           placement_note(work.mesh, a.slow_nodes), progress_note(hardware, gpus),
+                           basis_note(doubt, full)] if n],
         elapsed_s=time.perf_counter() - t0)

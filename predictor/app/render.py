@@ -47,8 +47,8 @@ def format_prediction(p: Prediction) -> str:
         "step time (s)   " + "  ".join(f"{k} {_short(v)}" for k, v in s.items() if k.startswith("p") or k == "mean")
         + f"   (variability within a run: p95/p50 {s['jitter_p95_over_p50']:.3f})",
         format_predictive(p.predictive),
-        f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}   (at the step's p50; MFU of the "
-        f"GEMMs' precision's peak)",
+        f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}   (at the run's mean step, p50 "
+        f"{_short(p.train_step_s)} s, as the time to train and cost; MFU of the GEMMs' precision's peak)",
         f"memory / GPU    {p.memory_gib['total']:.1f} GiB of {p.memory_gib['capacity']:.4g} (stage "
         f"{p.memory_gib['stage']}: weights {p.memory_gib['weights']:.1f}, grads {p.memory_gib['gradients']:.1f}, "
         f"optimizer {p.memory_gib['optimizer']:.1f}, activations {p.memory_gib['activations']:.1f}, "
@@ -173,10 +173,12 @@ def format_comparison(c: Comparison) -> str:
     layout = " ".join(f"{k}={v}" for k, v in c.layout.items())
     base = c.results[0].hardware
     rows = [("evidence", [r.tier for r in c.results]),
-            ("step p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
-            ("step p5-p95 (s)", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}" for r in c.results]),
+            ("median step p50 (s)", [_short(r.median_step_s) for r in c.results]),
             ("median step 80% (s)", [f"{_short(lo)}-{_short(hi)}" for lo, hi in
                                      (r.median_step_80_s for r in c.results)]),
+            ("step in a run p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
+            ("step in a run p5-p95", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}"
+                                      for r in c.results]),
             (f"speed-up vs {base}", [f"{r.speedup:.2f}x" if r.speedup >= 0.1 else f"{r.speedup:.3g}x"
                                      for r in c.results]),  # a CPU beside a B200: 0.000114x, not 0.00x
             ("tokens/s", [_whole(r.tokens_per_s) for r in c.results]),
@@ -213,6 +215,8 @@ def format_variability(r: VariabilityReport) -> str:
              + "  ".join(f"{k} {_short(s[k])}" for k in ("p5", "p50", "p95", "mean"))
              + "   (the hardware's variability alone)",
              format_predictive(r.predictive) + "  (beside, not in, this analysis)",
+             *([f"memory / GPU    {r.memory_gib['total']:.1f} GiB of {r.memory_gib['capacity']:.4g}"
+                + ("" if r.fits else "   DOES NOT FIT: the job cannot run as laid out")] if r.memory_gib else []),
              "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed"]
     head = ["gpus", "dp", "nominal", "p50", "p95", *(f"P(>={x:>3})" for x in thresholds)]
     rows = [[f"{row['gpus']:,}", f"{row['dp']:,}", _short(row["nominal_s"]), _short(row["p50_s"]), _short(row["p95_s"]),
@@ -255,7 +259,7 @@ def _layout_table(rows: list[dict], rank_by: str, ep: bool) -> list[str]:
     stat = [] if rank_by in ("p50", "p95") else [f"{rank_by}_s"]
     times = ["p50_s", "p95_s", *stat, "risk"]
     head = ["rank", "dp", "tp", "pp", "cp", *(["ep"] if ep else []), "vpp", "mbs", "recompute", "sharding", *times,
-            "mem_GiB", "tokens/s", "MFU", "median 80% (s)"]
+            "mem_GiB", "tokens/s", "MFU", "median step (s)", "median 80% (s)"]
     left = {"recompute", "sharding"}  # text columns; the rest are numbers, right-aligned
     table = [head]
     for r in rows:
@@ -263,6 +267,7 @@ def _layout_table(rows: list[dict], rank_by: str, ep: bool) -> list[str]:
                       *([str(r["ep"])] if ep else []), str(r["vpp"]), str(r["mbs"]), r["recompute"], r["sharding"],
                       *(f"{r[c]:.3f}" for c in times), f"{r['memory_gib']:.1f}", f"{r['tokens_per_s']:,.0f}",
                       f"{r['mfu']:.1%}",
+                      f"{r['median_step_s']:.3f}" if r["composed"] and r.get("median_step_s") else "(screen)",
                       f"{r['median_step_80_s'][0]:.3f}-{r['median_step_80_s'][1]:.3f}" if r["composed"]
                       else "(screen)"])
     widths = [max(len(row[k]) for row in table) for k in range(len(head))]
@@ -279,7 +284,9 @@ def format_search(r: SearchResult) -> str:
              f"layouts   {c['enumerated']} enumerated, {c['invalid']} invalid{f' ({reasons})' if reasons else ''}, "
              f"{c['do_not_fit']} do not fit in memory, {c['ranked']} ranked   ({r.seconds:.1f} s)",
              "", f"top {min(r.top, len(r.layouts))} by {r.rank_by} (composed with {r.draws['composed']} draws; "
-                 f"the rest screened with {r.draws['screen']})"]
+                 f"the rest screened with {r.draws['screen']}; p50/p95: the step within a run, ranked by; median "
+                 f"step: prism predict's, with its predictive uncertainty; tokens/s and MFU: prism predict's, at the "
+                 f"run's mean step, where composed)"]
     ep = any(layout["ep"] > 1 for layout in r.layouts)
     lines += _layout_table(r.layouts[:r.top], r.rank_by, ep)
     lines += ["", f"Pareto front: {r.rank_by} vs memory per GPU ({len(r.front_memory)} layouts)"]

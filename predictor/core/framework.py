@@ -426,8 +426,11 @@ def table_framework(text) -> FrameworkSpec | None:
 def uncertainty_framework(text) -> str:
     """The uncertainty model's framework feature of a published table's framework cell: a
     file's ``uncertainty.cells`` first, then the table's reading (:func:`table_framework`),
-    else the unrecognised one's."""
+    else the unrecognised one's. A blank cell is the default framework's (:func:`default_framework`),
+    as its composition is."""
     low = str(text or "").lower()
+    if not low.strip():
+        return default_framework().uncertainty_feature
     for spec in sorted(all_frameworks(), key=lambda s: (s.table_order, s.name)):
         if spec.uncertainty_cells and _names(low, spec.uncertainty_cells):
             return spec.uncertainty_feature

@@ -31,6 +31,7 @@ from predictor.core.errors import PrismError
 from predictor.core.framework import (
     FrameworkSpec,
     all_frameworks,
+    default_framework,
     load_framework,
     unrecognised_framework,
     value_spellings,
@@ -666,6 +667,8 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     model = row_model(row, notes)
     framework = cell(row, "framework")
     family = framework_family(framework)
+    if not framework:
+        notes.append(f"framework: blank, read as {default_framework().name}")
     if framework and not family and not says(framework.lower(), *(w for s in all_frameworks()
                                                                    for w in s.uncertainty_cells)):
         notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(

@@ -460,8 +460,11 @@ def framework_family(text: str) -> str:
     cells (:func:`predictor.core.framework.table_framework`: torchtitan, accelerate
     (Megatron-LM under HF Accelerate), megatron-lm (before Megatron-Core; also Microsoft's
     Megatron-DeepSpeed, a fork of it with its kernels), megatron-core (NeMo and
-    Megatron-Bridge too)), or "" (not recognised)."""
-    from predictor.core.framework import load_framework, table_framework  # the frameworks' files: not for --help
+    Megatron-Bridge too)), or "" (not recognised). A blank cell is the default framework's
+    family (:func:`predictor.core.framework.default_framework`), as ``prism predict`` reads none."""
+    from predictor.core.framework import default_framework, load_framework, table_framework  # not for --help
+    if not str(text or "").strip():
+        return default_framework().family
     spec = table_framework(text)
     if spec and spec.family != spec.name and load_framework(spec.family).role == "unrecognised":
         return spec.name  # priced as an unrecognised framework, read with its own file's blank defaults (MaxText)

@@ -55,6 +55,10 @@ class Prediction:
     variability_source: dict | None = None  # per component its sigma, measured (n, interval) or cited
     confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
     notes: list[str] = field(default_factory=list)  # what the user should know, e.g. models of another CPU
+    #: The one step figure tokens/s, MFU, time to train, GPU-hours and cost rest on: the p50 of the
+    #: run's mean step (the persistent variability times the doubt about the median step), so that
+    #: tokens/s x time to train is the token budget (to a step's tokens).
+    train_step_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,6 +90,21 @@ def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
     Failures and restarts are not in it (:mod:`predictor.analyses.variability` adds them).
     """
     return persistent * (full.mean() / persistent.mean())
+
+
+def run_mean_draws(full: np.ndarray, persistent: np.ndarray, doubt: Doubt, seed: int) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+    """Draws of a run's mean step (:func:`run_step_draws` times the doubt about the median step)
+    and of one step with that doubt, for a job composed with ``seed``: what the time to train,
+    tokens/s and ``confidence`` rest on, the same for every verb."""
+    doubt_draws = doubt.draws(np.random.default_rng(seed + 1), len(full))
+    return run_step_draws(full, persistent) * doubt_draws, full * doubt_draws
+
+
+def train_step(run_mean: np.ndarray) -> float:
+    """The one step figure tokens/s, MFU, time to train, GPU-hours and cost rest on: the p50
+    of the run's mean step (:func:`run_mean_draws`)."""
+    return float(np.quantile(run_mean, 0.5))
 
 
 def check_confidence(value) -> float | None:
@@ -162,7 +181,7 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
     job, work, models, dist, persistent = computed.job, computed.work, computed.models, computed.dist, \
         computed.persistent
     model, hardware, layout, par, framework = job.model, job.hardware, job.layout, job.parallel, job.framework
-    gpus, level, seed, draws = job.gpus, confidence, computed.seed, len(dist.draws)
+    gpus, level, seed = job.gpus, confidence, computed.seed
     mem, tier, doubt = computed.memory, computed.tier, computed.doubt
     q = dist.quantile(REPORT_QUANTILES)
     step = {f"p{round(a * 100)}": float(v) for a, v in zip(REPORT_QUANTILES, q)}
@@ -170,15 +189,13 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
     step["jitter_p95_over_p50"] = step["p95"] / step["p50"]
     grid = np.quantile(dist.draws, np.linspace(0, 1, 101))
     tokens = work.tokens_per_step
-    median = step["p50"]
     peak = hardware.mfu_peak
     steps = steps_to_train(train_tokens, tokens)
     # a run's mean step: the persistent variability times the doubt about its median
-    doubt_draws = doubt.draws(np.random.default_rng(seed + 1), draws)
-    run_mean = run_step_draws(dist.draws, persistent) * doubt_draws
-    step_with_doubt = dist.draws * doubt_draws
-    ttt = {f"p{round(a * 100)}": float(v) * steps / SECONDS_PER_DAY
-           for a, v in zip((0.05, 0.5, 0.95), np.quantile(run_mean, (0.05, 0.5, 0.95)))}
+    run_mean, step_with_doubt = run_mean_draws(dist.draws, persistent, doubt, seed)
+    run_q = dict(zip((0.05, 0.5, 0.95), map(float, np.quantile(run_mean, (0.05, 0.5, 0.95)))))
+    ttt = {f"p{round(a * 100)}": v * steps / SECONDS_PER_DAY for a, v in run_q.items()}
+    step_s = train_step(run_mean)  # tokens/s, MFU, time to train, GPU-hours and cost: all at this step
     gpu_hours = ttt["p50"] * 24 * gpus
     price = hardware.price_per_gpu_hour
     basis = {}
@@ -189,7 +206,8 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
         layout=report_layout(model, par),
         step_time_s=step, cdf={"t_s": grid.tolist(), "p": np.linspace(0, 1, 101).tolist()},
         predictive=predictive_report(doubt),
-        tokens_per_s=tokens / median, mfu=model_flops_per_step(model, tokens, work.seq) / (median * gpus * peak),
+        tokens_per_s=tokens / step_s,
+        mfu=model_flops_per_step(model, tokens, work.seq) / (step_s * gpus * peak), train_step_s=step_s,
         memory_gib={"weights": mem.weights / 2**30, "gradients": mem.gradients / 2**30,
                     "optimizer": mem.optimizer / 2**30, "activations": mem.activations / 2**30,
                     "workspace": mem.workspace / 2**30, "total": mem.total_gib,

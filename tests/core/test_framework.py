@@ -141,7 +141,8 @@ def test_refusals_and_notes_are_the_spec_s():
 @pytest.mark.parametrize("cell, family, feature", [
     ("NeMo 2.0", "megatron-core", "megatron-core"), ("Megatron-Bridge", "megatron-core", "megatron-core"),
     ("Megatron-DeepSpeed (vTrain data/README.md)", "megatron-lm", "deepspeed"),
-    ("llm-foundry (Composer, PyTorch FSDP)", "", "llm-foundry"), ("MaxText", "other", "other"), ("", "", "other")])
+    ("llm-foundry (Composer, PyTorch FSDP)", "", "llm-foundry"), ("MaxText", "other", "other"),
+    ("", "", "megatron-core")])  # a blank cell: the default framework's feature, as it is composed (issue 55)
 def test_table_cells_read_as_the_files_say(cell, family, feature):
     spec = fw.table_framework(cell)
     assert (spec.family if spec else "") == family
