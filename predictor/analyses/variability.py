@@ -69,7 +69,7 @@ from predictor.core.mesh import Mesh
 from predictor.core.profiles import as_hardware, as_layout, as_model
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_draws
 from predictor.engine.compose import COMPONENTS, PER_STEP, compose, workload_calls
-from predictor.engine.predictor import DEFAULT_QUANTILES, Doubt, Predictor, QuantileCache, Workload
+from predictor.engine.predictor import Predictor, QuantileCache, Workload
 from predictor.workload.decompose import decompose
 
 MINUTES_PER_DAY = 1440.0
@@ -432,19 +432,6 @@ def progress_note(hw: HardwareConfig, gpus: int) -> str | None:
             f"are redone); {fix}")
 
 
-def basis_note(doubt: Doubt, full: np.ndarray) -> str | None:
-    """Where the doubt about the median step leans off the composed median by over 2%: the
-    time to train here rests on the composed steps, ``prism predict``'s leans with the doubt,
-    and the two would read apart without a word."""
-    composed, leaned = float(np.median(full)), float(doubt.quantiles_s[list(DEFAULT_QUANTILES).index(0.5)])
-    if abs(leaned / composed - 1) <= 0.02:
-        return None
-    return (f"time to train here rests on the composed step ({composed:.4g} s at its median), as every figure above; "
-            f"prism predict's takes in the doubt about the median step, whose median is {leaned:.4g} s "
-            f"({leaned / composed - 1:+.0%}), so its time to train reads that much "
-            f"{'longer' if leaned > composed else 'shorter'}")
-
-
 def fit_note(memory, hw: HardwareConfig) -> str | None:
     """A note where the layout does not fit in the GPU's memory (as ``prism predict`` flags it):
     every figure of the report is of a job that cannot run as laid out."""
@@ -551,6 +538,5 @@ def variability(model: ModelConfig, hardware: HardwareConfig, layout: ParallelCo
         | {"train_tokens": train_tokens},
         settings=asdict(a),
         notes=[n for n in [fit_note(memory, hardware), scales_note(par, a.scales, gpus),
-                           placement_note(work.mesh, a.slow_nodes), progress_note(hardware, gpus),
-                           basis_note(doubt, full)] if n],
+                           placement_note(work.mesh, a.slow_nodes), progress_note(hardware, gpus)] if n],
         elapsed_s=time.perf_counter() - t0)
