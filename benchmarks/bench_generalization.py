@@ -24,7 +24,7 @@ quantile decomposition on the levels p5..p95). Three predictive distributions:
 ``shipped`` (models/doubt, what predict-batch's pred_iter_time_s_p5..p95 columns state:
 in-sample for the sources it was fitted on), ``loso`` (the error model fitted and
 calibrated without the row's source, as bench_doubt's check; this machine's suite runs
-among the training sources) and ``band`` (no error model: the composed step distribution's
+among the training sources, as one source) and ``band`` (no error model: the composed step distribution's
 own quantiles, the within-run variability around the composed median). ``--no-loso``
 skips the leave-one-source-out refits. A last section sets PRISM's within-run spread
 (step_time_s p10/p50 and p90/p50) beside the MLPerf runs' pooled per-step p10/p50/p90 of
@@ -275,7 +275,9 @@ def proper_scores(runs: pd.DataFrame, pred: pd.DataFrame, side_of: dict, args) -
         if suites is not None:
             Xs = np.vstack([X, suites.X])
             ys = np.concatenate([y, suites.y])
-            ss = np.concatenate([sources, suites.table.source.to_numpy().astype(str)])
+            # one source for the refits (52 sources would take 2,700 fits): the family they weigh as
+            from predictor.latency.doubt import source_family
+            ss = np.concatenate([sources, [source_family(s) for s in suites.table.source.astype(str)]])
         dists["loso"] = P * np.exp(loso_log_quantiles(Xs, ys, ss)[:len(y)])
         if args.prototype:
             dists["re"] = P * np.exp(random_effects_log_quantiles(ys, ss)[:len(y)])
