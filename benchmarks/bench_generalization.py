@@ -268,6 +268,12 @@ def proper_scores(runs: pd.DataFrame, pred: pd.DataFrame, side_of: dict, args) -
     dists = {"shipped": P * np.exp(shipped_model().predict(X)),
              "band": table[[f"p{round(a * 100)}_s" for a in LEVELS]].to_numpy()}
     print(f"proper scores: {len(table)} rows predicted as prism predict does in {time.perf_counter() - t0:.0f} s")
+    batch = pred.loc[table.row, [f"pred_iter_time_s_p{p}" for p in (5, 10, 50, 90, 95)]].to_numpy(float)
+    ours = np.column_stack([dists["shipped"][:, list(np.round(LEVELS, 2)).index(a)] for a in (0.05, 0.1)]
+                           + [table.predicted_s.to_numpy()]
+                           + [dists["shipped"][:, list(np.round(LEVELS, 2)).index(a)] for a in (0.9, 0.95)])
+    print(f"  shipped p5/p10/p90/p95 and composed median against predict-batch's pred_iter_time_s_p5..p95 columns: "
+          f"largest relative difference {np.nanmax(np.abs(ours / batch - 1)):.2e}")
     if not args.no_loso:
         t1 = time.perf_counter()
         suites = machine_errors()  # this machine's suite runs: training sources, as models/doubt has them
