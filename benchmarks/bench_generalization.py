@@ -196,7 +196,8 @@ def scores(quantiles_s: np.ndarray, measured: np.ndarray, median_s: np.ndarray) 
     levels = list(np.round(LEVELS, 2))
     out = {"n": int(len(measured))}
     for c in SCORED:
-        lo, hi = quantiles_s[:, levels.index(round(0.5 - c / 2, 2))], quantiles_s[:, levels.index(round(0.5 + c / 2, 2))]
+        lo = quantiles_s[:, levels.index(round(0.5 - c / 2, 2))]
+        hi = quantiles_s[:, levels.index(round(0.5 + c / 2, 2))]
         out[f"cover{round(c * 100)}"] = float(((lo <= measured) & (measured <= hi)).mean())
         out[f"is{round(c * 100)}"] = float(np.mean(relative_interval_score(lo, hi, measured, 1 - c)))
         if c == 0.9:
