@@ -20,13 +20,15 @@ Proper scores (issue 53; predictor.latency.scores): every row is also predicted 
 doubt features) and scored, relative to the measured step, with the coverage of the
 50/80/90% central intervals, the median width of the 90% one over the composed median, the
 mean interval score at 50/80/90% (Gneiting & Raftery 2007 eq. 43) and the mean CRPS (its
-quantile decomposition on the levels p5..p95). Three predictive distributions:
+quantile decomposition on the levels p5..p95). Four predictive distributions:
 ``shipped`` (models/doubt, what predict-batch's pred_iter_time_s_p5..p95 columns state:
 in-sample for the sources it was fitted on), ``loso`` (the error model fitted and
 calibrated without the row's source, as bench_doubt's check; this machine's suite runs
-among the training sources, as one source) and ``band`` (no error model: the composed step distribution's
-own quantiles, the within-run variability around the composed median). ``--no-loso``
-skips the leave-one-source-out refits. A last section sets PRISM's within-run spread
+among the training sources, as one source), ``fitonly`` (score side only: the error model
+fitted on the fit side's sources and the suite runs alone, split.yaml's caveat lifted) and
+``band`` (no error model: the composed step distribution's own quantiles, the within-run
+variability around the composed median). ``--no-loso`` skips the leave-one-source-out
+refits and ``fitonly``. A last section sets PRISM's within-run spread
 (step_time_s p10/p50 and p90/p50) beside the MLPerf runs' pooled per-step p10/p50/p90 of
 data/e2e/e2e_mlperf_visible.csv's notes. ``--prototype`` adds a between-source
 random-effects / group-conformal error model (benchmarks only: log(measured/predicted) =
@@ -286,6 +288,14 @@ def proper_scores(runs: pd.DataFrame, pred: pd.DataFrame, side_of: dict, args) -
             from predictor.latency.doubt import source_family
             ss = np.concatenate([sources, [source_family(s) for s in suites.table.source.astype(str)]])
         dists["loso"] = P * np.exp(loso_log_quantiles(Xs, ys, ss)[:len(y)])
+        # fit side only (split.yaml's caveat lifted): the error model fitted on the fit side's sources
+        # (and this machine's suite runs), stating the score side's intervals; NaN on the fit side
+        from predictor.latency.doubt import DoubtModel
+        fit_rows = np.concatenate([table.source.map(side_of).eq("fit").to_numpy(), np.ones(len(ys) - len(y), bool)])
+        fitonly = np.full((len(y), len(LEVELS)), np.nan)
+        score_rows = ~fit_rows[:len(y)]
+        fitonly[score_rows] = DoubtModel().fit(Xs[fit_rows], ys[fit_rows], ss[fit_rows]).predict(X[score_rows])
+        dists["fitonly"] = P * np.exp(fitonly)
         if args.prototype:
             dists["re"] = P * np.exp(random_effects_log_quantiles(ys, ss)[:len(y)])
         print(f"leave-one-source-out refits in {time.perf_counter() - t1:.0f} s")
@@ -296,12 +306,15 @@ def proper_scores(runs: pd.DataFrame, pred: pd.DataFrame, side_of: dict, args) -
     print("Relative to the measured step; in = coverage, w90 = median 90% width / composed median, IS = mean interval\n"
           "score, CRPS = mean CRPS (lower is better).  shipped = models/doubt (predict-batch's p5..p95), loso = the\n"
           "error model left out one source at a time, band = no error model (the composed distribution's quantiles)"
-          + (", re = random-effects prototype" if "re" in dists else "") + ".\n")
+          + (", fitonly = the error model fitted on the fit side's sources only (score side)" if "fitonly" in dists
+             else "") + (", re = random-effects prototype" if "re" in dists else "") + ".\n")
     for side in ("fit", "score"):
         on = (table.side == side).to_numpy()
         report[side] = {}
         print(f"{side.upper()} side")
         for label, q in dists.items():
+            if np.isnan(q[on]).all():
+                continue
             per_source = {s: scores(q[on & (sources == s)], measured[on & (sources == s)], median[on & (sources == s)])
                           for s in sorted(set(sources[on]))}
             f = {"all": scores(q[on], measured[on], median[on]), "sources equal": mean_over_sources(per_source),
@@ -321,8 +334,8 @@ def proper_scores(runs: pd.DataFrame, pred: pd.DataFrame, side_of: dict, args) -
                     print(score_line(c, g, 44))
         print(" per source, side by side (in90, IS90, CRPS):")
         for s in sorted(set(sources[on])):
-            print(short_line(s, {k: report[side][k]["sources"][s] for k in dists}))
-        print(short_line("each source the same", {k: report[side][k]["sources equal"] for k in dists}))
+            print(short_line(s, {k: report[side][k]["sources"][s] for k in report[side]}))
+        print(short_line("each source the same", {k: report[side][k]["sources equal"] for k in report[side]}))
         print()
     wr = within_run(runs, table)
     if len(wr):
