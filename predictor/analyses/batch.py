@@ -24,7 +24,9 @@ Rows are written to ``out`` a chunk at a time, each chunk one write followed by 
 so Ctrl-C keeps every finished chunk; running the same command again skips the rows
 ``out`` already holds predicted (a torn last line, rows of an edited input and rows that
 failed, whose cause may since be fixed, are predicted again) and leaves ``out`` in input
-order; an ``out`` holding none of the table's rows is another table's, and one holding its
+order, one row per input row at every moment: a row predicted again replaces its old row
+(the whole file rewritten, temporary file and rename), and one predicted again alike is not
+written, so a rerun of a finished table writes nothing new; an ``out`` holding none of the table's rows is another table's, and one holding its
 rows predicted with other settings (draws, seed, models_dir, models retrained in it) another
 run's: each is refused rather than replaced. So is, before anything is written, a
 ``models_dir`` holding models of none of the table's hardware.
@@ -380,16 +382,12 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
         predictor = BatchPredictor(draws, seed, models_root)
         names = [name.strip().lower() for name in table.header]
         status = "done"
-        with open(out, "a", encoding="utf-8", newline="") as f, \
-                tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
+        with tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
             try:
                 for chunk in _chunks(todo, chunk_rows):
                     predictions = predictor.predict([dict(zip(names, table.rows[i])) for i in chunk])
                     lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
-                    for line in lines:
-                        written[line[-1]] = line
-                    f.write(_csv_text(lines))  # one write and a flush a chunk: Ctrl-C keeps whole chunks
-                    f.flush()
+                    _store_chunk(out, header, keys, written, lines)
                     bar.update(len(chunk))
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -401,6 +399,25 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
             failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
             distinct_jobs=len(predictor.results), draws=draws, seconds=time.perf_counter() - t0,
             unread_columns=[table.header[i] for i in keep if names[i] not in BY_NAME])
+
+
+def _store_chunk(out: Path, header: list[str], keys: list[str], written: dict[str, list[str]],
+                 lines: list[list[str]]) -> None:
+    """Add a chunk's ``lines`` to ``out`` and to ``written`` so that ``out`` holds one row per
+    key at every moment: new keys are appended (one write and a flush: Ctrl-C or a kill keeps
+    whole chunks, a torn last line is dropped by the next run); a row predicted again (it had
+    failed) replaces its old row in a rewrite of the whole file (temporary file and rename),
+    never appended beside it; a row predicted again alike is not written at all."""
+    new = [line for line in lines if line[-1] not in written]
+    changed = [line for line in lines if line[-1] in written and written[line[-1]] != line]
+    for line in lines:
+        written[line[-1]] = line
+    if changed:
+        _replace(out, header, [written[k] for k in keys if k in written])
+    elif new:
+        with open(out, "a", encoding="utf-8", newline="") as f:
+            f.write(_csv_text(new))
+            f.flush()
 
 
 def _chunks(todo: list[int], largest: int):
