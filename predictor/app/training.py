@@ -121,19 +121,28 @@ def _hardware_and_samples(cfg):
                 "prism train samples=samples/cpu hardware=local-cpu models_dir=models   # replace the shipped set"],
       reads=Config("samples", "models_dir", "fit_variability"))
 def _train(command) -> int:
-    import time
-
-    from predictor.app.config import shell_setting
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
-    from predictor.data.store import thread_counts
-    from predictor.latency.artifacts import TRAINED_MODELS, check_replaceable, train
-    from predictor.latency.variability_fit import fit_variability
+    from predictor.data.store import writer_lock
+    from predictor.latency.artifacts import TRAINED_MODELS
     cfg = load(command)
     hw, samples = _hardware_and_samples(cfg)
     rc = section(cfg, "regressor", RegressorConfig)
     fit = flag(cfg, "fit_variability")
     root = writable("models_dir", cfg.models_dir or TRAINED_MODELS, folder=True)  # the shipped models/ when unnamed
+    # one train at a time into a models folder, as one prism sample into a store: the last save would win
+    with writer_lock(root, "models_dir", "prism train is writing models into this folder",
+                     "train into another models_dir") as note:
+        return _train_locked(cfg, hw, samples, rc, fit, root, note)
+
+
+def _train_locked(cfg, hw, samples, rc, fit, root, lock_note) -> int:
+    import time
+
+    from predictor.app.config import shell_setting
+    from predictor.data.store import thread_counts
+    from predictor.latency.artifacts import check_replaceable, train
+    from predictor.latency.variability_fit import fit_variability
     check_replaceable(root / hw.name)  # before the fit, not after it
     t0 = time.perf_counter()
     models = train(samples, hw, rc, n_jobs=2)
@@ -163,6 +172,7 @@ def _train(command) -> int:
     use = f"prism predict hardware={hw.name} {models_dir}"
     table += f"\npredict with them: {use} (every verb that reads models takes {models_dir})"
     table += f"\nnote: {models.replaced}" if models.replaced else ""
+    table += f"\nnote: {lock_note}" if lock_note else ""
     show(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
                "models": rows, "few_shapes": thin,
                "variability": models.variability.to_dict() if models.variability else None,
