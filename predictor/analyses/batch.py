@@ -69,6 +69,9 @@ OUTPUT_COLUMNS = (*PREDICTED, "pred_status", "pred_fits", "pred_hardware", "pred
 #: first chunks are smaller, so that the progress bar and ``out`` show rows early.
 CHUNK_ROWS = 256
 FIRST_CHUNK_ROWS = 16
+#: Rows between two plain progress lines on stderr where it is no terminal (a log, a
+#: scheduler's output file), where the bar cannot draw: a long table is not silent for minutes.
+PROGRESS_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -350,9 +353,11 @@ def _check_models(table: Table, models_root) -> None:
 
 
 def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=None, chunk_rows: int = CHUNK_ROWS,
-                  progress: bool = False) -> BatchReport:
+                  progress: bool = False, progress_every: int = 0) -> BatchReport:
     """Predict every row of the CSV table at ``path`` into ``out`` (see the module
-    docstring); ``progress`` draws a bar on stderr. The table and ``out`` are checked
+    docstring); ``progress`` draws a bar on stderr, and ``progress_every`` (rows; 0: never)
+    prints a plain line there each time that many more rows are done, for a stderr that is
+    no terminal. The table and ``out`` are checked
     before any work (:func:`~predictor.data.runs_table.read_table`,
     :func:`~predictor.data.runs_table.check_output`), and so are the settings."""
     t0 = time.perf_counter()
@@ -381,7 +386,7 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
         todo = [i for i, k in enumerate(keys) if k not in written or written[k][status_at] != "ok"]
         predictor = BatchPredictor(draws, seed, models_root)
         names = [name.strip().lower() for name in table.header]
-        status = "done"
+        status, done, said = "done", 0, 0
         with tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
             try:
                 for chunk in _chunks(todo, chunk_rows):
@@ -389,6 +394,11 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
                     lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
                     _store_chunk(out, header, keys, written, lines)
                     bar.update(len(chunk))
+                    done += len(chunk)  # a disabled bar counts nothing
+                    if progress_every and done - said >= progress_every:
+                        said = done
+                        print(f"prism predict-batch: {done} of {len(todo)} rows predicted into {out} "
+                              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
             except KeyboardInterrupt:
                 status = "interrupted"
         if status == "done" and todo and written and list(written) != keys:

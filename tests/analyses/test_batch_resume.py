@@ -56,3 +56,13 @@ def test_a_retried_row_replaces_its_old_row_even_when_the_run_is_stopped(table, 
     assert report.status == "interrupted"
     keys = _keys(out)
     assert len(keys) == len(set(keys)) == 5, keys
+
+
+def test_a_long_table_says_how_far_it_is_where_stderr_is_no_terminal(table, tmp_path, capsys, monkeypatch):
+    """A log (no terminal: no bar) heard nothing for many minutes of a long table."""
+    from predictor.app.cli import main
+    monkeypatch.setattr(batch, "FIRST_CHUNK_ROWS", 2)
+    monkeypatch.setattr(batch, "PROGRESS_ROWS", 2)
+    assert main(["predict-batch", str(table), f"out={tmp_path / 'out.csv'}", f"draws={DRAWS}"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "rows predicted into" in line]
+    assert [line.split(":")[1].split(" rows")[0].strip() for line in lines] == ["2 of 5", "5 of 5"], lines
