@@ -166,6 +166,47 @@ def shape_groups(op: str, rows: pd.DataFrame) -> np.ndarray:
     return rows.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
 
 
+#: A shape's repeats whose slowest is more than this many times their median were disturbed
+#: (another process held the core, a page fault storm): in the project's own CPU store
+#: samples/local-cpu (1,196 shapes of ~10 repeats), max/median is 1.40 at the median shape,
+#: 2.51 at the 95th percentile and 9.9 at the 99th; 12 shapes (1.0%) exceed 10, and in the
+#: GPU stores (samples/h100, h200: 4,039 shapes) 9 (0.2%). A stall the issue saw was 116x.
+DISTURBED_SPREAD = 10.0
+#: Above this share of a store's shapes disturbed, ``prism train`` refuses it unless told
+#: ``allow_disturbed=true``: five times the share the project's noisiest store shows.
+DISTURBED_SHARE = 0.05
+#: Repeats below which a shape's spread is not judged.
+DISTURBED_MIN_REPEATS = 3
+
+
+def disturbed_shapes(rows: pd.DataFrame) -> dict:
+    """How many shapes of ``rows`` (one hardware's samples) were disturbed, per ``op/pass``:
+    shapes whose repeats' max/median exceeds :data:`DISTURBED_SPREAD`. Their stalled repeats
+    become the models' upper tails (a step predicted 100x its measure), so train reports them
+    and the manifest keeps the counts under ``disturbed``."""
+    import pandas as pd
+
+    by_op, shapes = {}, 0
+    for (op, pass_), g in rows.groupby(["op", "pass"], sort=True):
+        latency = pd.Series(g["latency_us"].to_numpy(dtype=float))
+        grouped = latency.groupby(shape_groups(op, g))
+        spread = (grouped.max() / grouped.median())[grouped.size() >= DISTURBED_MIN_REPEATS]
+        shapes += len(spread)
+        if (n := int((spread > DISTURBED_SPREAD).sum())):
+            by_op[f"{op}/{pass_}"] = n
+    return {"threshold": DISTURBED_SPREAD, "shapes": shapes, "disturbed": sum(by_op.values()), "by_op": by_op}
+
+
+def disturbed_note(disturbed: dict | None) -> str | None:
+    """The line train prints about disturbed shapes, or None where there are none."""
+    if not disturbed or not disturbed.get("disturbed"):
+        return None
+    ops = ", ".join(f"{k} {n}" for k, n in disturbed["by_op"].items())
+    return (f"WARNING: {disturbed['disturbed']} of {disturbed['shapes']} shapes were disturbed while sampled (their "
+            f"slowest repeat over {disturbed['threshold']:g}x their median: another process held the CPU): {ops}; "
+            f"their stalls are in these models' upper tails. Sample again on an idle machine")
+
+
 def floor_fingerprint(hw: HardwareConfig) -> str:
     """Hash of the hardware figures the floor uses: models trained on other figures are stale."""
     text = json.dumps({"peak": hw.peak_flops, "bw": hw.memory.bandwidth,
@@ -519,7 +560,8 @@ class ModelSet:
                 "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
                              "numpy": np.__version__, "python": platform.python_version()},
                 **{k: v for k, v in self.manifest.items()
-                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor")},
+                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor",
+                           "disturbed")},
                 **({ADJUSTMENTS_KEY: adjustments_section(self.adjustments)} if self.adjustments else {}),
                 "models": entries,
             }
@@ -834,8 +876,11 @@ def training_rows(rows: pd.DataFrame, hw: HardwareConfig) -> tuple[pd.DataFrame,
 
 
 def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs: int = 2,
-          progress: bool = False) -> ModelSet:
-    """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
+          progress: bool = False, allow_disturbed: bool = False) -> ModelSet:
+    """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel). A store
+    of which more than :data:`DISTURBED_SHARE` of the shapes were disturbed while sampled
+    (:func:`disturbed_shapes`) is refused unless ``allow_disturbed``; its repeats are kept
+    as they are (what was measured), and the manifest counts the disturbed shapes."""
     import joblib
 
     check_settings(rc.name, rc.quantiles, dict(rc.params))  # before any work: a bad setting fails in every fit
@@ -844,6 +889,13 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
     check_latencies(rows, hw)
+    disturbed = disturbed_shapes(rows)
+    if not allow_disturbed and disturbed["disturbed"] > DISTURBED_SHARE * max(disturbed["shapes"], 1):
+        raise PrismError(f"samples: {disturbed['disturbed']} of {disturbed['shapes']} shapes were disturbed while "
+                         f"sampled (slowest repeat over {DISTURBED_SPREAD:g}x the median; more than "
+                         f"{DISTURBED_SHARE:.0%} of them): their stalls would become the models' upper tails; sample "
+                         f"again on an idle machine, or train on them anyway with allow_disturbed=true",
+                         field="allow_disturbed")
     # a neighbouring rank's cost, a CPU collective's by the compute before it, the autograd entry...
     rows, adjusted = training_rows(rows, hw)
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
@@ -859,7 +911,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
                 "tier": TIERS[1] if origin.str.startswith(MICROBENCH).all() else TIERS[0],
                 # Collectives measured inside one node say nothing of the network between nodes.
                 "collective_scope": "intra-node" if not coll.empty and (coll["nodes"] <= 1).all() else "all",
-                "device": sampled_device(rows[origin == "sampled"])}
+                "device": sampled_device(rows[origin == "sampled"]), "disturbed": disturbed}
     if rows["op"].isin(HOST_OPS).any():
         manifest["host_floor"] = host_fingerprint(hw, {op for op, _ in models})
     if adjusted:
