@@ -26,10 +26,11 @@ so Ctrl-C keeps every finished chunk; running the same command again skips the r
 failed, whose cause may since be fixed, are predicted again) and leaves ``out`` in input
 order, one row per input row at every moment: a row predicted again replaces its old row
 (the whole file rewritten, temporary file and rename), and one predicted again alike is not
-written, so a rerun of a finished table writes nothing new; an ``out`` holding none of the table's rows is another table's, and one holding its
-rows predicted with other settings (draws, seed, models_dir, models retrained in it) another
-run's: each is refused rather than replaced. So is, before anything is written, a
-``models_dir`` holding models of none of the table's hardware.
+written, so a rerun of a finished table writes nothing new; an ``out`` holding none of the
+table's rows is another table's, and one holding its rows predicted with other settings
+(draws, seed, models_dir, models retrained in it) another run's: each is refused rather
+than replaced. So is, before anything is written, a ``models_dir`` holding models of none
+of the table's hardware.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, in_table_terms, row_hardware
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, header_columns, read_table
 from predictor.engine.predictor import DEFAULT_QUANTILES
-from predictor.latency.artifacts import held_sets, holds_models, models_dir
+from predictor.latency.artifacts import held_sets, holds_models, models_dir, unsigned_text
 
 #: Monte Carlo draws per row: the median's sampling error at 500 draws is ~0.2% of a step
 #: (benchmarks/bench_batch.py prints what fewer draws cost on the published runs).
@@ -241,7 +242,8 @@ def models_fingerprint(models_root) -> str:
     set was retrained in the same folder are not resumed as this run's."""
     digest = hashlib.sha256()
     for manifest in sorted(models_dir(models_root).glob(f"*/{MANIFEST}")):
-        digest.update(manifest.parent.name.encode() + manifest.read_bytes())
+        # the text as before its checksum (unsigned_text): a set's fingerprint is what it was before manifests had one
+        digest.update(manifest.parent.name.encode() + unsigned_text(manifest.read_text(encoding="utf-8")).encode())
     return digest.hexdigest()[:12]
 
 

@@ -16,7 +16,7 @@ from predictor.core.mesh import tp_span_note
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import REPORT_QUANTILES
 from predictor.engine.doubt import Doubt
-from predictor.latency.artifacts import TIERS, foreign_device
+from predictor.latency.artifacts import TIERS, foreign_device, unsigned_note
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload
 from predictor.workload.flops import model_flops_per_step
@@ -199,7 +199,8 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
         basis=basis, tier=tier,
-        notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), split_note(model, par),
+        notes=[n for n in [foreign_device(models), unsigned_note(models), _attention_note(layout, work, framework),
+                           split_note(model, par),
                            kv_replication_note(model, par),
                            idle_note(model, layout, par), framework_note(layout, framework),
                            tp_span_note(par.tp, hardware), _modules_note(model, par), _batch_note(layout, par),

@@ -304,6 +304,54 @@ def _ceilings(ceiling: dict[str, float], dtypes: np.ndarray) -> np.ndarray:
 MAX_OFFSET = 10.0
 
 
+#: The manifest's own checksum (:func:`manifest_checksum`): a manifest edited by hand (an
+#: entry removed, offsets inverted) would be trusted as what prism train wrote.
+CHECKSUM_KEY = "checksum"
+
+
+def manifest_checksum(manifest: dict) -> str:
+    """SHA-256 of ``manifest``'s canonical JSON (sorted keys, no spaces) less its checksum."""
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def manifest_text(manifest: dict) -> str:
+    """``manifest`` as saved: its fields as they are, then its checksum, last (so that
+    :func:`unsigned_text` gives back the text of the manifest as it was before one)."""
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM_KEY}
+    return json.dumps({**body, CHECKSUM_KEY: manifest_checksum(body)}, indent=1)
+
+
+_CHECKSUM_LINE = re.compile(r',\n "checksum": "[0-9a-f]{64}"\n}$')
+
+
+def unsigned_text(text: str) -> str:
+    """A saved manifest's text without its checksum line: what identifies a set's models
+    (predict-batch's fingerprint) stays what it was before manifests carried checksums."""
+    return _CHECKSUM_LINE.sub("\n}", text)
+
+
+def _check_checksum(path: Path, manifest: dict) -> None:
+    """Refuse a manifest whose checksum does not match its contents: it was changed after
+    prism train (or prism calibrate) wrote it, and what it says can no longer be trusted."""
+    saved = manifest.get(CHECKSUM_KEY)
+    if saved is not None and saved != manifest_checksum(manifest):
+        raise PrismError(f"{path}: changed since prism train wrote it (its checksum does not match its contents: an "
+                         f"entry removed or a figure edited); retrain with prism train samples=DIR "
+                         f"hardware={manifest.get('hardware', 'HW')} models_dir={path.parent.parent}, or restore "
+                         f"the file as saved", field=CHECKSUM_KEY)
+
+
+def unsigned_note(models: ModelSet | None) -> str | None:
+    """A note where a set's manifest carries no checksum (saved before manifests did): its
+    edits cannot be told from what prism train wrote."""
+    if models is None or not models.manifest or CHECKSUM_KEY in models.manifest:
+        return None
+    where = models.directory or f"models/{models.hw.name}"
+    return (f"{where}/{MANIFEST} carries no checksum (saved by an older PRISM): a hand edit of it would go unnoticed; "
+            f"retrain with prism train to add one")
+
+
 def _check_manifest(path: Path, manifest: dict) -> None:
     """One error naming the manifest and its field where :meth:`ModelSet.load` could not
     use it (a file edited by hand or by another tool: every figure would be wrong or a
@@ -505,16 +553,17 @@ class ModelSet:
         path = Path(directory) / MANIFEST
         manifest = json.loads(path.read_text())
         ours = json.loads(json.dumps(self.manifest, default=str))  # as written: lists, not tuples
-        if {k: v for k, v in manifest.items() if k != "calibration"} != \
-                {k: v for k, v in ours.items() if k != "calibration"}:
+        if {k: v for k, v in manifest.items() if k not in ("calibration", CHECKSUM_KEY)} != \
+                {k: v for k, v in ours.items() if k not in ("calibration", CHECKSUM_KEY)}:
             raise PrismError(f"{directory}: its models were replaced while the calibration was fitted to the ones "
                              f"before (another prism train into it?); run prism calibrate again on them; nothing "
                              f"stored", field="models_dir")
         manifest.pop("calibration", None)
         if calibration is not None:
             manifest["calibration"] = calibration.to_dict()
-        write_atomically(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1)))
-        self.manifest = manifest
+        text = manifest_text(manifest)
+        write_atomically(path, lambda tmp: tmp.write_text(text))
+        self.manifest = json.loads(text)
         return path
 
     def has(self, op: str, pass_: str) -> bool:
@@ -565,10 +614,11 @@ class ModelSet:
                 **({ADJUSTMENTS_KEY: adjustments_section(self.adjustments)} if self.adjustments else {}),
                 "models": entries,
             }
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            text = manifest_text(manifest)
+            (tmp / MANIFEST).write_text(text)
             if self.variability is not None:
                 write_variability(tmp, self.variability)
-        self.manifest, self.replaced = manifest, replaced
+        self.manifest, self.replaced = json.loads(text), replaced
         return directory
 
     @classmethod
@@ -626,6 +676,9 @@ class ModelSet:
                 raise PrismError(f"{path}: {key}: compute_ceiling {entry['compute_ceiling']!r} is not a map of "
                                  f"precision to a positive share of the peak; retrain with prism train", field=key)
             models[(entry["op"], entry["pass"])] = partial(_operator_model, entry, boosters, manifest["quantiles"])
+        # last: a damage the checks above name by its field is said so; one they pass (an entry removed,
+        # offsets inverted) is found by the checksum
+        _check_checksum(path, manifest)
         return cls(hw, manifest["quantiles"], LazyModels(models), manifest, read_variability(directory), directory)
 
 
