@@ -125,13 +125,17 @@ def _hardware_and_samples(cfg):
 def _train(command) -> int:
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
-    from predictor.data.store import writer_lock
+    from predictor.data.store import store_around, writer_lock
     from predictor.latency.artifacts import TRAINED_MODELS
     cfg = load(command)
     hw, samples = _hardware_and_samples(cfg)
     rc = section(cfg, "regressor", RegressorConfig)
     fit = flag(cfg, "fit_variability")
     allow = flag(cfg, "allow_disturbed")
+    store = store_around(cfg.models_dir or TRAINED_MODELS)
+    if store is not None:  # a set's files among the runs: read as runs, and the runs replaced with the set's folder
+        raise PrismError(f"models_dir={cfg.models_dir}: inside the sample store {store}, among its runs; write the "
+                         f"models outside it, e.g. models_dir=runs/models; nothing written", field="models_dir")
     root = writable("models_dir", cfg.models_dir or TRAINED_MODELS, folder=True)  # the shipped models/ when unnamed
     # one train at a time into a models folder, as one prism sample into a store: the last save would win
     with writer_lock(root, "models_dir", "prism train is writing models into this folder",

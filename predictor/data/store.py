@@ -178,6 +178,20 @@ def writer_lock(output_dir, key: str = "output_dir", writer: str = "prism sample
         yield note
 
 
+def store_around(path) -> Path | None:
+    """The sample store that ``path`` is, or is inside: the nearest of it and its parents
+    holding a run file PRISM wrote (its metadata); None where there is none."""
+    path = Path(path).resolve()
+    for folder in (path, *path.parents):
+        for run in sorted(p for p in folder.glob("*.parquet") if p.is_file() and not p.name.startswith(".")):
+            try:
+                if read_run_metadata(run):
+                    return folder
+            except (PrismError, OSError, ValueError):
+                continue
+    return None
+
+
 def store_folder(out, key: str = "out") -> Path:
     """``out`` as the store (a folder) a run is written into, checked before any work; one
     :class:`PrismError` naming ``key`` where it ends in .parquet: that names a run file, and a
