@@ -942,7 +942,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
     check_latencies(rows, hw)
-    disturbed = disturbed_shapes(rows)
+    # the sampler's own repeats: imported ones (a profiler trace's steps, published tables) are not repeats of one call
+    disturbed = disturbed_shapes(rows[origins(rows) == "sampled"])
     if not allow_disturbed and disturbed["disturbed"] > DISTURBED_SHARE * max(disturbed["shapes"], 1):
         raise PrismError(f"samples: {disturbed['disturbed']} of {disturbed['shapes']} shapes were disturbed while "
                          f"sampled (slowest repeat over {DISTURBED_SPREAD:g}x the median; more than "

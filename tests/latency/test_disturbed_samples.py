@@ -46,3 +46,24 @@ def test_train_warns_records_and_refuses_a_disturbed_store(tmp_path, capsys, mon
     assert "WARNING:" in out and "shapes were disturbed while sampled" in out
     manifest = json.loads((root / "local-cpu" / "manifest.json").read_text())
     assert manifest["disturbed"]["disturbed"] > 0 and manifest["disturbed"]["by_op"]
+
+
+def test_only_the_sampler_s_own_repeats_are_judged(local_cpu, monkeypatch):
+    """A profiler trace's timings of one op inside real steps are no repeats of one call: a
+    store of them (prism import-trace) was refused as disturbed."""
+    from predictor.core.errors import PrismError
+    from predictor.core.profiles import load_hardware
+    from predictor.latency.regressor import DEFAULT_QUANTILES
+    rc = artifacts.RegressorConfig("xgboost", list(DEFAULT_QUANTILES))
+    gemm = local_cpu[local_cpu.op == "gemm"].copy()
+    ids = shape_groups("gemm", gemm)
+    for group in set(ids[:200]):
+        gemm.loc[gemm.index[ids == group][0], "latency_us"] *= 116
+
+    def fit(*args):
+        raise RuntimeError("fit reached")
+    monkeypatch.setattr(artifacts, "fit_operator_model", fit)
+    with pytest.raises(PrismError, match="allow_disturbed=true"):
+        artifacts.train(gemm, load_hardware("local-cpu"), rc, n_jobs=1)
+    with pytest.raises(RuntimeError, match="fit reached"):
+        artifacts.train(gemm.assign(origin="trace"), load_hardware("local-cpu"), rc, n_jobs=1)
