@@ -19,6 +19,7 @@ def local_cpu():
 
 def test_the_project_s_own_cpu_store_is_mostly_undisturbed(local_cpu):
     counted = disturbed_shapes(local_cpu)
+    assert not any(key.split("/")[0] in ("all_reduce", "send_recv") for key in counted["by_op"])
     assert counted["threshold"] == DISTURBED_SPREAD and counted["shapes"] > 1000
     assert 0 < counted["disturbed"] <= DISTURBED_SHARE * counted["shapes"]
 
@@ -35,7 +36,7 @@ def test_a_stalled_repeat_is_counted_per_op(local_cpu):
 
 def test_train_warns_records_and_refuses_a_disturbed_store(tmp_path, capsys, monkeypatch):
     root = tmp_path / "models"
-    monkeypatch.setattr(artifacts, "DISTURBED_SHARE", 0.001)  # local-cpu's 1% of shapes: "many" here
+    monkeypatch.setattr(artifacts, "DISTURBED_SHARE", 0.0005)  # local-cpu's 0.09% of shapes: "many" here
     assert main(["train", "samples=samples/local-cpu", "hardware=local-cpu", f"models_dir={root}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "allow_disturbed=true" in err and "idle machine" in err, err
