@@ -177,6 +177,9 @@ DISTURBED_SPREAD = 10.0
 #: Above this share of a store's shapes disturbed, ``prism train`` refuses it unless told
 #: ``allow_disturbed=true``: five times the share the project's noisiest store shows.
 DISTURBED_SHARE = 0.05
+#: Disturbed shapes below which a store is warned of, never refused: one or two stalls in a
+#: small plan (a quick sample of a few dozen shapes) are over 5% of it alone.
+DISTURBED_REFUSED = 3
 #: Repeats below which a shape's spread is not judged.
 DISTURBED_MIN_REPEATS = 3
 
@@ -948,7 +951,8 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
     check_latencies(rows, hw)
     # the sampler's own repeats: imported ones (a profiler trace's steps, published tables) are not repeats of one call
     disturbed = disturbed_shapes(rows[origins(rows) == "sampled"])
-    if not allow_disturbed and disturbed["disturbed"] > DISTURBED_SHARE * max(disturbed["shapes"], 1):
+    if not allow_disturbed and disturbed["disturbed"] >= DISTURBED_REFUSED \
+            and disturbed["disturbed"] > DISTURBED_SHARE * disturbed["shapes"]:
         raise PrismError(f"samples: {disturbed['disturbed']} of {disturbed['shapes']} shapes were disturbed while "
                          f"sampled (slowest repeat over {DISTURBED_SPREAD:g}x the median; more than "
                          f"{DISTURBED_SHARE:.0%} of them): their stalls would become the models' upper tails; sample "

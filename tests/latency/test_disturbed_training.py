@@ -37,6 +37,7 @@ def test_a_stalled_repeat_is_counted_per_op(local_cpu):
 def test_train_warns_records_and_refuses_a_disturbed_store(tmp_path, capsys, monkeypatch):
     root = tmp_path / "models"
     monkeypatch.setattr(artifacts, "DISTURBED_SHARE", 0.0005)  # local-cpu's 0.09% of shapes: "many" here
+    monkeypatch.setattr(artifacts, "DISTURBED_REFUSED", 1)
     assert main(["train", "samples=samples/local-cpu", "hardware=local-cpu", f"models_dir={root}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "allow_disturbed=true" in err and "idle machine" in err, err
