@@ -5,7 +5,8 @@ workload (:mod:`sampling.reference`) under ``torchrun`` with ``dp·tp·pp`` rank
 CPU, NCCL on CUDA) and writes one row per timed step and rank to ``cfg.out``
 (:func:`predictor.data.measurements.write_measurements`: atomic, other layouts in the file
 kept). Nothing is written until every rank has finished; Ctrl-C, SIGTERM or
-``measure.timeout_s`` stop torchrun and leave the file as it was.
+``measure.timeout_s`` stop torchrun and leave the file as it was, and an interrupt says how
+many steps were timed and lost and how to measure again.
 """
 from __future__ import annotations
 
@@ -237,10 +238,15 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
                "trace_steps": mc.trace_steps, "steal_retakes": mc.steal_retakes, "max_steal": DISTURBING_STEAL}
         with tqdm(total=mc.warmup + mc.steps, desc=lid, unit="step", disable=not progress,
                   file=sys.stderr) as bar:
-            run_torchrun("sampling.reference", job, world, workdir, what=f"measure {lid}",
-                         timeout_s=mc.timeout_s, timeout_field="measure.timeout_s",
-                         timeout_fix="raise measure.timeout_s or lower measure.steps", failure_field="measure",
-                         threads_per_rank=mc.threads_per_rank, progress=bar)
+            try:
+                run_torchrun("sampling.reference", job, world, workdir, what=f"measure {lid}",
+                             timeout_s=mc.timeout_s, timeout_field="measure.timeout_s",
+                             timeout_fix="raise measure.timeout_s or lower measure.steps", failure_field="measure",
+                             threads_per_rank=mc.threads_per_rank, progress=bar)
+            except KeyboardInterrupt:
+                bar.close()
+                print(_lost(out, lid, max(0, int(bar.n) - mc.warmup), mc.steps), file=sys.stderr)
+                raise
         rows = []
         for rank in range(world):
             result = json.loads((workdir / f"rank{rank}.json").read_text())
@@ -259,6 +265,15 @@ def measure(cfg: DictConfig, progress: bool = True) -> MeasureReport:
     return MeasureReport(str(path), lid, hw.name, backend, world, len(per_step), float(np.median(kept)),
                          float(np.quantile(kept, 0.95)), time.monotonic() - start, replaced,
                          float(steal.mean()) if len(steal) else None, len(per_step) - len(kept))
+
+
+def _lost(out: Path, lid: str, timed: int, steps: int) -> str:
+    """What an interrupted measurement says: a layout's steps are written whole, once every
+    rank has finished (a partial layout would pass for a whole one in validate and calibrate),
+    so the steps timed so far are not kept."""
+    return (f"prism measure: interrupted after {timed} of {steps} timed steps of {lid}: none kept (a layout is "
+            f"written whole when every rank has finished), {out} is as it was; run the same command again to "
+            f"measure the layout from its first step, or lower measure.steps to finish sooner")
 
 
 def _replaced(out: Path, lid: str) -> str | None:

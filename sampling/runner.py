@@ -472,6 +472,9 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
         report.shapes_per_op = {op: int(g[list(OPS[op].shape)].drop_duplicates().shape[0])
                                 for op, g in df.groupby("op")}
         stored = _complete(counts + _stored_counts(df), sc)
+        disturbed = stalls_note(df)
+        if disturbed:
+            print(f"prism sample: {disturbed}", file=sys.stderr)
     report.remaining_tasks = sum(t.key not in stored for t in todo_compute + todo_coll) + (
         framework and FRAMEWORK_TASK not in stored) + (co_run and CO_RUN_TASK not in stored)
     if ended != "interrupted":
@@ -484,6 +487,22 @@ def _sample(sc: SamplingConfig, hw: HardwareConfig, plan: Plan, device: torch.de
               f"{math.ceil(spent) + 60} or more (into the same output_dir, a run resumes what is stored)",
               file=sys.stderr)
     return report
+
+
+def stalls_note(df) -> str | None:
+    """What ``prism sample`` says at its end where shapes of the run it stored stalled (a
+    repeat over :data:`~predictor.latency.artifacts.DISTURBED_SPREAD` times the shape's
+    median: another process held the CPU), or None: those stalls would become the models'
+    upper tails, which prism train counts and, where many are, refuses."""
+    from predictor.latency.artifacts import DISTURBED_SHARE, DISTURBED_SPREAD, disturbed_shapes
+
+    counted = disturbed_shapes(df)
+    if not counted["disturbed"]:
+        return None
+    ops = ", ".join(f"{k} {n}" for k, n in counted["by_op"].items())
+    return (f"WARNING: {counted['disturbed']} of {counted['shapes']} shapes stalled while timed (slowest repeat over "
+            f"{DISTURBED_SPREAD:g}x their median: another process held the CPU): {ops}; sample on an idle machine "
+            f"(prism train counts them, and refuses a store where over {DISTURBED_SHARE:.0%} of the shapes are)")
 
 
 #: How long an interrupted rank 0 waits for the other ranks to flush before it leaves the

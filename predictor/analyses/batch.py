@@ -25,10 +25,13 @@ Rows are written to ``out`` a chunk at a time, each chunk one write followed by 
 so Ctrl-C keeps every finished chunk; running the same command again skips the rows
 ``out`` already holds predicted (a torn last line, rows of an edited input and rows that
 failed, whose cause may since be fixed, are predicted again) and leaves ``out`` in input
-order; an ``out`` holding none of the table's rows is another table's, and one holding its
-rows predicted with other settings (draws, seed, models_dir, models retrained in it) another
-run's: each is refused rather than replaced. So is, before anything is written, a
-``models_dir`` holding models of none of the table's hardware.
+order, one row per input row at every moment: a row predicted again replaces its old row
+(the whole file rewritten, temporary file and rename), and one predicted again alike is not
+written, so a rerun of a finished table writes nothing new; an ``out`` holding none of the
+table's rows is another table's, and one holding its rows predicted with other settings
+(draws, seed, models_dir, models retrained in it) another run's: each is refused rather
+than replaced. So is, before anything is written, a ``models_dir`` holding models of none
+of the table's hardware.
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, in_table_terms, row_hardware
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, header_columns, read_table
 from predictor.engine.predictor import DEFAULT_QUANTILES
-from predictor.latency.artifacts import held_sets, holds_models, models_dir
+from predictor.latency.artifacts import held_sets, holds_models, models_dir, unsigned_text
 
 #: Monte Carlo draws per row: the median's sampling error at 500 draws is ~0.2% of a step
 #: (benchmarks/bench_batch.py prints what fewer draws cost on the published runs).
@@ -68,6 +71,9 @@ OUTPUT_COLUMNS = (*PREDICTED, "pred_status", "pred_fits", "pred_hardware", "pred
 #: first chunks are smaller, so that the progress bar and ``out`` show rows early.
 CHUNK_ROWS = 256
 FIRST_CHUNK_ROWS = 16
+#: Rows between two plain progress lines on stderr where it is no terminal (a log, a
+#: scheduler's output file), where the bar cannot draw: a long table is not silent for minutes.
+PROGRESS_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -238,7 +244,8 @@ def models_fingerprint(models_root) -> str:
     set was retrained in the same folder are not resumed as this run's."""
     digest = hashlib.sha256()
     for manifest in sorted(models_dir(models_root).glob(f"*/{MANIFEST}")):
-        digest.update(manifest.parent.name.encode() + manifest.read_bytes())
+        # the text as before its checksum (unsigned_text): a set's fingerprint is what it was before manifests had one
+        digest.update(manifest.parent.name.encode() + unsigned_text(manifest.read_text(encoding="utf-8")).encode())
     return digest.hexdigest()[:12]
 
 
@@ -350,9 +357,11 @@ def _check_models(table: Table, models_root) -> None:
 
 
 def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=None, chunk_rows: int = CHUNK_ROWS,
-                  progress: bool = False) -> BatchReport:
+                  progress: bool = False, progress_every: int = 0) -> BatchReport:
     """Predict every row of the CSV table at ``path`` into ``out`` (see the module
-    docstring); ``progress`` draws a bar on stderr. The table and ``out`` are checked
+    docstring); ``progress`` draws a bar on stderr, and ``progress_every`` (rows; 0: never)
+    prints a plain line there each time that many more rows are done, for a stderr that is
+    no terminal. The table and ``out`` are checked
     before any work (:func:`~predictor.data.runs_table.read_table`,
     :func:`~predictor.data.runs_table.check_output`), and so are the settings."""
     t0 = time.perf_counter()
@@ -381,18 +390,19 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
         todo = [i for i, k in enumerate(keys) if k not in written or written[k][status_at] != "ok"]
         predictor = BatchPredictor(draws, seed, models_root)
         names = [name.strip().lower() for name in table.header]
-        status = "done"
-        with open(out, "a", encoding="utf-8", newline="") as f, \
-                tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
+        status, done, said = "done", 0, 0
+        with tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
             try:
                 for chunk in _chunks(todo, chunk_rows):
                     predictions = predictor.predict([dict(zip(names, table.rows[i])) for i in chunk])
                     lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
-                    for line in lines:
-                        written[line[-1]] = line
-                    f.write(_csv_text(lines))  # one write and a flush a chunk: Ctrl-C keeps whole chunks
-                    f.flush()
+                    _store_chunk(out, header, keys, written, lines)
                     bar.update(len(chunk))
+                    done += len(chunk)  # a disabled bar counts nothing
+                    if progress_every and done - said >= progress_every:
+                        said = done
+                        print(f"prism predict-batch: {done} of {len(todo)} rows predicted into {out} "
+                              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
             except KeyboardInterrupt:
                 status = "interrupted"
         if status == "done" and todo and written and list(written) != keys:
@@ -403,6 +413,25 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
             failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
             distinct_jobs=len(predictor.results), draws=draws, seconds=time.perf_counter() - t0,
             unread_columns=[table.header[i] for i in keep if names[i] not in BY_NAME])
+
+
+def _store_chunk(out: Path, header: list[str], keys: list[str], written: dict[str, list[str]],
+                 lines: list[list[str]]) -> None:
+    """Add a chunk's ``lines`` to ``out`` and to ``written`` so that ``out`` holds one row per
+    key at every moment: new keys are appended (one write and a flush: Ctrl-C or a kill keeps
+    whole chunks, a torn last line is dropped by the next run); a row predicted again (it had
+    failed) replaces its old row in a rewrite of the whole file (temporary file and rename),
+    never appended beside it; a row predicted again alike is not written at all."""
+    new = [line for line in lines if line[-1] not in written]
+    changed = [line for line in lines if line[-1] in written and written[line[-1]] != line]
+    for line in lines:
+        written[line[-1]] = line
+    if changed:
+        _replace(out, header, [written[k] for k in keys if k in written])
+    elif new:
+        with open(out, "a", encoding="utf-8", newline="") as f:
+            f.write(_csv_text(new))
+            f.flush()
 
 
 def _chunks(todo: list[int], largest: int):

@@ -155,6 +155,24 @@ def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) ->
         cdf=p.cdf, nvlink_domain=hw.nvlink_domain)
 
 
+#: The model FLOPs utilisation above which a prediction is implausible: large training runs
+#: report 38-43% (Llama 3 405B on H100, arXiv 2407.21783 Table 4) to 46-57% (PaLM 540B on
+#: TPU v4, arXiv 2204.02311 Table 3, with and without rematerialisation counted).
+MFU_PLAUSIBLE = 0.60
+
+
+def mfu_note(hardware: str, mfu: float) -> str | None:
+    """A note where a predicted MFU is above what the hardware's peak allows (over 100%) or
+    above :data:`MFU_PLAUSIBLE`: the profile's peak or the models it was priced with are
+    likely wrong (a CPU's models sampled on another CPU, a peak figure of another precision)."""
+    if not mfu > MFU_PLAUSIBLE:
+        return None
+    what = ("above the hardware's peak FLOP/s, which no run can reach" if mfu > 1 else
+            f"above the {MFU_PLAUSIBLE:.0%} that no large training run reports (Llama 3: 38-43%, PaLM: 46-57%)")
+    return (f"{hardware}: MFU {mfu:.1%} is {what}: check its profile's peak (conf/hardware/{hardware}.yaml) and that "
+            f"its models were sampled on this hardware")
+
+
 def _price_source(profiles: list[HardwareConfig]) -> str:
     """Where the profiles' prices come from: conf/hardware's indicative quotes, except where a
     price is not its profile file's (hardware.price_per_gpu_hour= on the command line, or a
@@ -243,6 +261,7 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
     notes += [f"{r.hardware}: needs {r.memory_gib:.{1 if r.memory_gib - r.capacity_gib >= 0.05 else 3}f} GiB per GPU "
               f"of {r.capacity_gib:g}: does not fit"
               for r in results if not r.fits]
+    notes += [note for r in results if (note := mfu_note(r.hardware, r.mfu))]
     tiers = {r.tier for r in results}
     if len(tiers) > 1:
         notes.append("evidence differs, so do the columns' credibility: "

@@ -245,7 +245,7 @@ def _search(command) -> int:
                   "checked before any work (bad input: one line, exit 2); no cell stops the batch. A row's\n"
                   "prediction depends on that row alone. Rows are written a chunk at a time: Ctrl-C keeps them,\n"
                   "and the same command resumes (rows that failed are tried again). A progress bar shows on a\n"
-                  "terminal, never with --json.\n\n"
+                  "terminal; elsewhere (a log) a line every 256 rows; never with --json.\n\n"
                   + schema_help(),
       examples=["prism predict-batch data/e2e/e2e_training_visible.csv out=predicted.csv",
                 "prism predict-batch runs.csv out=runs.predicted.csv draws=1000 seed=1 --json"],
@@ -256,7 +256,7 @@ def _search(command) -> int:
       settings_help="out=OUT.csv (required), draws=N (Monte Carlo draws a row, default 500), seed=N, "
                     "models_dir=DIR, output=json (same as --json)")
 def _predict_batch(command) -> int:
-    from predictor.analyses.batch import DRAWS, predict_batch
+    from predictor.analyses.batch import DRAWS, PROGRESS_ROWS, predict_batch
     from predictor.core.specs import MAX_DRAWS
     settings = read_plain(command)
     settings["draws"] = settings["draws"] or str(DRAWS)
@@ -269,7 +269,8 @@ def _predict_batch(command) -> int:
         if not low <= numbers[key] <= MAX_DRAWS:
             raise PrismError(f"{key}={settings[key]}: give a whole number from {low} to {MAX_DRAWS:,}", field=key)
     done = predict_batch(command.path, settings["out"], draws=numbers["draws"], seed=numbers["seed"],
-                         models_root=settings["models_dir"], progress=sys.stderr.isatty() and not settings["json"])
+                         models_root=settings["models_dir"], progress=sys.stderr.isatty() and not settings["json"],
+                         progress_every=0 if sys.stderr.isatty() or settings["json"] else PROGRESS_ROWS)
     print(as_json(asdict(done)) if settings["json"] else done.format())
     if done.status == "interrupted":
         return 130

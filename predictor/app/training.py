@@ -110,7 +110,9 @@ def _hardware_and_samples(cfg):
                   "variability.json, which predictions then use instead of the profile's cited figures: the "
                   "machine's speed drift from compute shapes timed in rounds (temporal), what collective sizes "
                   "timed in one round share (regime), the spread between ranks of a cluster job (spatial); "
-                  "fit_variability=false keeps the cited ones; write "
+                  "fit_variability=false keeps the cited ones; a store of which over 5% of the shapes stalled "
+                  "while sampled (slowest repeat over 10x the median) is refused unless allow_disturbed=true, and "
+                  "any such shapes are counted in the output and the manifest; write "
                   "<models_dir>/<hardware>/<op>__<pass>.ubj.gz, variability.json and "
                   "manifest.json as a whole (a temporary folder renamed into place). models_dir defaults "
                   "to runs/models, not the shipped models/ (prism predict's default): predict with the "
@@ -119,24 +121,38 @@ def _hardware_and_samples(cfg):
                 "prism predict model=gpt3-13b hardware=a100-sxm4-80gb gpus=64 models_dir=runs/models",
                 "prism train samples=samples/cpu regressor.params.n_estimators=300 models_dir=/tmp/models",
                 "prism train samples=samples/cpu hardware=local-cpu models_dir=models   # replace the shipped set"],
-      reads=Config("samples", "models_dir", "fit_variability"))
+      reads=Config("samples", "models_dir", "fit_variability", "allow_disturbed"))
 def _train(command) -> int:
-    import time
-
-    from predictor.app.config import shell_setting
     from predictor.core.profiles import section
     from predictor.core.specs import RegressorConfig
-    from predictor.data.store import thread_counts
-    from predictor.latency.artifacts import TRAINED_MODELS, check_replaceable, train
-    from predictor.latency.variability_fit import fit_variability
+    from predictor.data.store import store_around, writer_lock
+    from predictor.latency.artifacts import TRAINED_MODELS
     cfg = load(command)
     hw, samples = _hardware_and_samples(cfg)
     rc = section(cfg, "regressor", RegressorConfig)
     fit = flag(cfg, "fit_variability")
+    allow = flag(cfg, "allow_disturbed")
+    store = store_around(cfg.models_dir or TRAINED_MODELS)
+    if store is not None:  # a set's files among the runs: read as runs, and the runs replaced with the set's folder
+        raise PrismError(f"models_dir={cfg.models_dir}: inside the sample store {store}, among its runs; write the "
+                         f"models outside it, e.g. models_dir=runs/models; nothing written", field="models_dir")
     root = writable("models_dir", cfg.models_dir or TRAINED_MODELS, folder=True)  # the shipped models/ when unnamed
+    # one train at a time into a models folder, as one prism sample into a store: the last save would win
+    with writer_lock(root, "models_dir", "prism train is writing models into this folder",
+                     "train into another models_dir") as note:
+        return _train_locked(cfg, hw, samples, rc, fit, allow, root, note)
+
+
+def _train_locked(cfg, hw, samples, rc, fit, allow_disturbed, root, lock_note) -> int:
+    import time
+
+    from predictor.app.config import shell_setting
+    from predictor.data.store import thread_counts
+    from predictor.latency.artifacts import check_replaceable, disturbed_note, train
+    from predictor.latency.variability_fit import fit_variability
     check_replaceable(root / hw.name)  # before the fit, not after it
     t0 = time.perf_counter()
-    models = train(samples, hw, rc, n_jobs=2)
+    models = train(samples, hw, rc, n_jobs=2, allow_disturbed=allow_disturbed)
     # the one thread count its runs were sampled at (refuse_mixed_threads), which prism validate compares
     models.manifest["samples"]["threads"] = next(iter(thread_counts(cfg.samples, hw.name)), None)
     # what the samples show of the per-step factors (predictor.latency.variability_fit); None keeps the cited figures
@@ -163,10 +179,13 @@ def _train(command) -> int:
     use = f"prism predict hardware={hw.name} {models_dir}"
     table += f"\npredict with them: {use} (every verb that reads models takes {models_dir})"
     table += f"\nnote: {models.replaced}" if models.replaced else ""
+    table += f"\nnote: {lock_note}" if lock_note else ""
+    disturbed = disturbed_note(models.manifest.get("disturbed"))
+    table += f"\n{disturbed}" if disturbed else ""
     show(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
                "models": rows, "few_shapes": thin,
                "variability": models.variability.to_dict() if models.variability else None,
-               "predict": use, "replaced": models.replaced}, table)
+               "predict": use, "replaced": models.replaced, "disturbed": models.manifest.get("disturbed")}, table)
     return 0
 
 

@@ -155,24 +155,41 @@ class RunWriter:
 
 
 @contextmanager
-def writer_lock(output_dir) -> Iterator[str | None]:
+def writer_lock(output_dir, key: str = "output_dir", writer: str = "prism sample is writing into this store",
+                elsewhere: str = "sample into another output_dir") -> Iterator[str | None]:
     """Hold the writer lock of the store ``output_dir`` for the block
     (:func:`~predictor.core.files.held_lock`): two sampling runs into one store would both
-    find the same tasks to do and measure them twice, competing for the cores.
+    find the same tasks to do and measure them twice, competing for the cores. ``prism train``
+    holds the same lock on its models folder (``key`` models_dir, with its own ``writer`` and
+    ``elsewhere`` wording): two trains into one folder would each replace the other's set.
 
     Raises
     ------
     PrismError
-        naming the store, the holder and the fix while another live writer holds it.
+        naming the folder, the holder and the fix while another live writer holds it.
     """
     path = Path(output_dir) / _LOCK
 
     def busy(holder: dict) -> str:
-        return (f"output_dir={output_dir}: another prism sample is writing into this store (pid "
-                f"{holder.get('pid', '?')} on host {holder.get('host', '?')}, since {holder.get('started', '?')}). "
-                f"Wait for it to end or sample into another output_dir; if that run is gone, delete {path}")
-    with held_lock(path, busy, "output_dir") as note:
+        return (f"{key}={output_dir}: another {writer} (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}, since {holder.get('started', '?')}). "
+                f"Wait for it to end or {elsewhere}; if that run is gone, delete {path}")
+    with held_lock(path, busy, key) as note:
         yield note
+
+
+def store_around(path) -> Path | None:
+    """The sample store that ``path`` is, or is inside: the nearest of it and its parents
+    holding a run file PRISM wrote (its metadata); None where there is none."""
+    path = Path(path).resolve()
+    for folder in (path, *path.parents):
+        for run in sorted(p for p in folder.glob("*.parquet") if p.is_file() and not p.name.startswith(".")):
+            try:
+                if read_run_metadata(run):
+                    return folder
+            except (PrismError, OSError, ValueError):
+                continue
+    return None
 
 
 def store_folder(out, key: str = "out") -> Path:

@@ -16,7 +16,7 @@ from predictor.core.mesh import tp_span_note
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, check_number
 from predictor.engine.compose import REPORT_QUANTILES
 from predictor.engine.doubt import Doubt
-from predictor.latency.artifacts import TIERS, foreign_device
+from predictor.latency.artifacts import TIERS, foreign_device, unsigned_note
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload
 from predictor.workload.flops import model_flops_per_step
@@ -131,6 +131,23 @@ def check_train_tokens(value) -> float:
     return float(value)
 
 
+#: Attention kernels (FlashAttention, cuDNN, cuBLAS tensor cores) take a head width that is a
+#: multiple of 8 (16-byte rows at 16-bit precision) and pad any other; every published model's
+#: is (64 to 256, conf/model/).
+HEAD_MULTIPLE = 8
+
+
+def head_note(model: ModelConfig) -> str | None:
+    """A note where ``model``'s head width is no multiple of :data:`HEAD_MULTIPLE`: a typo of
+    hidden / heads more likely than a model; priced as given, which the kernels would pad."""
+    widths = {"model.head_dim": model.head_dim, "model.v_head_dim": model.v_head_dim}
+    odd = [f"{k}={v}" for k, v in widths.items() if v and v % HEAD_MULTIPLE]
+    if not odd:
+        return None
+    return (f"{', '.join(odd)}: no multiple of {HEAD_MULTIPLE}, as every published model's head is (64 to 256 wide) "
+            f"and attention kernels pad one to; priced as given: check it (head_dim = hidden / heads)")
+
+
 def _batch_note(given: ParallelConfig, par: ParallelConfig) -> str | None:
     """Where the global batch was left to its default: it follows dp and pp."""
     if given.global_batch_size:
@@ -217,7 +234,8 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
         breakdown_s={"compute": dist.compute_s, "exposed_communication": dist.exposed_comm_s,
                      "bubble": dist.bubble_s, "host_bound": dist.host_s},
         basis=basis, tier=tier,
-        notes=[n for n in [foreign_device(models), _attention_note(layout, work, framework), split_note(model, par),
+        notes=[n for n in [foreign_device(models), unsigned_note(models), _attention_note(layout, work, framework),
+                           split_note(model, par), head_note(model),
                            kv_replication_note(model, par),
                            idle_note(model, layout, par), framework_note(layout, framework),
                            tp_span_note(par.tp, hardware), _modules_note(model, par), _batch_note(layout, par),

@@ -166,6 +166,54 @@ def shape_groups(op: str, rows: pd.DataFrame) -> np.ndarray:
     return rows.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
 
 
+#: A shape's repeats whose slowest is more than this many times their median were disturbed
+#: (another process held the core, a page fault storm). In the project's own CPU store
+#: samples/local-cpu, a compute op's shape (1,146 of ~10 repeats) has max/median 1.39 at the
+#: median, 2.34 at the 95th percentile and 3.29 at the 99th, and 1 shape exceeds 10 (0.09%);
+#: in the GPU stores samples/h100 and h200 (4,039 shapes), 9 (0.2%). A stall the issue saw
+#: was 116x. Collectives are not judged: gloo's on a shared host spread 14-48x as a rule (11 of
+#: local-cpu's 50 collective shapes exceed 10x), which is their distribution, not a stall.
+DISTURBED_SPREAD = 10.0
+#: Above this share of a store's shapes disturbed, ``prism train`` refuses it unless told
+#: ``allow_disturbed=true``: five times the share the project's noisiest store shows.
+DISTURBED_SHARE = 0.05
+#: Disturbed shapes below which a store is warned of, never refused: one or two stalls in a
+#: small plan (a quick sample of a few dozen shapes) are over 5% of it alone.
+DISTURBED_REFUSED = 3
+#: Repeats below which a shape's spread is not judged.
+DISTURBED_MIN_REPEATS = 3
+
+
+def disturbed_shapes(rows: pd.DataFrame) -> dict:
+    """How many shapes of ``rows`` (one hardware's samples) were disturbed, per ``op/pass``:
+    shapes of a compute or host op whose repeats' max/median exceeds :data:`DISTURBED_SPREAD`. Their stalled repeats
+    become the models' upper tails (a step predicted 100x its measure), so train reports them
+    and the manifest keeps the counts under ``disturbed``."""
+    import pandas as pd
+
+    by_op, shapes = {}, 0
+    for (op, pass_), g in rows.groupby(["op", "pass"], sort=True):
+        if op in COLLECTIVE_OPS:  # their spread is their distribution (DISTURBED_SPREAD)
+            continue
+        latency = pd.Series(g["latency_us"].to_numpy(dtype=float))
+        grouped = latency.groupby(shape_groups(op, g))
+        spread = (grouped.max() / grouped.median())[grouped.size() >= DISTURBED_MIN_REPEATS]
+        shapes += len(spread)
+        if (n := int((spread > DISTURBED_SPREAD).sum())):
+            by_op[f"{op}/{pass_}"] = n
+    return {"threshold": DISTURBED_SPREAD, "shapes": shapes, "disturbed": sum(by_op.values()), "by_op": by_op}
+
+
+def disturbed_note(disturbed: dict | None) -> str | None:
+    """The line train prints about disturbed shapes, or None where there are none."""
+    if not disturbed or not disturbed.get("disturbed"):
+        return None
+    ops = ", ".join(f"{k} {n}" for k, n in disturbed["by_op"].items())
+    return (f"WARNING: {disturbed['disturbed']} of {disturbed['shapes']} shapes were disturbed while sampled (their "
+            f"slowest repeat over {disturbed['threshold']:g}x their median: another process held the CPU): {ops}; "
+            f"their stalls are in these models' upper tails. Sample again on an idle machine")
+
+
 def floor_fingerprint(hw: HardwareConfig) -> str:
     """Hash of the hardware figures the floor uses: models trained on other figures are stale."""
     text = json.dumps({"peak": hw.peak_flops, "bw": hw.memory.bandwidth,
@@ -261,6 +309,54 @@ def _ceilings(ceiling: dict[str, float], dtypes: np.ndarray) -> np.ndarray:
 #: The largest conformal shift a trained model's quantile gets (log-latency units: e^10 is
 #: 22,000x); a larger one is a damaged manifest, whose predictions would overflow.
 MAX_OFFSET = 10.0
+
+
+#: The manifest's own checksum (:func:`manifest_checksum`): a manifest edited by hand (an
+#: entry removed, offsets inverted) would be trusted as what prism train wrote.
+CHECKSUM_KEY = "checksum"
+
+
+def manifest_checksum(manifest: dict) -> str:
+    """SHA-256 of ``manifest``'s canonical JSON (sorted keys, no spaces) less its checksum."""
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def manifest_text(manifest: dict) -> str:
+    """``manifest`` as saved: its fields as they are, then its checksum, last (so that
+    :func:`unsigned_text` gives back the text of the manifest as it was before one)."""
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM_KEY}
+    return json.dumps({**body, CHECKSUM_KEY: manifest_checksum(body)}, indent=1)
+
+
+_CHECKSUM_LINE = re.compile(r',\n "checksum": "[0-9a-f]{64}"\n}$')
+
+
+def unsigned_text(text: str) -> str:
+    """A saved manifest's text without its checksum line: what identifies a set's models
+    (predict-batch's fingerprint) stays what it was before manifests carried checksums."""
+    return _CHECKSUM_LINE.sub("\n}", text)
+
+
+def _check_checksum(path: Path, manifest: dict) -> None:
+    """Refuse a manifest whose checksum does not match its contents: it was changed after
+    prism train (or prism calibrate) wrote it, and what it says can no longer be trusted."""
+    saved = manifest.get(CHECKSUM_KEY)
+    if saved is not None and saved != manifest_checksum(manifest):
+        raise PrismError(f"{path}: changed since prism train wrote it (its checksum does not match its contents: an "
+                         f"entry removed or a figure edited); retrain with prism train samples=DIR "
+                         f"hardware={manifest.get('hardware', 'HW')} models_dir={path.parent.parent}, or restore "
+                         f"the file as saved", field=CHECKSUM_KEY)
+
+
+def unsigned_note(models: ModelSet | None) -> str | None:
+    """A note where a set's manifest carries no checksum (saved before manifests did): its
+    edits cannot be told from what prism train wrote."""
+    if models is None or not models.manifest or CHECKSUM_KEY in models.manifest:
+        return None
+    where = models.directory or f"models/{models.hw.name}"
+    return (f"{where}/{MANIFEST} carries no checksum (saved by an older PRISM): a hand edit of it would go unnoticed; "
+            f"retrain with prism train to add one")
 
 
 def _check_manifest(path: Path, manifest: dict) -> None:
@@ -464,16 +560,17 @@ class ModelSet:
         path = Path(directory) / MANIFEST
         manifest = json.loads(path.read_text())
         ours = json.loads(json.dumps(self.manifest, default=str))  # as written: lists, not tuples
-        if {k: v for k, v in manifest.items() if k != "calibration"} != \
-                {k: v for k, v in ours.items() if k != "calibration"}:
+        if {k: v for k, v in manifest.items() if k not in ("calibration", CHECKSUM_KEY)} != \
+                {k: v for k, v in ours.items() if k not in ("calibration", CHECKSUM_KEY)}:
             raise PrismError(f"{directory}: its models were replaced while the calibration was fitted to the ones "
                              f"before (another prism train into it?); run prism calibrate again on them; nothing "
                              f"stored", field="models_dir")
         manifest.pop("calibration", None)
         if calibration is not None:
             manifest["calibration"] = calibration.to_dict()
-        write_atomically(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1)))
-        self.manifest = manifest
+        text = manifest_text(manifest)
+        write_atomically(path, lambda tmp: tmp.write_text(text))
+        self.manifest = json.loads(text)
         return path
 
     def has(self, op: str, pass_: str) -> bool:
@@ -519,14 +616,16 @@ class ModelSet:
                 "versions": {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__,
                              "numpy": np.__version__, "python": platform.python_version()},
                 **{k: v for k, v in self.manifest.items()
-                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor")},
+                   if k in ("samples", "collective_network", "tier", "collective_scope", "device", "host_floor",
+                           "disturbed")},
                 **({ADJUSTMENTS_KEY: adjustments_section(self.adjustments)} if self.adjustments else {}),
                 "models": entries,
             }
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            text = manifest_text(manifest)
+            (tmp / MANIFEST).write_text(text)
             if self.variability is not None:
                 write_variability(tmp, self.variability)
-        self.manifest, self.replaced = manifest, replaced
+        self.manifest, self.replaced = json.loads(text), replaced
         return directory
 
     @classmethod
@@ -584,6 +683,9 @@ class ModelSet:
                 raise PrismError(f"{path}: {key}: compute_ceiling {entry['compute_ceiling']!r} is not a map of "
                                  f"precision to a positive share of the peak; retrain with prism train", field=key)
             models[(entry["op"], entry["pass"])] = partial(_operator_model, entry, boosters, manifest["quantiles"])
+        # last: a damage the checks above name by its field is said so; one they pass (an entry removed,
+        # offsets inverted) is found by the checksum
+        _check_checksum(path, manifest)
         return cls(hw, manifest["quantiles"], LazyModels(models), manifest, read_variability(directory), directory)
 
 
@@ -834,8 +936,11 @@ def training_rows(rows: pd.DataFrame, hw: HardwareConfig) -> tuple[pd.DataFrame,
 
 
 def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs: int = 2,
-          progress: bool = False) -> ModelSet:
-    """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel)."""
+          progress: bool = False, allow_disturbed: bool = False) -> ModelSet:
+    """Fit one model per (op, pass) present in ``samples`` for ``hw`` (in parallel). A store
+    of which more than :data:`DISTURBED_SHARE` of the shapes were disturbed while sampled
+    (:func:`disturbed_shapes`) is refused unless ``allow_disturbed``; its repeats are kept
+    as they are (what was measured), and the manifest counts the disturbed shapes."""
     import joblib
 
     check_settings(rc.name, rc.quantiles, dict(rc.params))  # before any work: a bad setting fails in every fit
@@ -844,6 +949,15 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
         held = ", ".join(sorted(map(str, samples["hardware"].dropna().unique()))) or "nothing"
         raise PrismError(f"hardware={hw.name}: the samples hold no rows for it (they hold: {held})", field='hardware')
     check_latencies(rows, hw)
+    # the sampler's own repeats: imported ones (a profiler trace's steps, published tables) are not repeats of one call
+    disturbed = disturbed_shapes(rows[origins(rows) == "sampled"])
+    if not allow_disturbed and disturbed["disturbed"] >= DISTURBED_REFUSED \
+            and disturbed["disturbed"] > DISTURBED_SHARE * disturbed["shapes"]:
+        raise PrismError(f"samples: {disturbed['disturbed']} of {disturbed['shapes']} shapes were disturbed while "
+                         f"sampled (slowest repeat over {DISTURBED_SPREAD:g}x the median; more than "
+                         f"{DISTURBED_SHARE:.0%} of them): their stalls would become the models' upper tails; sample "
+                         f"again on an idle machine, or train on them anyway with allow_disturbed=true",
+                         field="allow_disturbed")
     # a neighbouring rank's cost, a CPU collective's by the compute before it, the autograd entry...
     rows, adjusted = training_rows(rows, hw)
     groups = [(op, pass_, g) for (op, pass_), g in rows.groupby(["op", "pass"], sort=True)]
@@ -859,7 +973,7 @@ def train(samples: pd.DataFrame, hw: HardwareConfig, rc: RegressorConfig, n_jobs
                 "tier": TIERS[1] if origin.str.startswith(MICROBENCH).all() else TIERS[0],
                 # Collectives measured inside one node say nothing of the network between nodes.
                 "collective_scope": "intra-node" if not coll.empty and (coll["nodes"] <= 1).all() else "all",
-                "device": sampled_device(rows[origin == "sampled"])}
+                "device": sampled_device(rows[origin == "sampled"]), "disturbed": disturbed}
     if rows["op"].isin(HOST_OPS).any():
         manifest["host_floor"] = host_fingerprint(hw, {op for op, _ in models})
     if adjusted:

@@ -64,14 +64,14 @@ def test_a_booster_that_matches_its_checksum_but_is_no_model_is_named(tmp_path):
     import shutil
 
     from predictor.core.profiles import load_hardware
-    from predictor.latency.artifacts import ModelSet
+    from predictor.latency.artifacts import ModelSet, manifest_text
     folder = tmp_path / "a100-sxm4-80gb"
     shutil.copytree(REPO_ROOT / "models" / "a100-sxm4-80gb", folder)
     data = gzip.compress(b"not a model" * 100)
     (folder / "gemm__fwd.ubj.gz").write_bytes(data)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["models"]["gemm/fwd"]["files"]["center"]["sha256"] = hashlib.sha256(data).hexdigest()
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "manifest.json").write_text(manifest_text(manifest))  # re-signed: the booster's own check is tested
     models = ModelSet.load(folder, load_hardware("a100-sxm4-80gb"))
     with pytest.raises(PrismError, match="gemm__fwd.ubj.gz: not a gzip-compressed XGBoost model"):
         models.query("gemm", "fwd", pd.DataFrame({"m": [64], "n": [64], "k": [64], "dtype": ["bfloat16"]}))
