@@ -133,28 +133,9 @@ def predicted_rows(runs: pd.DataFrame, draws: int):
 def loso_log_quantiles(X: np.ndarray, y: np.ndarray, sources: np.ndarray) -> np.ndarray:
     """(n, k) quantiles of log(measured / predicted) of each row from the error model fitted
     and calibrated without its source (predictor.analyses.doubt.check's construction)."""
-    from predictor.core.framework import uncertainty_features
-    from predictor.latency.doubt import (
-        FEATURES,
-        DoubtModel,
-        calibrated,
-        conformal_offsets_by_source,
-        outside,
-        source_reach,
-        widen,
-    )
+    from predictor.latency.doubt import DoubtModel, left_out_quantiles
 
-    model = DoubtModel()
-    held_out = model.held_out_predictions(X, y, sources)
-    q = np.empty_like(held_out)
-    for source in np.unique(sources):
-        test, train = sources == source, sources != source
-        nested = model.held_out_predictions(X[train], y[train], sources[train])
-        q[test] = calibrated(held_out[test], conformal_offsets_by_source(nested, y[train], sources[train], LEVELS))
-        seen = {uncertainty_features()[int(f)] for f in X[train, FEATURES.index("framework")]}
-        q[test] = widen(q[test], outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen),
-                        source_reach(y[train], sources[train], LEVELS))
-    return q
+    return left_out_quantiles(DoubtModel(), X, y, sources)
 
 
 def random_effects_log_quantiles(y: np.ndarray, sources: np.ndarray) -> np.ndarray:

@@ -22,7 +22,6 @@ from predictor.core.errors import PrismError
 from predictor.core.files import write_atomically
 from predictor.core.framework import (
     reference_framework,
-    uncertainty_features,
 )
 from predictor.core.profiles import DATA_DIR, REPO_ROOT
 from predictor.engine.compose import StepDistribution
@@ -41,12 +40,8 @@ from predictor.engine.predictor import DEFAULT_QUANTILES, TIERS, Predictor
 from predictor.latency.doubt import (
     FEATURES,
     DoubtModel,
-    calibrated,
-    conformal_offsets_by_source,
-    outside,
-    source_reach,
+    left_out_quantiles,
     source_weights,
-    widen,
 )
 from predictor.workload.decompose import Workload
 
@@ -204,16 +199,7 @@ def check(errors: Errors, model: DoubtModel | None = None) -> pd.DataFrame:
         raise PrismError(f"sources: {len(np.unique(sources))}; the check leaves one source out and calibrates on "
                          f"the others, which needs at least 4", field="sources")
     levels = np.asarray(model.levels)
-    held_out = model.held_out_predictions(X, y, sources)
-    q = np.empty_like(held_out)
-    for source in np.unique(sources):
-        test, train = sources == source, sources != source
-        nested = model.held_out_predictions(X[train], y[train], sources[train])
-        q[test] = calibrated(held_out[test], conformal_offsets_by_source(nested, y[train], sources[train], levels))
-        # as DoubtModel.predict, with what a model fitted without this source knows
-        seen = {uncertainty_features()[int(f)] for f in X[train, FEATURES.index("framework")]}
-        q[test] = widen(q[test], outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen),
-                        source_reach(y[train], sources[train], levels))
+    q = left_out_quantiles(model, X, y, sources)
     with_model = _covered(q, y, levels)
     # without it: the step-time variability's own quantiles, what PRISM stated before the error model
     band = np.log(errors.table[[f"p{round(a * 100)}_s" for a in levels]].to_numpy()

@@ -172,6 +172,25 @@ def calibrated(q: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return q
 
 
+def left_out_quantiles(model: DoubtModel, X: np.ndarray, y: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """(n, k) quantiles of ``log(measured / predicted)`` of each row as :meth:`DoubtModel.predict`
+    would give them from a model fitted and calibrated without the row's source: the
+    leave-one-source-out construction that judges the error model on sources it has not seen."""
+    from predictor.core.framework import uncertainty_features  # the frameworks' files, read when first asked
+
+    levels = np.asarray(model.levels)
+    held_out = model.held_out_predictions(X, y, sources)
+    q = np.empty_like(held_out)
+    for source in np.unique(sources):
+        test, train = sources == source, sources != source
+        nested = model.held_out_predictions(X[train], y[train], sources[train])
+        q[test] = calibrated(held_out[test], conformal_offsets_by_source(nested, y[train], sources[train], levels))
+        seen = {uncertainty_features()[int(f)] for f in X[train, FEATURES.index("framework")]}
+        q[test] = widen(q[test], outside(X[test], X[train].min(axis=0), X[train].max(axis=0), seen),
+                        source_reach(y[train], sources[train], levels))
+    return q
+
+
 @dataclass
 class DoubtModel:
     """Quantiles of ``log(measured / predicted)`` given :data:`FEATURES`, calibrated by
