@@ -674,10 +674,18 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(
             framework=repr(framework)))
     spec = _spec(family)
-    dp = None if cell(row, "dp").lower() in AUTO_WORDS else count(row, "dp")  # dp's blank is refused first
+    dp_text = cell(row, "dp").lower()
+    blank_dp = not dp_text or dp_text in MISSING_WORDS
+    dp = None if blank_dp or dp_text in AUTO_WORDS else count(row, "dp")
     tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
-    if dp is None:
+    if blank_dp:  # the only degree that makes the row's GPUs
+        if gpus % (tp * pp * cp):
+            raise PrismError(f"dp: blank, and num_gpus={gpus} is not a multiple of tp·pp·cp={tp * pp * cp}; fill it in "
+                             f"({BY_NAME['dp'].meaning})", field="dp")
+        dp = gpus // (tp * pp * cp)
+        notes.append(f"dp: blank, read as {dp} (num_gpus / tp·pp·cp, the only value that makes the row's GPUs)")
+    elif dp is None:
         dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
     vp = _virtual_stages(row, family, notes)
     ones = [c for c in ("mbs", "cp", "ep", "vp") if not cell(row, c)]

@@ -1,0 +1,27 @@
+"""A blank data-parallel cell takes the only degree that makes the row's GPUs, and says so."""
+
+import pandas as pd
+import pytest
+
+from predictor.core.errors import PrismError
+from predictor.data.published import row_workload
+
+
+def _vtrain_row(reference_data, **cells) -> dict:
+    runs = pd.read_csv(reference_data / "e2e" / "e2e_training_visible.csv", dtype=str, keep_default_na=False)
+    return runs[runs.set_id == "vtrain_multi"].iloc[-1].to_dict() | cells
+
+
+def test_a_blank_dp_is_num_gpus_over_the_model_parallel_degrees(reference_data):
+    row = _vtrain_row(reference_data)
+    stated = row_workload(row, {})
+    blank = row_workload(row | {"dp": ""}, {})
+    assert blank.parallel.dp == stated.parallel.dp == int(float(row["num_gpus"])) // (int(float(row["tp"])) * int(float(row["pp"])))
+    assert any(note.startswith(f"dp: blank, read as {blank.parallel.dp} (num_gpus / tp·pp·cp") for note in blank.assumed)
+
+
+def test_a_blank_dp_that_no_degree_can_fill_names_dp(reference_data):
+    row = _vtrain_row(reference_data)
+    with pytest.raises(PrismError, match=r"dp: blank, and num_gpus=\d+ is not a multiple of tp·pp·cp") as caught:
+        row_workload(row | {"dp": "", "num_gpus": str(int(float(row["tp"])) * int(float(row["pp"])) + 1)}, {})
+    assert caught.value.field == "dp"
