@@ -16,8 +16,10 @@ def test_a_blank_dp_is_num_gpus_over_the_model_parallel_degrees(reference_data):
     row = _vtrain_row(reference_data)
     stated = row_workload(row, {})
     blank = row_workload(row | {"dp": ""}, {})
-    assert blank.parallel.dp == stated.parallel.dp == int(float(row["num_gpus"])) // (int(float(row["tp"])) * int(float(row["pp"])))
-    assert any(note.startswith(f"dp: blank, read as {blank.parallel.dp} (num_gpus / tp·pp·cp") for note in blank.assumed)
+    gpus, tp, pp = (int(float(row[c])) for c in ("num_gpus", "tp", "pp"))
+    assert blank.parallel.dp == stated.parallel.dp == gpus // (tp * pp)
+    read = f"dp: blank, read as {blank.parallel.dp} (num_gpus / tp·pp·cp"
+    assert any(note.startswith(read) for note in blank.assumed)
 
 
 def test_a_blank_dp_that_no_degree_can_fill_names_dp(reference_data):
