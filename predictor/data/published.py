@@ -619,16 +619,26 @@ AUTO_WORDS = ("auto", "-1", "rest", "remaining")
 
 
 def _auto_degree(row: Mapping, column: str, gpus: int, others: int, notes: list[str]) -> int:
-    """A degree cell, or where it says "auto" / -1 (MaxText's ``ici_fsdp_parallelism: -1``) the
-    only degree that makes the row's GPUs: ``gpus`` over the product of the ``others``."""
+    """A degree cell, or where it says "auto" / -1 (MaxText's ``ici_fsdp_parallelism: -1``),
+    or is a required degree left blank, the only degree that makes the row's GPUs: ``gpus``
+    over the product of the ``others``."""
     text = cell(row, column)
-    if text.lower() not in AUTO_WORDS:
+    blank = (not text or text.lower() in MISSING_WORDS) and BY_NAME[column].required  # an optional blank stays blank
+    if not blank and text.lower() not in AUTO_WORDS:
         return count(row, column)
-    if gpus % others:
+    degree, left = divmod(gpus, others)
+    if blank:
+        if left:
+            raise PrismError(f"{column}: blank, and num_gpus={gpus} is not a multiple of tp·pp·cp={others}; write "
+                             f"the degree ({BY_NAME[column].meaning})", field=column)
+        notes.append(f"{column}: blank, read as {degree} (num_gpus / tp·pp·cp, the only value that makes the row's "
+                     f"GPUs)")
+        return degree
+    if left:
         raise PrismError(f"{column}={text!r}: the GPUs left over, num_gpus={gpus} / {others}, are not whole; "
                          f"write the degree", field=column)
-    notes.append(f"{column} {text!r} read as {gpus // others} (num_gpus / the other degrees)")
-    return gpus // others
+    notes.append(f"{column} {text!r} read as {degree} (num_gpus / the other degrees)")
+    return degree
 
 
 _FSDP_DEGREE = re.compile(r"(?:(?:ici|dcn)_)?fsdp(?:_parallelism)?\s*(?:[=:]|degree)?\s*(\d+)", re.IGNORECASE)
@@ -674,19 +684,9 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(
             framework=repr(framework)))
     spec = _spec(family)
-    dp_text = cell(row, "dp").lower()
-    blank_dp = not dp_text or dp_text in MISSING_WORDS
-    dp = None if blank_dp or dp_text in AUTO_WORDS else count(row, "dp")
     tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
-    if blank_dp:  # the only degree that makes the row's GPUs
-        if gpus % (tp * pp * cp):
-            raise PrismError(f"dp: blank, and num_gpus={gpus} is not a multiple of tp·pp·cp={tp * pp * cp}; fill it in "
-                             f"({BY_NAME['dp'].meaning})", field="dp")
-        dp = gpus // (tp * pp * cp)
-        notes.append(f"dp: blank, read as {dp} (num_gpus / tp·pp·cp, the only value that makes the row's GPUs)")
-    elif dp is None:
-        dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
+    dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
     vp = _virtual_stages(row, family, notes)
     ones = [c for c in ("mbs", "cp", "ep", "vp") if not cell(row, c)]
     if ones:
