@@ -110,6 +110,7 @@ class FrameworkSpec:
     recompute_aliases: Mapping[str, str]
     recompute_note: str | None
     master_weights: bool
+    fp8_param_gather: bool
     checkpoint_early_stop: bool
     refuses: tuple[Rule, ...]
     notes: tuple[Rule, ...]
@@ -231,6 +232,7 @@ def _spec(name: str, node: dict, path: str) -> FrameworkSpec:
             attention=attention, userbuffers=bool(node.get("userbuffers", False)),
             recompute_aliases=types.MappingProxyType(dict(recompute.get("aliases") or {})),
             recompute_note=recompute.get("note"), master_weights=bool(node["master_weights"]),
+            fp8_param_gather=bool(node.get("fp8_param_gather", False)),
             checkpoint_early_stop=bool(node.get("checkpoint_early_stop", False)),
             refuses=_rules(node.get("refuses"), path), notes=_rules(node.get("notes"), path),
             sequence_parallel_default=_choice(path, "defaults.sequence_parallel",

@@ -83,6 +83,13 @@ class Mesh:
         return self.dp * self.cp
 
     @property
+    def grad_topology(self) -> tuple[int, int]:
+        """(ranks per NVLink domain, domains spanned) of the :attr:`grad_group`: the cp and dp
+        ranks of one tp rank and stage, tp apart (cp inside dp, :data:`ORDER`), so a node
+        holds the group's ranks of both axes and drives as many NICs across nodes."""
+        return group_topology(self.grad_group, self.tp, self.domain)
+
+    @property
     def expert_dp(self) -> int:
         """Ranks an expert's gradient is reduced over (Megatron-Core's expert-data-parallel
         group): tp·cp·dp / (ep·etp)."""

@@ -490,34 +490,71 @@ def says(text: str, *phrases: str) -> bool:
     return any(not negated for _, negated in mentions(text, {"": phrases}))
 
 
-#: A bandwidth in text: an optional count ("8x", also before up to four words naming the
-#: NIC: "4x ConnectX-7 IB NDR 400 Gb/s"), a number and a unit in bits (Gb/s, Gbps, Tb/s)
-#: or bytes (GB/s, GBps); the case of the b tells them apart.
-_BANDWIDTH = re.compile(r"(?<![\w.\-])(?:(\d+)\s*x\s*(?:[A-Za-z][\w-]*\s+){0,4})?(\d+(?:\.\d+)?)\s*([GT])(b|B)"
-                        r"(?:it|yte)?(?:/s|ps)")
+#: A bandwidth in text: an optional count of links ("8x", also before up to four words naming the
+#: NIC: "4x ConnectX-7 IB NDR 400 Gb/s", "8x NVIDIA Quantum-2 CX7 InfiniBand (400Gb/s)"), a number and
+#: a unit in bits (Gb/s, Gbps, Gb/Sec, Tb/s) or bytes (GB/s, GBps); the case of the b tells them apart.
+_BANDWIDTH = re.compile(r"(?<![\w.\-])(?:(\d+)\s*x\s*(?:[A-Za-z][\w-]*[\s(]+){0,4})?(\d+(?:\.\d+)?)\s*([GT])(b|B)"
+                        r"(?:it|yte)?(?:/[sS](?:ec)?|ps)")
 
 
 #: A figure before a bandwidth unit in any form, signs and exponents too.
-_NUMBER_AND_UNIT = re.compile(r"\d\s*[GT](?:b|B)(?:it|yte)?(?:/s|ps)")
+_NUMBER_AND_UNIT = re.compile(r"\d\s*[GT](?:b|B)(?:it|yte)?(?:/[sS]|ps)")
+
+#: A cell lists a node's networks in parts ("Storage: 2x ..., Compute: 8x ..., Management: ...", as
+#: MLPerf's system descriptions do): split on commas, semicolons and a spaced plus.
+_PARTS = re.compile(r"[,;]|\s\+\s")
+
+#: Parts that are not the network collectives run on: the storage and management NICs of a node
+#: (MLPerf system JSON's "Storage", "Management"), and the host's PCIe links.
+_NOT_COLLECTIVES = ("storage", "management", "mgmt", "pcie")
+
+
+def _link_parts(text: str) -> list[tuple[float, bool, str]]:
+    """(bytes/s, whether a count of links was written, the part's text) of each part of a
+    bandwidth cell that states a figure and may carry the collectives: a part labelled
+    "Compute" wins; parts naming storage, management or PCIe are left out."""
+    parts = []
+    for part in _PARTS.split(text):
+        found = _BANDWIDTH.search(part)
+        if found:
+            times, value, prefix, unit = found.groups()
+            bw = float(value) * int(times or 1) * (1e12 if prefix == "T" else 1e9) / (8 if unit == "b" else 1)
+            parts.append((bw, times is not None, part))
+    compute = [p for p in parts if says(p[2].split(":")[0], "compute")]
+    carrying = compute or [p for p in parts if not says(p[2], *_NOT_COLLECTIVES)]
+    return carrying
 
 
 def bandwidth(row: Mapping, column: str, gpus_per_node: int) -> tuple[float | None, str | None]:
     """Bytes/s per GPU that a bandwidth cell states ('8x 200 Gb/s ... per node', '400
-    Gb/s per GPU', '50 GB/s') and a note where the text leaves something to assume;
-    (None, note) where it states none."""
+    Gb/s per GPU', '50 GB/s', 'Storage: 2x ..., Compute: 8x 400Gb/s') and a note where the
+    text leaves something to assume; (None, note) where it states none.
+
+    Where a cell names several networks, the collectives run on the compute fabric: the part
+    labelled Compute, else the widest part that is not storage, management or PCIe. A count of
+    links ("8x 400Gb/s", "4x ConnectX-8 800 Gb/s") is the node's NICs, so the figure is the
+    node's, shared by its GPUs, as is one said to be per node, node-to-node or aggregate."""
     text = cell(row, column)
     if not text:
         return None, None
-    found = _BANDWIDTH.search(text)
-    if not found and _NUMBER_AND_UNIT.search(text):  # "-400 Gb/s", "1e30 Gb/s": a figure, not readable as one
+    parts = _link_parts(text)
+    if not parts and _BANDWIDTH.search(text):
+        return None, (f"{column} {_shown(text)} states the bandwidth of storage, management or PCIe links only, "
+                      f"not of the network between nodes: the profile's network")
+    if not parts and _NUMBER_AND_UNIT.search(text):  # "-400 Gb/s", "1e30 Gb/s": a figure, not readable as one
         raise PrismError(f"{column}={_shown(text)}: a bandwidth that is not a plain positive number; write e.g. "
                          f"'400 Gb/s per GPU' or '8x 200 Gb/s per node'", field=column)
-    if not found:
+    if not parts:
         return None, f"{column} {_shown(text)} states no bandwidth (e.g. 400 Gb/s): the profile's network"
-    times, value, prefix, unit = found.groups()
-    bw = float(value) * int(times or 1) * (1e12 if prefix == "T" else 1e9) / (8 if unit == "b" else 1)
+    bw, counted, part = max(parts, key=lambda p: p[0] if p[1] else p[0] * gpus_per_node)
     if not 0 < bw < math.inf:
         raise PrismError(f"{column}={_shown(text)}: a bandwidth of 0; write e.g. '400 Gb/s per GPU'", field=column)
-    per_node = says(text, "per node")
-    note = None if per_node or says(text, "per gpu") else f"{column} {_shown(text)} read per GPU"
+    per_gpu = says(text, "per gpu")
+    per_node = not per_gpu and (counted or says(text, "per node", "node-node", "node-to-node", "aggregate"))
+    if per_node or per_gpu:
+        note = None if says(text, "per node", "per gpu") else (
+            f"{column} {_shown(text)} read as {bw * 8 / 1e9:g} Gb/s a node ({part.strip()[:40]!r}), "
+            f"{bw * 8 / 1e9 / gpus_per_node:g} Gb/s a GPU")
+    else:
+        note = f"{column} {_shown(text)} read per GPU"
     return (bw / gpus_per_node if per_node else bw), note

@@ -372,7 +372,7 @@ def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int
 
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
-           dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int) -> StageWork:
+           dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int, fp8_weights: int = 0) -> StageWork:
     """``stage`` (its layers' calls given) with the ends of the model it holds (``loss``: the
     op of the loss, :func:`loss_op`), its pipeline send and its once-per-step calls: DP
     gradient reduction, ZeRO gathers, optimizer step."""
@@ -391,16 +391,18 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
         sent = tokens * model.hidden_size * act_bytes // (par.tp if par.sequence_parallel else 1)
         stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
     tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
-    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors)
+    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors, fp8_weights)
 
 
-def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int) -> StageWork:
+def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int,
+                   fp8_weights: int = 0) -> StageWork:
     """``stage`` with the once-per-step calls of ``params`` parameters (in ``tensors``
     tensors, over ``layers`` layers) whose gradients are reduced over ``group`` ranks: the
     bucketed reduction, the sharded optimizer's gather of the updated weights (ZeRO-1/2 and
     Megatron's distributed optimizer), ZeRO-3/FSDP's per-layer weight gathers in each pass
     instead (their weights stay sharded after the step: the next forward gathers them), and
-    the optimizer step, sharded over the group."""
+    the optimizer step, sharded over the group. ``fp8_weights`` of the parameters are gathered
+    in one byte each (:func:`fp8_gathered_weights`), the rest in bf16."""
     sharded = par.sharding != "none"
     per_layer = par.sharding in ("zero3", "fsdp")
     if group > 1:
@@ -408,7 +410,8 @@ def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layer
         grad_op = "reduce_scatter" if sharded else "all_reduce"
         stage.step.append(_collective(grad_op, params / buckets * GRAD_BYTES, group, buckets, "dp", topo))
         if sharded and not per_layer:  # updated bf16 weights gathered back after the sharded step
-            stage.step.append(_collective("all_gather", params / buckets * WEIGHT_BYTES, group, buckets, "dp", topo))
+            gathered = (params - fp8_weights) * WEIGHT_BYTES + fp8_weights
+            stage.step.append(_collective("all_gather", gathered / buckets, group, buckets, "dp", topo))
         if per_layer:
             gather = _collective("all_gather", params / max(layers, 1) * WEIGHT_BYTES, group, layers, "dp", topo)
             stage.forward.append(gather)
@@ -417,6 +420,18 @@ def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layer
     stage.step.append(Call.of("optimizer_step", "step", {"params": max(opt_params, 1), "tensors": tensors,
                                                          "optimizer": "adamw"}, role="optimizer"))
     return stage
+
+
+def fp8_gathered_weights(calls: list[Call], spec: FrameworkSpec, hw: HardwareConfig) -> int:
+    """The weights among ``calls`` (one stage's forward) that a sharded optimizer gathers in
+    fp8: those of the linear layers whose GEMMs run in a one-byte dtype, where the framework's
+    fp8 recipe keeps its weights in fp8 (its ``fp8_param_gather``: Megatron-Core's
+    --fp8-param-gather, which NeMo's and Megatron-Bridge's bf16_with_fp8_mixed turn on); 0 else."""
+    if not spec.fp8_param_gather or not hw.gemm_dtype:
+        return 0
+    return sum(c.shape_dict["k"] * c.shape_dict["n"] * c.shape_dict.get("batch", 1) * c.count
+               for c in calls if c.op == "gemm" and c.pass_ == "fwd"
+               and DTYPE_BYTES[call_dtype(c.op, c.role, hw.train_dtype, hw.gemm_dtype, hw.gemm_ops)] == 1)
 
 
 def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh) -> StageWork:
@@ -549,8 +564,8 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     check_whole_nodes(gpus, hw)
     per_node = hw.node.gpus_per_node
     mesh = Mesh.of(par, per_node, hw.node.nvlink_domain)
-    tp_topo, cp_topo, dp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "dp", "pp"))
-    dp_group = mesh.grad_group
+    tp_topo, cp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "pp"))
+    dp_group, dp_topo = mesh.grad_group, mesh.grad_topology
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
     multiple = spec.vocab_multiple
@@ -583,7 +598,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(spec, hw.host.asynchronous, par.loss_fusion),
-                        act_bytes)
+                        act_bytes, fp8_gathered_weights(fwd, spec, hw))
             if moe:
                 st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
             if spec.master_weights and hw.host.asynchronous and par.sharding not in ("zero3", "fsdp"):

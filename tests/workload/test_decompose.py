@@ -259,3 +259,27 @@ def test_a_recomputed_forward_s_dtensor_pairs_are_priced_as_forward_pairs():
         assert _counts(full.backward, "dtensor", "fwd") == recomputed_pairs * layers, framework
     megatron = decompose(model, ParallelConfig(tp=2, recompute="full"), hw, 2, framework="megatron-core").stages[0]
     assert not _counts(megatron.backward, "dtensor")
+
+
+def test_gradients_are_reduced_over_the_context_and_data_ranks_of_a_node():
+    # cp=2 inside a node of 8: the dp·cp group's 16 ranks fill 8 a node (2 nodes), not dp's 4 a node
+    w = _workload("parallel.cp=2", "parallel.dp=8", "parallel.global_batch_size=8", "parallel.sequence_parallel=false",
+                  model="llama3-8b", hardware="h100-sxm")
+    [grads] = [c for c in w.stages[0].step if c.role == "dp"]
+    assert grads.shape_dict["group_size"] == 16 and (grads.ranks_per_node, grads.nodes) == (8, 2)
+
+
+@pytest.mark.parametrize("framework, one_byte", [("nemo", True), ("megatron-bridge", True), ("megatron-core", False)])
+def test_fp8_recipes_gather_their_linear_weights_in_one_byte(framework, one_byte):
+    def gathered(*overrides):
+        cfg = load_config(["model=llama3-8b", "hardware=h100-sxm", "parallel.dp=8", "parallel.global_batch_size=8",
+                           "parallel.sharding=distributed_optimizer", *overrides])
+        m, p = section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig)
+        w = decompose(m, p, section(cfg, "hardware", HardwareConfig), framework=framework)
+        [gather] = [c for c in w.stages[0].step if c.op == "all_gather"]
+        return gather.shape_dict["message_bytes"] * gather.count
+
+    bf16, fp8 = gathered(), gathered("hardware.gemm_dtype=fp8")
+    assert (fp8 < bf16) is one_byte
+    if one_byte:  # the linear layers' weights (6.98 B of Llama 3 8B's 8.03 B) in one byte, the rest in two
+        assert fp8 / bf16 == pytest.approx((8.03 - 6.98 / 2) / 8.03, abs=0.02)
