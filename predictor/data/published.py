@@ -718,7 +718,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     # gradients after the backward (--overlap-grad-reduce came with Core) and ran attention
     # unfused (baddbmm, fused scale-mask-softmax, bmm) rather than FlashAttention (its attention).
     text = f"{framework} {cell(row, 'notes')}"
-    tp_overlap = says(text, "tp-comm-overlap", "asynctp", "async tp", "async-tp")
+    tp_overlap = says(text, "tp-comm-overlap", "tp comm overlap", "tp_comm_overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
         notes.append("TP collectives overlapped (framework or notes say async TP / --tp-comm-overlap)")
     loss_fusion = spec.reads_loss_fusion and _loss_fused(text)

@@ -84,6 +84,11 @@ OVERLAPPED_EP = "ep_overlapped"
 #: ``initialize_ub``: ``get_default_config``; Megatron-Core turns bulk dgrad and wgrad and
 #: the reduce-scatter overlap on with --tp-comm-overlap).
 USERBUFFER_SMS = 16
+#: Pieces a "pipeline" userbuffers overlap splits its GEMM and reduce-scatter into (proj and
+#: fc2 forward): ``num_splits`` 4 (``get_default_config`` in ``initialize_ub``, as above).
+#: A "ring_exchange" overlap (qkv and fc1 forward) runs its GEMM in tp pieces, one per rank's
+#: shard (``num_splits`` = tp_size).
+PIPELINE_SPLITS = 4
 #: Megatron's DDP bucket: 40 M parameters (``bucket_size`` default, megatron/core/distributed).
 BUCKET_PARAMS = 40_000_000
 
@@ -199,7 +204,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
                       _collective("reduce_scatter", activation, tp, tp_pairs, "tp", tp_topo)]
         else:
             tp_fwd = [_collective("all_reduce", activation, tp, tp_pairs, "tp", tp_topo)]
-        fwd += tp_fwd
+        fwd += _pipelined_tail(tp_fwd, tp_topo) if sm_margin else tp_fwd
         bwd += tp_fwd  # the backward mirrors each collective with its conjugate of equal size
     if cp > 1:
         kv = 2 * mbs * seq * max(model.num_kv_heads // tp, 1) * model.head_dim * act_bytes
@@ -221,7 +226,46 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
     if sm_margin:
         shapes = {c.shape for c in linears if c.op == "gemm"}
         fwd, bwd = (_margined(calls, shapes, model.hidden_size, sm_margin) for calls in (fwd, bwd))
+        fwd = _in_pieces(fwd, shapes, model.hidden_size, tp)
     return fwd, bwd
+
+
+def _pipelined_tail(tp_fwd: list[Call], topo) -> list[Call]:
+    """The forward's TP collectives under Transformer Engine's userbuffers: the
+    reduce-scatter after proj and fc2 runs in :data:`PIPELINE_SPLITS` pieces, each under the
+    next piece's GEMM, so the last piece's transfer has no GEMM left to hide under: it is a
+    collective of its own (role ``tp``'s exposed kin, ``tp_tail``), the rest overlapped. The
+    all-gathers before qkv and fc1 (ring exchange) begin on the local shard and hide whole."""
+    out = []
+    for c in tp_fwd:
+        if c.op != "reduce_scatter":
+            out.append(c)
+            continue
+        size, group = c.shape_dict["message_bytes"], c.shape_dict["group_size"]
+        piece = size // PIPELINE_SPLITS
+        out += [_collective("reduce_scatter", size - piece, group, c.count, "tp", topo),
+                _collective("reduce_scatter", piece, group, c.count, "tp_tail", topo)]
+    return out
+
+
+def _in_pieces(calls: list[Call], linears: set[tuple], hidden: int, tp: int) -> list[Call]:
+    """The forward's TP linears as userbuffers run them (``initialize_ub``'s defaults): a
+    column-parallel GEMM (k = hidden: qkv, fc1) under a ring exchange in tp pieces of m/tp
+    rows, a row-parallel one (n = hidden: proj, fc2) under the pipelined reduce-scatter in
+    :data:`PIPELINE_SPLITS` pieces; each piece is priced at its own shape, where a GEMM of
+    fewer rows runs less efficiently. (The backward's dgrad ring exchanges are priced whole:
+    its calls are dgrad and wgrad together.)"""
+    out = []
+    for c in calls:
+        s = c.shape_dict
+        plain = c.op == "gemm" and tuple(kv for kv in c.shape if kv[0] != "sm_margin") in linears
+        pieces = (tp if s.get("k") == hidden else PIPELINE_SPLITS if s.get("n") == hidden else 1) if plain else 1
+        if pieces == 1 or s["m"] % pieces:
+            out.append(c)
+            continue
+        out.append(Call(c.op, c.pass_, tuple(sorted({**s, "m": s["m"] // pieces}.items())), c.count * pieces,
+                        c.role, c.ranks_per_node, c.nodes))
+    return out
 
 
 def _early_stopped(fwd: list[Call], model: ModelConfig, tokens: int, tp: int, layers: int) -> list[Call]:
@@ -423,14 +467,15 @@ def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layer
 
 
 def fp8_gathered_weights(calls: list[Call], spec: FrameworkSpec, hw: HardwareConfig) -> int:
-    """The weights among ``calls`` (one stage's forward) that a sharded optimizer gathers in
+    """The weights among ``calls`` (one stage's backward: there each linear's GEMM is one call
+    a layer, where a forward's may run in userbuffers' pieces) that a sharded optimizer gathers in
     fp8: those of the linear layers whose GEMMs run in a one-byte dtype, where the framework's
     fp8 recipe keeps its weights in fp8 (its ``fp8_param_gather``: Megatron-Core's
     --fp8-param-gather, which NeMo's and Megatron-Bridge's bf16_with_fp8_mixed turn on); 0 else."""
     if not spec.fp8_param_gather or not hw.gemm_dtype:
         return 0
     return sum(c.shape_dict["k"] * c.shape_dict["n"] * c.shape_dict.get("batch", 1) * c.count
-               for c in calls if c.op == "gemm" and c.pass_ == "fwd"
+               for c in calls if c.op == "gemm" and c.pass_ == "bwd"
                and DTYPE_BYTES[call_dtype(c.op, c.role, hw.train_dtype, hw.gemm_dtype, hw.gemm_ops)] == 1)
 
 
@@ -598,7 +643,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(spec, hw.host.asynchronous, par.loss_fusion),
-                        act_bytes, fp8_gathered_weights(fwd, spec, hw))
+                        act_bytes, fp8_gathered_weights(bwd, spec, hw))
             if moe:
                 st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
             if spec.master_weights and hw.host.asynchronous and par.sharding not in ("zero3", "fsdp"):

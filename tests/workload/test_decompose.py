@@ -11,7 +11,7 @@ from predictor.core.ops import Call, flops
 from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.latency.lookup import call_quantiles
-from predictor.workload.decompose import USERBUFFER_SMS, decompose
+from predictor.workload.decompose import PIPELINE_SPLITS, USERBUFFER_SMS, decompose
 from predictor.workload.flops import model_flops_per_step
 
 
@@ -169,7 +169,8 @@ def test_userbuffers_take_sms_from_the_gemms_beside_their_collectives():
     hidden, layers = work.model.hidden_size, work.model.num_layers
     fwd = [c for c in _margined(work) if c.pass_ == "fwd"]
     bwd = [c for c in _margined(work) if c.pass_ == "bwd"]
-    assert sum(c.count for c in fwd) == 2 * layers and all(c.shape_dict["n"] == hidden for c in fwd)  # proj, fc2
+    # proj, fc2: each in the pipeline's 4 pieces of m/4 rows
+    assert sum(c.count for c in fwd) == 2 * layers * PIPELINE_SPLITS and all(c.shape_dict["n"] == hidden for c in fwd)
     assert sum(c.count for c in bwd) == 2 * layers and all(c.shape_dict["k"] == hidden for c in bwd)  # qkv, fc1
     assert not _margined(_workload(*layout, hardware="h100-sxm"))  # no overlap
     m, p, hw = work.model, work.parallel, work.hardware
@@ -283,3 +284,26 @@ def test_fp8_recipes_gather_their_linear_weights_in_one_byte(framework, one_byte
     assert (fp8 < bf16) is one_byte
     if one_byte:  # the linear layers' weights (6.98 B of Llama 3 8B's 8.03 B) in one byte, the rest in two
         assert fp8 / bf16 == pytest.approx((8.03 - 6.98 / 2) / 8.03, abs=0.02)
+
+
+def test_userbuffers_run_the_forward_linears_in_pieces_and_leave_the_last_reduce_scatter_piece_exposed():
+    """Transformer Engine's initialize_ub defaults: qkv and fc1 forward in tp ring-exchange pieces,
+    proj and fc2 forward in 4 pipeline pieces whose last reduce-scatter piece has no GEMM to hide under."""
+    layout = ("parallel.tp=8", "parallel.sequence_parallel=true", "parallel.dp=1", "parallel.pp=1",
+              "parallel.global_batch_size=4")
+    on, off = (_workload(*layout, f"parallel.overlap_tp_comm={v}", hardware="h100-sxm") for v in ("true", "false"))
+    hidden, layers = on.model.hidden_size, on.model.num_layers
+
+    def gemms(work):
+        return {(c.shape_dict["m"], c.shape_dict["n"], c.shape_dict["k"]): c.count
+                for c in work.stages[0].forward if c.op == "gemm" and c.role == "compute"}
+
+    whole = gemms(off)
+    for (m, n, k), count in gemms(on).items():
+        pieces = 8 if k == hidden else PIPELINE_SPLITS
+        assert whole[(m * pieces, n, k)] * pieces == count  # the same FLOPs, in pieces
+    tail = [c for c in on.stages[0].forward if c.role == "tp_tail"]
+    [rs] = [c for c in off.stages[0].forward if c.op == "reduce_scatter" and c.role == "tp"]
+    assert [c.op for c in tail] == ["reduce_scatter"] and tail[0].count == rs.count == 2 * layers
+    assert tail[0].shape_dict["message_bytes"] == rs.shape_dict["message_bytes"] // PIPELINE_SPLITS
+    assert not [c for c in on.stages[0].backward if c.role == "tp_tail"]  # the backward's are bulk and ring overlaps
