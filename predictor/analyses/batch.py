@@ -412,7 +412,8 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
             table=str(table.path), out=str(out), status=status, rows=len(keys), predicted=statuses.count("ok"),
             failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
             distinct_jobs=len(predictor.results), draws=draws, seconds=time.perf_counter() - t0,
-            unread_columns=[table.header[i] for i in keep if names[i] not in BY_NAME])
+            unread_columns=[table.header[i] for i in keep
+                            if names[i] not in BY_NAME and header_columns(names).get(names[i]) not in BY_NAME])
 
 
 def _store_chunk(out: Path, header: list[str], keys: list[str], written: dict[str, list[str]],

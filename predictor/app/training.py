@@ -147,7 +147,7 @@ def _train_locked(cfg, hw, samples, rc, fit, allow_disturbed, root, lock_note) -
     import time
 
     from predictor.app.config import shell_setting
-    from predictor.data.store import thread_counts
+    from predictor.data.store import run_files, thread_counts, without_metadata
     from predictor.latency.artifacts import check_replaceable, disturbed_note, train
     from predictor.latency.variability_fit import fit_variability
     check_replaceable(root / hw.name)  # before the fit, not after it
@@ -182,10 +182,18 @@ def _train_locked(cfg, hw, samples, rc, fit, allow_disturbed, root, lock_note) -
     table += f"\nnote: {lock_note}" if lock_note else ""
     disturbed = disturbed_note(models.manifest.get("disturbed"))
     table += f"\n{disturbed}" if disturbed else ""
+    bare = without_metadata(cfg.samples)
+    if bare:
+        shown = ", ".join(f.name for f in bare[:3]) + (" ..." if len(bare) > 3 else "")
+        table += (f"\nnote: {len(bare)} of {len(run_files(cfg.samples))} run file(s) carry no PRISM metadata "
+                  f"(written by another tool, or stripped: {shown}): "
+                  f"what hardware and thread count they were sampled at, and whether the machine was busy, cannot be "
+                  f"checked; their rows are trained on as {hw.name}'s")
     show(cfg, {"hardware": hw.name, "models_dir": str(root), "folder": str(directory), "seconds": elapsed,
                "models": rows, "few_shapes": thin,
                "variability": models.variability.to_dict() if models.variability else None,
-               "predict": use, "replaced": models.replaced, "disturbed": models.manifest.get("disturbed")}, table)
+               "predict": use, "replaced": models.replaced, "disturbed": models.manifest.get("disturbed"),
+               "without_metadata": [str(f) for f in bare]}, table)
     return 0
 
 

@@ -45,6 +45,7 @@ from predictor.data.runs_table import (
     BY_NAME,
     MISSING_WORDS,
     OFF_WORDS,
+    ON_WORDS,
     PRECISIONS,
     RECOMPUTES,
     SHARDINGS,
@@ -343,6 +344,11 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
         raise PrismError(f"model={name!r}: names {what} in the name ({BY_NAME['model'].meaning})", field="model")
     family = known.family if known else families[0]
     layers, hidden, heads, seq = (count(row, c) for c in ("layers", "hidden", "heads", "seq_len"))
+    blank = next((c for c, v in zip(("layers", "hidden", "heads"), (layers, hidden, heads)) if v is None), None)
+    if blank:
+        raise PrismError(f"{blank}: blank, and model={name!r} is no architecture conf/model knows by name; fill in "
+                         f"{blank} ({BY_NAME[blank].meaning}), or name a published model (prism predict --help lists "
+                         f"them)", field=blank)
     if hidden % heads:
         raise PrismError(f"hidden={hidden}: not a multiple of heads={heads}; check both", field="hidden")
     kv_heads, ffn, vocab = (count(row, c) for c in ("kv_heads", "ffn", "vocab"))
@@ -381,6 +387,9 @@ MOE_COLUMNS = ("top_k", "expert_ffn", "shared_experts", "moe_layer_freq")
 UNMODELLED = {
     "qwen3next": "Qwen3-Next's layers are 3 of 4 Gated DeltaNet linear attention (not modelled)",
     "nemotronh": "Nemotron-H is a hybrid of Mamba-2 state-space layers and attention (Mamba layers are not modelled)",
+    "nemotron3nano": "Nemotron 3 Nano mixes Mamba-2 layers, attention and MoE (Mamba layers are not modelled)",
+    "nemotron3super": "Nemotron 3 Super mixes Mamba-2 layers, attention and MoE (Mamba layers are not modelled)",
+    "nemotron3ultra": "Nemotron 3 Ultra mixes Mamba-2 layers, attention and MoE (Mamba layers are not modelled)",
     "mamba": "Mamba layers are state-space layers, not attention (not modelled)",
     "jamba": "Jamba interleaves Mamba state-space layers with attention (Mamba layers are not modelled)",
     "zamba": "Zamba is a Mamba hybrid (state-space layers are not modelled)",
@@ -618,12 +627,12 @@ def _virtual_stages(row: Mapping, family: str, notes: list[str]) -> int:
 AUTO_WORDS = ("auto", "-1", "rest", "remaining")
 
 
-def _auto_degree(row: Mapping, column: str, gpus: int, others: int, notes: list[str]) -> int:
+def _auto_degree(row: Mapping, column: str, gpus: int, others: int, notes: list[str], fill_blank: bool = False) -> int:
     """A degree cell, or where it says "auto" / -1 (MaxText's ``ici_fsdp_parallelism: -1``),
-    or is a required degree left blank, the only degree that makes the row's GPUs: ``gpus``
-    over the product of the ``others``."""
+    or is blank (or absent) and ``fill_blank`` (dp), the only degree that makes the row's GPUs:
+    ``gpus`` over the product of the ``others``."""
     text = cell(row, column)
-    blank = (not text or text.lower() in MISSING_WORDS) and BY_NAME[column].required  # an optional blank stays blank
+    blank = (not text or text.lower() in MISSING_WORDS) and fill_blank  # another blank degree stays blank
     if not blank and text.lower() not in AUTO_WORDS:
         return count(row, column)
     degree, left = divmod(gpus, others)
@@ -650,7 +659,13 @@ def _data_parallel(row: Mapping, dp: int, model_parallel: int, gpus: int, notes:
     zero_or_distopt cell) beside a dp of its other data-parallel axis. Data parallelism is
     dp·fsdp where that makes the GPUs the row states (MaxText's data and fsdp axes are both
     data parallel, the fsdp one sharded); a dp that already counts the FSDP ranks stays."""
-    fsdp = _auto_degree(row, "fsdp", gpus, dp * model_parallel, notes) if cell(row, "fsdp") else None
+    flag = cell(row, "fsdp").lower()
+    if flag in OFF_WORDS or flag in ON_WORDS:  # a switch (Megatron-Bridge's tables write FSDP 0 or 1), not a degree
+        if flag in ON_WORDS:
+            notes.append(f"fsdp {cell(row, 'fsdp')!r} read as on: dp={dp} sharded (FSDP)")
+            return dp, dp
+        return dp, None
+    fsdp = _auto_degree(row, "fsdp", gpus, dp * model_parallel, notes) if flag else None
     if fsdp is None and dp * model_parallel != gpus:
         found = _FSDP_DEGREE.search(cell(row, "zero_or_distopt"))
         fsdp = int(found.group(1)) if found and int(found.group(1)) > 1 else None
@@ -686,7 +701,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     spec = _spec(family)
     tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
-    dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes)
+    dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes, fill_blank=True)
     vp = _virtual_stages(row, family, notes)
     ones = [c for c in ("mbs", "cp", "ep", "vp") if not cell(row, c)]
     if ones:
@@ -732,7 +747,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
         overlap_grad_reduce=spec.overlap_grad_reduce, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
-        attention=attention, **_expert_settings(model, text, notes),
+        attention=attention, **_expert_settings(model, row, text, notes),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:
         validate_layout(model, par, gpus)
@@ -785,9 +800,9 @@ def _recompute_modules(text: str, recompute: str, notes: list[str]) -> str:
     return modules
 
 
-def _expert_settings(model: ModelConfig, text: str, notes: list[str]) -> dict:
-    """A MoE row's expert settings from its framework and notes text: expert tensor
-    parallelism ('ETP=1', 'ETP1'; blank: 1, Megatron's MoE model zoo and torchtitan),
+def _expert_settings(model: ModelConfig, row: Mapping, text: str, notes: list[str]) -> dict:
+    """A MoE row's expert settings from its etp column and its framework and notes text: expert
+    tensor parallelism (the column, else 'ETP=1', 'ETP1'; blank: 1, Megatron's MoE model zoo and torchtitan),
     forced balanced routing ('forced load balancing', Megatron
     --moe-router-force-load-balancing), the allgather dispatcher where named (AlltoAll,
     DeepEP and HybridEP move the same tokens: alltoall) and a capacity factor ('capacity
@@ -795,8 +810,8 @@ def _expert_settings(model: ModelConfig, text: str, notes: list[str]) -> dict:
     if not model.num_experts:
         return {}
     found = re.search(r"\betp\s*=?\s*(\d+)", text, re.IGNORECASE)
-    etp = int(found.group(1)) if found else 1
-    if not found:
+    etp = _given(row, "etp") or (int(found.group(1)) if found else 1)
+    if not found and _given(row, "etp") is None:
         notes.append("etp=1 (not stated: Megatron MoE model zoo's and torchtitan's expert tensor parallelism)")
     force = says(text, "forced load balancing", "forced load balance", "force load balancing", "forced balancing",
                  "force-load-balancing", "moe-router-force-load-balancing")

@@ -69,13 +69,16 @@ ON_WORDS, OFF_WORDS = ("on", "yes", "true", "1", "enabled"), ("off", "no", "fals
 #: Count cells that some tools write for a missing value: read as blank.
 MISSING_WORDS = ("nan", "na", "n/a", "null")
 
+#: What a blank model dimension takes.
+REGISTRY_DEFAULT = "the registry's (conf/model) where the model cell names a published architecture"
+
 COLUMNS = (
-    Column("model", "text", True, "model name, which must say its family: one containing 'llama' is a Llama "
-           "(SwiGLU, RMSNorm, RoPE, untied embeddings), one containing 'gpt' a GPT (GELU, LayerNorm, learned "
-           "positions, tied embeddings)"),
-    Column("layers", "count", True, "transformer layers", limit=MAX_LAYERS),
-    Column("hidden", "count", True, "hidden size", limit=1 << 18),
-    Column("heads", "count", True, "attention heads", limit=1 << 14),
+    Column("model", "text", True, "model name: a published architecture conf/model knows by name or alias "
+           "(Llama 3.1 405B, DeepSeek-V3, Qwen3 30B-A3B, ...), else one that says its family: 'llama' (SwiGLU, "
+           "RMSNorm, RoPE, untied embeddings) or 'gpt' (GELU, LayerNorm, learned positions, tied embeddings)"),
+    Column("layers", "count", False, "transformer layers", REGISTRY_DEFAULT, limit=MAX_LAYERS),
+    Column("hidden", "count", False, "hidden size", REGISTRY_DEFAULT, limit=1 << 18),
+    Column("heads", "count", False, "attention heads", REGISTRY_DEFAULT, limit=1 << 14),
     Column("kv_heads", "count", False, "key-value heads (grouped-query attention)", "heads (multi-head)",
            limit=1 << 14),
     Column("ffn", "count", False, "FFN inner width", "4 x hidden", limit=1 << 20),
@@ -86,13 +89,16 @@ COLUMNS = (
     Column("mbs", "count", False, "micro-batch, sequences", "1", limit=1 << 16),
     Column("tp", "count", True, "tensor-parallel degree", limit=1024),
     Column("pp", "count", True, "pipeline-parallel degree", limit=512),
-    Column("dp", "count", True, "data-parallel degree, an FSDP degree included", limit=1 << 22),
+    Column("dp", "count", False, "data-parallel degree, an FSDP degree included", "num_gpus / (tp x pp x cp)",
+           limit=1 << 22),
     Column("fsdp", "count", False, "FSDP degree where dp holds only the other data-parallel axis (MaxText's "
            "ici/dcn_fsdp_parallelism): data parallelism is dp x fsdp, sharded", "none (dp counts every data-parallel "
            "rank)", limit=1 << 22),
     Column("cp", "count", False, "context-parallel degree", "1", limit=1024),
     Column("ep", "count", False, "expert-parallel degree (Mixture-of-Experts models; expert tensor parallelism "
            "from the notes' 'ETP=n', else 1)", "1", limit=1 << 14),
+    Column("etp", "count", False, "expert tensor-parallel degree (--expert-tensor-parallel-size)",
+           "the notes' 'ETP=n', else 1", limit=1024),
     Column("vp", "count", False, "virtual pipeline stages per rank (interleaved 1F1B where > 1)",
            "1; 'yes' without a number: torchtitan's 2 stages per rank, refused elsewhere",
            "a whole number, or yes/no", limit=64),
@@ -159,13 +165,17 @@ HEADER_WORDS = {
     "dp": ("dataparallel", "dataparallelsize", "dataparallelism", "dpsize", "dpdegree"),
     "cp": ("contextparallel", "contextparallelsize", "cpsize"),
     "ep": ("expertparallel", "expertparallelsize", "epsize"),
+    "etp": ("experttensorparallel", "experttensorparallelsize", "etpsize"),
     "vp": ("vpp", "virtualpipeline", "virtualpipelinestages", "virtualstages"),
     "seq_parallel": ("sequenceparallel", "sequenceparallelism", "sp"),
     "recompute": ("activationcheckpointing", "activationrecompute", "activationrecomputation", "recomputation",
                   "gradientcheckpointing", "actckpt", "remat", "rematpolicy"),
     "zero_or_distopt": ("shardingstrategy", "sharding", "zerostage", "zero", "distributedoptimizer"),
     "precision": ("dtype", "mixedprecision", "numerics"),
-    "gpu": ("gputype", "gpumodel", "accelerator"),
+    "gpu": ("gputype", "gpumodel", "accelerator", "system", "hardware", "gpusystem"),
+    "tokens_per_s_per_gpu": ("tokenssecgpu", "tokenspersecgpu", "tokenspersecpergpu", "tokenspersecondpergpu",
+                             "tokensspergpu", "throughputtokenssecgpu"),
+    "tflops_per_gpu": ("modeltflopsecgpu", "modeltflopssecgpu", "tflopssecgpu", "tflopspergpu", "tflopsgpu"),
     "num_experts": ("experts", "numexperts", "routedexperts"), "top_k": ("topk", "moeroutertopk"),
 }
 _HEADER_WORDS = {word: column for column, words in HEADER_WORDS.items() for word in words}

@@ -412,6 +412,12 @@ def read_run_metadata(path) -> dict:
     return json.loads(meta.get(METADATA_KEY, b"{}"))
 
 
+def without_metadata(path) -> list[Path]:
+    """The run files of ``path`` that carry no PRISM run metadata: tables written by another
+    tool, or PRISM's with their Parquet key-value metadata stripped (``prism train`` says so)."""
+    return [f for f in run_files(path) if not read_run_metadata(f)]
+
+
 def thread_counts(path, hardware: str) -> dict[int, Path]:
     """The ``sampling.threads`` of the store's runs of ``hardware`` that record one (imported
     runs do not): thread count -> the first run file sampled at it. An op's time at one

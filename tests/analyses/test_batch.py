@@ -84,14 +84,15 @@ def test_a_file_that_is_not_utf8_csv_is_one_line(runs, tmp_path, capsys):
 
 
 def test_a_missing_required_column_is_named(runs, tmp_path, capsys):
-    src = _write(tmp_path / "in.csv", runs.head(3).drop(columns=["heads", "gpu"]))
+    src = _write(tmp_path / "in.csv", runs.head(3).drop(columns=["gbs", "gpu"]))
     err = _refused(capsys, src, f"out={tmp_path / 'out.csv'}")
-    assert "heads, gpu" in err and "add them" in err
+    assert "gbs, gpu" in err and "add them" in err
     with pytest.raises(PrismError) as exc:
         read_table(src)
-    assert exc.value.field == "heads"
+    assert exc.value.field == "gbs"
     # optional columns may be absent: their blanks' defaults apply
-    slim = runs.head(2)[[c.name for c in COLUMNS if c.required]]
+    # dims kept: these rows name models no registry has
+    slim = runs.head(2)[[c.name for c in COLUMNS if c.required] + ["layers", "hidden", "heads"]]
     assert _cli(capsys, _write(tmp_path / "slim.csv", slim), f"out={tmp_path / 'slim.out.csv'}")[0] == 0
 
 
@@ -142,7 +143,7 @@ def test_bad_cells_fail_their_row_alone(runs, tmp_path, capsys):
     result = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
     assert list(result.columns) == list(rows.columns) + list(OUTPUT_COLUMNS)
     status = result.pred_status.tolist()
-    assert status[0] == "heads: blank; fill it in (attention heads)"
+    assert status[0].startswith("heads: blank, and model=") and "fill in heads (attention heads)" in status[0]
     assert status[1].startswith("tp='abc': not a whole number")
     assert status[2].startswith("mbs='12.5': not a whole number")
     assert status[3].startswith("gpu='Voodoo5': no hardware profile matches")

@@ -1,7 +1,9 @@
 """Implausible values that passed without a note (issue 55): a head 7 wide, a CPU at 67.5%
-MFU in compare, models written inside a sample store."""
+MFU in compare, models written inside a sample store, a sample file stripped of PRISM's metadata."""
 import shutil
 from pathlib import Path
+
+import pyarrow.parquet as pq
 
 from predictor.analyses.compare import mfu_note
 from predictor.app.cli import main
@@ -31,3 +33,18 @@ def test_models_written_inside_a_sample_store_are_refused(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"inside the sample store {store}" in err, err
     assert sorted(p.name for p in store.iterdir()) == [run.name]
+
+
+def test_a_sample_file_stripped_of_prism_s_metadata_is_noted(tmp_path, capsys):
+    store = tmp_path / "store"
+    store.mkdir()
+    run = sorted(Path("samples/local-cpu").resolve().glob("*.parquet"))[0]
+    table = pq.read_table(run)
+    pq.write_table(table.replace_schema_metadata({}), store / "stripped.parquet")
+    args = [f"samples={store}", "hardware=local-cpu", "regressor.params.n_estimators=5",
+            "regressor.params.median_rounds=5", "regressor.params.spread_estimators=5"]
+    assert main(["train", *args, f"models_dir={tmp_path / 'm'}"]) == 0
+    assert "1 of 1 run file(s) carry no PRISM metadata" in capsys.readouterr().out
+    shutil.copy(run, store / "stripped.parquet")  # the same rows as PRISM wrote them
+    assert main(["train", *args, f"models_dir={tmp_path / 'm2'}"]) == 0
+    assert "no PRISM metadata" not in capsys.readouterr().out

@@ -86,7 +86,7 @@ def test_match_model_finds_the_file(text, name):
     assert match_model(text) == name
 
 
-@pytest.mark.parametrize("text", ["Llama 3", "GPT-3", "Llama 3 8B/70B", "PaLM 540B", "", "8B", "Nemotron-3 8B",
+@pytest.mark.parametrize("text", ["Llama 3", "GPT-3", "Llama 3 8B/70B", "PaLM 540B", "", "8B", "Nemotron-3 22B",
                                   "DeepSeek-V2.5"])
 def test_match_model_unknown_is_none(text):
     assert match_model(text) is None

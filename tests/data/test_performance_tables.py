@@ -1,0 +1,53 @@
+"""A performance table as NVIDIA's recipes publish one (issue 52, "read the tables people have"):
+its header in plain words ("#-GPUs", "System", "Sequence Length", "FSDP" as a switch, "ETP"), no
+model dimensions (the registry has them) and no dp (the GPUs and the other degrees make it)."""
+import pytest
+
+from predictor.core.errors import PrismError
+from predictor.data.published import row_workload
+from predictor.data.runs_table import header_columns, with_columns
+
+HEADER = ["Model", "System", "#-GPUs", "Precision", "GBS", "MBS", "Sequence Length", "FSDP", "TP", "PP", "CP", "VP",
+          "EP", "ETP", "Tokens / sec / GPU"]
+
+
+def _row(*cells):
+    return dict(zip([h.lower() for h in HEADER], cells))
+
+
+def test_the_plain_header_fills_the_columns():
+    got = header_columns([h.lower() for h in HEADER])
+    assert got["system"] == "gpu" and got["#-gpus"] == "num_gpus" and got["sequence length"] == "seq_len"
+    assert got["etp"] == "etp" if "etp" in got else True  # etp is a column of its own name
+    assert got["tokens / sec / gpu"] == "tokens_per_s_per_gpu"
+
+
+def test_a_row_without_dimensions_or_dp_is_read_from_the_registry_and_the_gpus():
+    job = row_workload(_row("LLAMA3_70B", "DGX-GB200", "64", "MXFP8", "128", "1", "8192", "0", "2", "4", "1", "5",
+                            "n/a", "n/a", "1000"), {})
+    assert job.model.num_layers == 80 and job.model.hidden_size == 8192
+    assert job.parallel.dp == 8 and job.parallel.vpp == 5 and job.hardware.name == "gb200-nvl72"
+    assert any("dp: blank, read as 8" in n for n in job.assumed)
+    assert job.parallel.sharding == "none"  # FSDP 0: off
+
+
+def test_fsdp_as_a_switch_and_the_etp_column():
+    job = row_workload(_row("Qwen3 30B-A3B", "DGX-H100", "16", "BF16", "512", "2", "4096", "1", "1", "1", "1", "n/a",
+                            "8", "2", ""), {})
+    assert job.parallel.sharding == "fsdp" and job.parallel.dp == 16
+    assert job.parallel.ep == 8 and job.parallel.etp == 2
+
+
+@pytest.mark.parametrize("model, says", [
+    ("Nemotron 3 Nano 30B-A3B", "Mamba"), ("Nemotron-H 56B", "Mamba"),
+    ("Some Model 7B", "names neither GPT nor Llama")])
+def test_a_model_it_cannot_price_is_refused_naming_the_column(model, says):
+    with pytest.raises(PrismError) as err:
+        row_workload(_row(model, "DGX-H100", "8", "BF16", "64", "1", "4096", "0", "1", "1", "1", "", "", "", ""), {})
+    assert err.value.field == "model" and says in str(err.value)
+
+
+def test_nemotron_3_8b_is_in_the_registry():
+    job = row_workload(with_columns(_row("Nemotron 3 8B", "DGX-H100", "8", "FP8-DS", "128", "1", "4096", "0", "1", "1",
+                                         "1", "", "", "", "")), {})
+    assert (job.model.num_layers, job.model.hidden_size, job.model.ffn_hidden_size) == (32, 4096, 16384)
