@@ -16,7 +16,9 @@ on; ``pred_assumed``, what was assumed for its blank and free-text cells; and
 recognises the rows already written.
 
 A row's prediction depends on that row alone, drawn with ``seed``: the same row predicts
-the same in any table. Rows that share a model, layout and hardware share their work:
+the same in any table, and in any worker: a table of :data:`POOL_ROWS` rows or more is
+predicted by ``workers`` processes (the CPUs this process may use, by default), a chunk each,
+while this one writes the chunks as they come. Rows that share a model, layout and hardware share their work:
 results are kept by the specs' values (:attr:`~predictor.data.published.RowJob.key`), each
 chunk of rows looks its operator calls up in one query per op and hardware
 (:class:`~predictor.latency.lookup.QuantileCache`), and each decomposition is made once.
@@ -40,9 +42,13 @@ import hashlib
 import io
 import itertools
 import math
+import multiprocessing
+import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +80,33 @@ FIRST_CHUNK_ROWS = 16
 #: Rows between two plain progress lines on stderr where it is no terminal (a log, a
 #: scheduler's output file), where the bar cannot draw: a long table is not silent for minutes.
 PROGRESS_ROWS = 256
+#: Rows to predict from which a pool of worker processes is worth its start (each loads the
+#: models and imports the predictor, about a second): below it one process predicts them all.
+POOL_ROWS = 128
+#: The most worker processes predict-batch starts: more than any host's cores a table needs.
+MAX_WORKERS = 256
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on (its affinity, as a scheduler's allocation sets it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+_WORKER: BatchPredictor | None = None
+
+
+def _start_worker(draws: int, seed: int, models_root) -> None:
+    """A pool worker: its own predictor (models, caches); Ctrl-C is the parent's to handle."""
+    global _WORKER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER = BatchPredictor(draws, seed, models_root)
+
+
+def _predict_in_worker(rows: list[dict]) -> list[RowPrediction]:
+    return _WORKER.predict(rows)
 
 
 @dataclass(frozen=True)
@@ -85,6 +118,7 @@ class RowPrediction:
     assumed: str
     fits: bool | None = None  # the memory per GPU within the profile's capacity
     hardware: str = ""  # the profile the row was predicted on
+    job: str = ""  # a digest of the job's specs (RowJob.key): rows alike share it, in any process
 
 
 def _failure(exc: Exception) -> str:
@@ -121,7 +155,8 @@ class BatchPredictor:
                 out.append(RowPrediction(None, job, ""))
             else:
                 values, status, fits = self.results[job.key]
-                out.append(RowPrediction(values, status, "; ".join(job.assumed), fits, job.hardware.name))
+                digest = hashlib.sha1(repr(job.key).encode()).hexdigest()[:16]
+                out.append(RowPrediction(values, status, "; ".join(job.assumed), fits, job.hardware.name, digest))
         return out
 
     def _predict_new(self, jobs: dict[tuple, RowJob]) -> None:
@@ -357,17 +392,20 @@ def _check_models(table: Table, models_root) -> None:
 
 
 def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=None, chunk_rows: int = CHUNK_ROWS,
-                  progress: bool = False, progress_every: int = 0) -> BatchReport:
+                  progress: bool = False, progress_every: int = 0, workers: int | None = None) -> BatchReport:
     """Predict every row of the CSV table at ``path`` into ``out`` (see the module
     docstring); ``progress`` draws a bar on stderr, and ``progress_every`` (rows; 0: never)
     prints a plain line there each time that many more rows are done, for a stderr that is
-    no terminal. The table and ``out`` are checked
+    no terminal; ``workers`` processes predict (None: :func:`default_workers`; one below
+    :data:`POOL_ROWS` rows). The table and ``out`` are checked
     before any work (:func:`~predictor.data.runs_table.read_table`,
     :func:`~predictor.data.runs_table.check_output`), and so are the settings."""
     t0 = time.perf_counter()
     check_draws("draws", draws)
     check_number("seed", seed, integer=True, zero=True)
     check_number("chunk_rows", chunk_rows, integer=True)  # 0 would write no chunk, ever
+    if workers is not None:
+        check_number("workers", workers, integer=True)
     table = read_table(path)
     out = check_output(out, table.path)
     models_dir(models_root)  # a mistyped models folder fails now, not row by row
@@ -388,21 +426,31 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
         status_at = len(keep) + len(PREDICTED)
         # a row that failed is predicted again: its cause (a damaged model file, a missing profile) may be fixed
         todo = [i for i, k in enumerate(keys) if k not in written or written[k][status_at] != "ok"]
-        predictor = BatchPredictor(draws, seed, models_root)
         names = [name.strip().lower() for name in table.header]
-        status, done, said = "done", 0, 0
+        workers = min(workers or default_workers(), max(1, len(todo) // FIRST_CHUNK_ROWS))
+        pooled = workers > 1 and len(todo) >= POOL_ROWS
+        predictor = None if pooled else BatchPredictor(draws, seed, models_root)
+        status, done, said, jobs = "done", 0, 0, set()
         with tqdm(total=len(todo), desc="rows", unit="row", disable=not progress, file=sys.stderr) as bar:
+            def store(chunk: list[int], predictions: list[RowPrediction]) -> None:
+                nonlocal done, said
+                lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
+                _store_chunk(out, header, keys, written, lines)
+                jobs.update(p.job for p in predictions if p.job)
+                bar.update(len(chunk))
+                done += len(chunk)  # a disabled bar counts nothing
+                if progress_every and done - said >= progress_every:
+                    said = done
+                    print(f"prism predict-batch: {done} of {len(todo)} rows predicted into {out} "
+                          f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+            pairs = ((chunk, [dict(zip(names, table.rows[i])) for i in chunk]) for chunk in _chunks(todo, chunk_rows))
             try:
-                for chunk in _chunks(todo, chunk_rows):
-                    predictions = predictor.predict([dict(zip(names, table.rows[i])) for i in chunk])
-                    lines = [cells[i] + _output_cells(table, i, p, keys[i]) for i, p in zip(chunk, predictions)]
-                    _store_chunk(out, header, keys, written, lines)
-                    bar.update(len(chunk))
-                    done += len(chunk)  # a disabled bar counts nothing
-                    if progress_every and done - said >= progress_every:
-                        said = done
-                        print(f"prism predict-batch: {done} of {len(todo)} rows predicted into {out} "
-                              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+                if pooled:
+                    _pooled(workers, (draws, seed, models_root), pairs, store)
+                else:
+                    for chunk, rows in pairs:
+                        store(chunk, predictor.predict(rows))
             except KeyboardInterrupt:
                 status = "interrupted"
         if status == "done" and todo and written and list(written) != keys:
@@ -411,9 +459,32 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
         return BatchReport(
             table=str(table.path), out=str(out), status=status, rows=len(keys), predicted=statuses.count("ok"),
             failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
-            distinct_jobs=len(predictor.results), draws=draws, seconds=time.perf_counter() - t0,
+            distinct_jobs=len(jobs), draws=draws, seconds=time.perf_counter() - t0,
             unread_columns=[table.header[i] for i in keep
                             if names[i] not in BY_NAME and header_columns(names).get(names[i]) not in BY_NAME])
+
+
+def _pooled(workers: int, settings: tuple, chunks, store) -> None:
+    """Each of ``chunks`` ((row indices, row mappings) pairs) predicted in a pool of
+    ``workers`` processes (spawned: XGBoost's OpenMP threads do not survive a fork), at most
+    two chunks a worker in flight, each passed to ``store`` as it comes back. On Ctrl-C the
+    chunks not yet begun are dropped and the workers stopped; the chunks stored stay."""
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                               initargs=settings)
+    pending = {}
+    try:
+        for chunk, rows in chunks:
+            pending[pool.submit(_predict_in_worker, rows)] = chunk
+            while len(pending) >= 2 * workers:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    store(pending.pop(future), future.result())
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                store(pending.pop(future), future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _store_chunk(out: Path, header: list[str], keys: list[str], written: dict[str, list[str]],

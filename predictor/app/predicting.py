@@ -245,30 +245,36 @@ def _search(command) -> int:
                   "checked before any work (bad input: one line, exit 2); no cell stops the batch. A row's\n"
                   "prediction depends on that row alone. Rows are written a chunk at a time: Ctrl-C keeps them,\n"
                   "and the same command resumes (rows that failed are tried again). A progress bar shows on a\n"
-                  "terminal; elsewhere (a log) a line every 256 rows; never with --json.\n\n"
+                  "terminal; elsewhere (a log) a line every 256 rows; never with --json. A table of 128 rows or\n"
+                  "more is predicted by one worker process per CPU this process may use (workers=N to choose);\n"
+                  "every row predicts the same in any worker.\n\n"
                   + schema_help(),
       examples=["prism predict-batch data/e2e/e2e_training_visible.csv out=predicted.csv",
                 "prism predict-batch runs.csv out=runs.predicted.csv draws=1000 seed=1 --json"],
       paths=Paths(help="a CSV table, UTF-8, one job a row (columns below)"),
-      reads=Plain({"out": None, "draws": None, "seed": "0", "models_dir": None},
-                  "out=OUT.csv (required), draws=N, seed=N, models_dir=DIR and output=json",
+      reads=Plain({"out": None, "draws": None, "seed": "0", "models_dir": None, "workers": None},
+                  "out=OUT.csv (required), draws=N, seed=N, models_dir=DIR, workers=N and output=json",
                   required={"out": "out=OUT.csv is required: where to write the table with the predicted columns"}),
       settings_help="out=OUT.csv (required), draws=N (Monte Carlo draws a row, default 500), seed=N, "
-                    "models_dir=DIR, output=json (same as --json)")
+                    "models_dir=DIR, workers=N (processes, default: this process's CPUs), output=json (same as --json)")
 def _predict_batch(command) -> int:
-    from predictor.analyses.batch import DRAWS, PROGRESS_ROWS, predict_batch
+    from predictor.analyses.batch import DRAWS, MAX_WORKERS, PROGRESS_ROWS, predict_batch
     from predictor.core.specs import MAX_DRAWS
     settings = read_plain(command)
     settings["draws"] = settings["draws"] or str(DRAWS)
     numbers = {}
-    for key, low in (("draws", 1), ("seed", 0)):
+    for key, low, high in (("draws", 1, MAX_DRAWS), ("seed", 0, MAX_DRAWS), ("workers", 1, MAX_WORKERS)):
+        if key == "workers" and settings[key] is None:
+            numbers[key] = None
+            continue
         try:
             numbers[key] = int(settings[key])
         except ValueError:
             numbers[key] = -1
-        if not low <= numbers[key] <= MAX_DRAWS:
-            raise PrismError(f"{key}={settings[key]}: give a whole number from {low} to {MAX_DRAWS:,}", field=key)
+        if not low <= numbers[key] <= high:
+            raise PrismError(f"{key}={settings[key]}: give a whole number from {low} to {high:,}", field=key)
     done = predict_batch(command.path, settings["out"], draws=numbers["draws"], seed=numbers["seed"],
+                         workers=numbers["workers"],
                          models_root=settings["models_dir"], progress=sys.stderr.isatty() and not settings["json"],
                          progress_every=0 if sys.stderr.isatty() or settings["json"] else PROGRESS_ROWS)
     print(as_json(asdict(done)) if settings["json"] else done.format())

@@ -367,3 +367,36 @@ def test_blank_expert_cells_say_what_they_were_read_as():
     notes = []
     row_model(known | {"model": "Llama-MoE-custom"}, notes)
     assert "expert_ffn=18432 (blank: the dense FFN width), moe_layer_freq=1 (blank: every layer)" in notes
+
+
+def test_a_pool_of_workers_predicts_every_row_as_one_process_does(runs, tmp_path):
+    src = _write(tmp_path / "in.csv", runs.head(batch.POOL_ROWS))
+    one = predict_batch(src, tmp_path / "one.csv", draws=DRAWS, workers=1)
+    two = predict_batch(src, tmp_path / "two.csv", draws=DRAWS, workers=2)
+    assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "two.csv").read_bytes()
+    assert (one.rows, one.predicted, one.distinct_jobs) == (two.rows, two.predicted, two.distinct_jobs)
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_a_pool_keeps_each_written_row_once_and_the_rerun_finishes(runs, tmp_path):
+    import signal
+    import time
+    gbs = pd.to_numeric(runs.gbs, errors="coerce")
+    table = pd.concat([runs.assign(gbs=(gbs * k).astype("Int64").astype(str).replace("<NA>", "")) for k in range(1, 9)],
+                      ignore_index=True)
+    src, out = _write(tmp_path / "in.csv", table), tmp_path / "out.csv"
+    run = subprocess.Popen([sys.executable, "-m", "predictor.app.cli", "predict-batch", str(src), f"out={out}",
+                            "workers=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not out.exists() and run.poll() is None:
+        time.sleep(0.2)
+    time.sleep(2)
+    run.send_signal(signal.SIGINT)
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode in (0, 130) and "Traceback" not in stderr
+    kept = pd.read_csv(out)
+    assert kept.pred_key.is_unique
+    done = subprocess.run([sys.executable, "-m", "predictor.app.cli", "predict-batch", str(src), f"out={out}"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    final = pd.read_csv(out)
+    assert len(final) == len(table) and final.pred_key.is_unique
