@@ -46,6 +46,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -98,10 +99,23 @@ def default_workers() -> int:
 _WORKER: BatchPredictor | None = None
 
 
-def _start_worker(draws: int, seed: int, models_root) -> None:
-    """A pool worker: its own predictor (models, caches); Ctrl-C is the parent's to handle."""
+def _start_worker(draws: int, seed: int, models_root, parent: int) -> None:
+    """A pool worker: its own predictor (models, caches). Ctrl-C is the parent's to handle; the
+    worker writes nothing to the terminal (its results and errors go back to the parent, and a
+    caller reading the parent's output to its end must not wait on a worker), and it ends when
+    the parent (pid ``parent``) is gone: killed, it cannot stop its pool, and it may be gone
+    before this worker starts."""
     global _WORKER
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
     _WORKER = BatchPredictor(draws, seed, models_root)
 
 
@@ -470,8 +484,9 @@ def _pooled(workers: int, settings: tuple, chunks, store) -> None:
     two chunks a worker in flight, each passed to ``store`` as it comes back. On Ctrl-C the
     chunks not yet begun are dropped and the workers stopped; the chunks stored stay."""
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                               initargs=settings)
+                               initargs=(*settings, os.getpid()))
     pending = {}
+    finished_all = False
     try:
         for chunk, rows in chunks:
             pending[pool.submit(_predict_in_worker, rows)] = chunk
@@ -483,7 +498,12 @@ def _pooled(workers: int, settings: tuple, chunks, store) -> None:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 store(pending.pop(future), future.result())
+        finished_all = True
     finally:
+        if not finished_all:  # Ctrl-C or an error: the chunks under way are dropped, not waited for
+            # (the executor has no public way to stop a running call; its workers are its _processes)
+            for process in (getattr(pool, "_processes", None) or {}).values():
+                process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -63,7 +63,9 @@ def _import_microbench(command) -> int:
     from predictor.data.importers.microbench import SOURCES, check_target, import_microbench
     names = list(dict.fromkeys(listed("hardware", settings["hardware"] or ",".join(SOURCES))))  # b200,b200: one run
     for name in names:
-        check_target(name, settings["out"])
+        if check_target(name, settings["out"], command.path):
+            print(f"prism import-microbench: microbench-{name} was already imported from these tables into "
+                  f"{settings['out']}: kept", file=sys.stderr)
     reports = [import_microbench(command.path, h, settings["out"]) for h in names]
     show_reports(reports, settings["json"])
     return 0

@@ -149,11 +149,12 @@ def test_collective_message_bytes(perlmutter, rows):
     assert set(rows[rows.origin == "ett:Perlmutter/p2p"].op) == {"send_recv"}
 
 
-def test_a_second_import_fails_and_leaves_the_first_run_alone(perlmutter):
+def test_a_second_import_of_the_same_tables_keeps_the_first_run(perlmutter):
+    # a rerun (of an import stopped after its write) answers with the run it wrote, writing nothing
     report, out, folder = perlmutter
     digest = _md5(report.run_file)
-    with pytest.raises(PrismError, match="already exists"):
-        import_ett(folder, out)
+    again = import_ett(folder, out)
+    assert (again.rows, again.rows_per_op, again.run_file) == (report.rows, report.rows_per_op, report.run_file)
     assert _md5(report.run_file) == digest and store.run_files(out) == [out / "ett-perlmutter.parquet"]
 
 
@@ -255,7 +256,11 @@ def test_cli_imports_with_out_and_prints_json(tmp_path, capsys):
     assert "gemm" in capsys.readouterr().out
     assert main(["import-ett", str(root)]) == 2                          # out= is required
     assert "out=DIR is required" in capsys.readouterr().err
-    assert main(["import-ett", str(root), f"out={tmp_path / 'store'}"]) == 2  # never overwrites
-    assert "already exists" in capsys.readouterr().err
+    assert main(["import-ett", str(root), f"out={tmp_path / 'store'}"]) == 0  # the same tables: the run kept
+    capsys.readouterr()
+    table = root / "operator" / f"{A100}_linear1_fp16.csv"
+    table.write_text(table.read_text() + table.read_text().splitlines()[-1] + "\n")
+    assert main(["import-ett", str(root), f"out={tmp_path / 'store'}"]) == 2  # other tables: never overwritten
+    assert "already exists, imported from other sources" in capsys.readouterr().err
     assert main(["import-ett", str(root), "outdir=x"]) == 2
     assert math.isfinite(report["elapsed_s"])

@@ -66,12 +66,13 @@ from predictor.core.ops import DTYPE_BYTES, OPS, SHAPE_COLUMNS
 from predictor.core.profiles import load_hardware, match_hardware
 from predictor.core.specs import HardwareConfig
 from predictor.data import store
-from predictor.data.importers import read_csv
+from predictor.data.importers import earlier_import, read_csv, sources_digest
 from predictor.latency.features import floor_us
 
 ETT_REPOSITORY = "https://github.com/DebarghaG/estimate-train-time"
 ETT_PAPER = "arXiv 2509.22832"
 IMPORTER_VERSION = 1
+IMPORTER = "predictor.data.importers.ett"
 
 _PRECISION = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 _SAMPLE_FILE = re.compile(r"^(?P<gpu>[^_]+)_(?P<function>.+?)_(?P<precision>fp16|bf16|fp32)"
@@ -539,9 +540,10 @@ def import_ett(path, out_dir) -> ImportReport:
     cluster = root.resolve().name
     run_id = "ett-" + re.sub(r"[^a-z0-9]+", "-", cluster.lower()).strip("-")
     target = out_dir / f"{run_id}.parquet"
-    if target.exists():  # fail before any work; write_run checks again
-        raise PrismError(f"{target} already exists; a run id is never reused: import into another "
-                         f"out= folder, or move the old run away first", field=str(target))
+    digest = sources_digest(path for _, path, _, _ in _files(root))
+    earlier = earlier_import(target, IMPORTER, IMPORTER_VERSION, digest)  # fails before any work where not ours
+    if earlier:  # a rerun of an import that finished: its report, nothing written again
+        return ImportReport(**earlier)
 
     skipped_files, skipped_rows, overlap = [], [], []
     gpus: dict[str, Path] = {}
@@ -612,7 +614,7 @@ def import_ett(path, out_dir) -> ImportReport:
     rows_per_function = {f: int(n) for f, n in df.groupby("function", sort=False).size().items()}
     functions = sorted(set(df["function"]))
     metadata = {
-        "importer": "predictor.data.importers.ett", "importer_version": IMPORTER_VERSION,
+        "importer": IMPORTER, "importer_version": IMPORTER_VERSION, "sources_sha256": digest,
         "source": {"name": "estimate-train-time", "paper": ETT_PAPER, "repository": ETT_REPOSITORY,
                    "license": "MIT", "path": str(root.resolve()), "cluster": cluster, "gpu": gpu},
         "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -632,12 +634,13 @@ def import_ett(path, out_dir) -> ImportReport:
         "nccl_overlap": overlap, "suspect": suspect,
     }
     columns = [c for c in store.COLUMNS if c in df.columns]
-    written = store.write_run(df[columns], out_dir, run_id, metadata)
-    return ImportReport(run_file=str(written), run_id=run_id, cluster=cluster, hardware=hardware,
-                        device_name=gpu, rows=len(df), rows_per_op=rows_per_op,
-                        rows_per_function=rows_per_function, skipped_files=skipped_files,
-                        skipped_rows=skipped_rows, nccl_overlap=overlap, suspect=suspect,
-                        elapsed_s=round(time.perf_counter() - started, 3))
+    report = ImportReport(run_file=str(target), run_id=run_id, cluster=cluster, hardware=hardware,
+                          device_name=gpu, rows=len(df), rows_per_op=rows_per_op,
+                          rows_per_function=rows_per_function, skipped_files=skipped_files,
+                          skipped_rows=skipped_rows, nccl_overlap=overlap, suspect=suspect,
+                          elapsed_s=round(time.perf_counter() - started, 3))
+    store.write_run(df[columns], out_dir, run_id, {**metadata, "report": asdict(report)})
+    return report
 
 
 def _shape_columns():

@@ -44,7 +44,7 @@ cut to its header line (its ops would be missing from the run without a word).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -56,7 +56,7 @@ from predictor.core.ops import OPS, SHAPE_COLUMNS
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import HardwareConfig
 from predictor.data import store
-from predictor.data.importers import read_csv
+from predictor.data.importers import earlier_import, read_csv, sources_digest
 
 #: Hardware profile -> the keys its rows carry in each source (``xla``: the GEMM table;
 #: ``xla_collectives``: the collective table where its key differs).
@@ -237,17 +237,26 @@ def collective_rows(xla: pd.DataFrame, nccl: pd.DataFrame | None, keys: dict, le
     return out.assign(**{"pass": "step"}, ranks_per_node=out.group_size, nodes=1, dtype="float32")
 
 
-def check_target(hardware: str, out_dir) -> None:
+IMPORTER = "predictor.data.importers.microbench"
+
+
+def check_target(hardware: str, out_dir, source_dir) -> MicrobenchReport | None:
     """Refuse, before any work, a ``hardware`` without published microbenchmarks or one
-    whose run is already in ``out_dir`` (``prism import-microbench`` checks every name it
-    is given first, so that a bad one does not end the command with some runs written)."""
+    whose run in ``out_dir`` came from other tables (``prism import-microbench`` checks
+    every name it is given first, so that a bad one does not end the command with some runs
+    written); the report of a run already imported from these tables (a stopped import's
+    rerun goes on with the rest), else None."""
     if hardware not in SOURCES:
         raise PrismError(f"hardware={hardware}: no published microbenchmarks for it; those with some: "
                          f"{', '.join(SOURCES)}", field='hardware')
     target = store.store_folder(out_dir) / f"microbench-{hardware}.parquet"
-    if target.exists():
-        raise PrismError(f"{target} already exists; a run id is never reused: import into another out= folder, "
-                         f"or move the old run away first", field=str(target))
+    report = earlier_import(target, IMPORTER, IMPORTER_VERSION, _digest(source_dir))
+    return MicrobenchReport(**report) if report else None
+
+
+def _digest(source_dir) -> str:
+    """The digest of the published tables an import reads (:data:`TABLES`)."""
+    return sources_digest(Path(source_dir) / name for name in TABLES)
 
 
 def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
@@ -259,7 +268,9 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     >>> report.rows["gemm/fwd"]                                                                   # doctest: +SKIP
     375
     """
-    check_target(hardware, out_dir)
+    earlier = check_target(hardware, out_dir, source_dir)
+    if earlier:
+        return earlier
     source_dir, keys, hw = Path(source_dir), SOURCES[hardware], load_hardware(hardware)
     if not source_dir.is_dir():
         raise PrismError(f"{source_dir}: {'a file' if source_dir.exists() else 'no such folder'}; give the folder of "
@@ -305,8 +316,11 @@ def import_microbench(source_dir, hardware: str, out_dir) -> MicrobenchReport:
     rows["world_size"] = rows["world_size"].fillna(1).astype(int)
     for col in ("ranks_per_node", "nodes"):
         rows[col] = rows[col].fillna(1).astype(int)
-    path = store.write_run(rows, out_dir, run_id, {
-        "importer": "predictor.data.importers.microbench", "version": IMPORTER_VERSION, "hardware": hardware,
-        "sources": sorted(set(rows.origin)), "left_out": left_out, "collective_scope": "intra-node"})
     counts = rows.groupby(["op", "pass"]).size()
-    return MicrobenchReport(hardware, str(path), {f"{o}/{p}": int(v) for (o, p), v in counts.items()}, left_out)
+    target = store.store_folder(out_dir) / f"{run_id}.parquet"
+    report = MicrobenchReport(hardware, str(target), {f"{o}/{p}": int(v) for (o, p), v in counts.items()}, left_out)
+    store.write_run(rows, out_dir, run_id, {
+        "importer": IMPORTER, "version": IMPORTER_VERSION, "hardware": hardware,
+        "sources": sorted(set(rows.origin)), "left_out": left_out, "collective_scope": "intra-node",
+        "sources_sha256": _digest(source_dir), "report": asdict(report)})
+    return report
