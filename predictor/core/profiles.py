@@ -303,6 +303,8 @@ def no_option(group: str, name) -> PrismError:
         return PrismError(f"hardware={text}: takes one profile's name, not a list (prism compare takes several: "
                           f"prism compare model=... hardware=[a,b]); {choose}", field=group)
     hint = f" (did you mean {match_hardware(text)}?)" if group == "hardware" and match_hardware(text) else ""
+    if group == "model" and match_model(text):  # "llama3.1-8b", "DeepSeek-V3": a published name the registry knows
+        hint = f" (did you mean {match_model(text)}? {text!r} is one of the published names it lists)"
     return PrismError(f"{group}={text}: no {folder}/{text}.yaml{where}{hint}; {choose}", field=group)
 
 

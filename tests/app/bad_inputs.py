@@ -29,6 +29,8 @@ SETTINGS = [
     ([*JOB, "model.name=null"], "model.name: null leaves it empty, and it takes a text"),
     ([*JOB, "parallel.sequence_parallel=maybe"], "parallel.sequence_parallel: 'maybe' is not true or false"),
     (["predict", "model=llama3-8b", "hardware=DGX B200", "gpus=8"], "did you mean b200?"),
+    (["predict", "model=llama3.1-8b", "hardware=h100-sxm", "gpus=8"], "did you mean llama3-8b?"),  # a published name
+    (["predict", "model=DeepSeek-V3.1", "hardware=h100-sxm", "gpus=64"], "did you mean deepseek-v3?"),
     (["predict", "model=/tmp/mine.yaml", "hardware=h100-sxm", "gpus=8"], "a file path; model= takes the name"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "parallel.tp=8"], "parallel.tp=8"),
     (["search", "model=llama3-8b", "hardware=h100-sxm", "gpus=16", "seed=abc"], "seed='abc'"),
