@@ -1,9 +1,9 @@
 """Every writing verb stopped at random points (issue 55): Ctrl-C, SIGTERM or SIGKILL at a
-seeded random moment, then the same command again. The store, model folder or table holds each
-row once, loses nothing already written, and the rerun ends as an uninterrupted run does.
-
-(Sampling and measuring have their own interrupted-run tests in tests/sampling/, which need
-torchrun: test_sample_cli, test_cluster_sampling, test_measure, test_measure_interrupt.)"""
+seeded random moment, then the same command again. The store, model folder, measurement file
+or table holds each row once, loses nothing already written, and the rerun ends as an
+uninterrupted run does. (tests/sampling/ holds the interrupts at chosen points: after a
+sample run's first part, a cluster rank killed, a measurement's torchrun stopped.)"""
+import os
 import random
 import signal
 import subprocess
@@ -22,9 +22,12 @@ PRISM = [sys.executable, "-m", "predictor.app.cli"]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 
 
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
 def _stopped(argv: list[str], after_s: float, sig: int) -> subprocess.CompletedProcess:
     """``argv`` run and sent ``sig`` after ``after_s`` seconds (if still running)."""
-    run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         run.wait(timeout=after_s)
     except subprocess.TimeoutExpired:
@@ -34,7 +37,7 @@ def _stopped(argv: list[str], after_s: float, sig: int) -> subprocess.CompletedP
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV)
 
 
 def _moments(seed: int, longest_s: float, n: int = 3):
@@ -88,3 +91,38 @@ def test_predict_batch_stopped_anywhere_then_rerun_writes_the_uninterrupted_tabl
         again = _run([*PRISM, "predict-batch", str(table), f"out={out}", "draws=100"])
         assert again.returncode == 0, again.stderr
         assert out.read_bytes() == whole.read_bytes(), (after, sig)
+
+
+#: A small sampling plan (tests/sampling/test_sample_cli.py's, on two compute ops): about 20 s.
+SAMPLE = ["sample", "hardware=local-cpu", "sampling=quick", "sampling.budget_s=120", "sampling.threads=1",
+          "sampling.repeats=10", "sampling.shapes_per_op=4", "sampling.targets=[tiny]",
+          "sampling.micro_batch_sizes=[1]", "sampling.tp_degrees=[1]", "sampling.flush_every_s=0",
+          "sampling.co_run_share=0", "sampling.ops=[gemm,layernorm]"]
+SHAPE = ["op", "pass", "m", "n", "k", "tokens", "hidden"]
+
+
+def test_sample_stopped_anywhere_then_rerun_times_each_repeat_once(tmp_path):
+    for i, (after, sig) in enumerate(_moments(3, 12.0, n=2)):
+        out = tmp_path / f"store{i}"
+        stopped = _stopped([*PRISM, *SAMPLE, f"output_dir={out}"], after, sig)
+        assert "Traceback" not in stopped.stderr, stopped.stderr
+        again = _run([*PRISM, *SAMPLE, f"output_dir={out}"])
+        assert again.returncode == 0, again.stderr
+        df = read_samples(out)
+        per_task = df.groupby(SHAPE, dropna=False).repeat.agg(sorted).map(tuple)
+        assert (per_task == tuple(range(10))).all(), (after, sig)  # every repeat once: none twice, none lost
+
+
+def test_measure_stopped_anywhere_leaves_the_file_whole_and_the_rerun_adds_the_layout_once(tmp_path):
+    out = tmp_path / "m.parquet"
+    argv = [*PRISM, "measure", "model=tiny", "parallel.dp=2", "measure.steps=6", "measure.warmup=1", f"out={out}"]
+    assert _run([*argv, "parallel.dp=1"]).returncode == 0  # a layout already in the file
+    before = pd.read_parquet(out)
+    for after, sig in _moments(5, 8.0, n=2):
+        stopped = _stopped(argv, after, sig)
+        assert "Traceback" not in stopped.stderr, stopped.stderr
+        now = pd.read_parquet(out)
+        assert len(now) in (len(before), len(before) + 2 * 6)  # as it was, or the layout whole
+    assert _run(argv).returncode == 0
+    final = pd.read_parquet(out)
+    assert len(final) == len(before) + 2 * 6 and not final.duplicated(["layout_id", "step", "rank"]).any()

@@ -303,7 +303,7 @@ def no_option(group: str, name) -> PrismError:
         return PrismError(f"hardware={text}: takes one profile's name, not a list (prism compare takes several: "
                           f"prism compare model=... hardware=[a,b]); {choose}", field=group)
     hint = f" (did you mean {match_hardware(text)}?)" if group == "hardware" and match_hardware(text) else ""
-    if group == "model" and match_model(text):  # "llama3.1-8b", "DeepSeek-V3": a published name the registry knows
+    if group == "model" and match_model(text) in group_options(group):  # "llama3.1-8b": a name the registry knows
         hint = f" (did you mean {match_model(text)}? {text!r} is one of the published names it lists)"
     return PrismError(f"{group}={text}: no {folder}/{text}.yaml{where}{hint}; {choose}", field=group)
 
@@ -415,24 +415,28 @@ def _model_key(text) -> str:
     return re.sub(r"[\s._-]+", "", re.sub(r"(?<=[0-9])[\s._-]+(?=[0-9])", ":", text))
 
 
-@functools.lru_cache(maxsize=1)
-def _model_names() -> dict[str, tuple[str, ...]]:
-    """Each normalised name or alias of the ``conf/model`` files, and the files it names."""
+@functools.lru_cache(maxsize=4)
+def _model_names(conf_dir: Path) -> dict[str, tuple[str, ...]]:
+    """Each normalised name or alias of the ``<conf_dir>/model`` files, and the files it names."""
     found: dict[str, set[str]] = {}
-    for name in group_options("model"):
-        node = read_yaml(CONF_DIR / "model" / f"{name}.yaml")
+    for name in sorted(p.stem for p in (conf_dir / "model").glob("*.yaml")):
+        node = read_yaml(conf_dir / "model" / f"{name}.yaml")
         for spelling in (name, *map(str, node.get("aliases") or [])):
             found.setdefault(_model_key(spelling), set()).add(name)
     return {key: tuple(sorted(names)) for key, names in found.items()}
 
 
-@functools.lru_cache(maxsize=4096)
 def match_model(text: str) -> str | None:
     """The ``conf/model`` entry a table's model cell names: its file name or one of its
     ``aliases``, case, separators, a hub owner and a version's v ignored ("Llama 3.1 405B",
     "meta-llama/Meta-Llama-3-70B", "deepseek_v3"). Exact names only: None where no entry
-    matches, or where two do (ambiguous)."""
-    names = _model_names().get(_model_key(text), ())
+    matches, or where two do (ambiguous). Of the conf/ folder in use (``PRISM_CONF_DIR``)."""
+    return _match_model(text, CONF_DIR)
+
+
+@functools.lru_cache(maxsize=4096)
+def _match_model(text: str, conf_dir: Path) -> str | None:
+    names = _model_names(conf_dir).get(_model_key(text), ())
     return names[0] if len(names) == 1 else None
 
 

@@ -31,7 +31,7 @@ def test_every_figure_is_cited(name):
 
 def test_no_name_names_two_models():
     """Each normalised name or alias belongs to one file: none is ambiguous in the shipped conf/."""
-    shared = {key: names for key, names in profiles._model_names().items() if len(names) > 1}
+    shared = {key: names for key, names in profiles._model_names(profiles.CONF_DIR).items() if len(names) > 1}
     assert not shared
 
 
@@ -97,13 +97,8 @@ def test_match_model_ambiguous_is_none(tmp_path, monkeypatch):
     (tmp_path / "model").mkdir()
     for name in ("a-8b", "b-8b"):
         (tmp_path / "model" / f"{name}.yaml").write_text(f"name: {name}\naliases: [Same 8B]\n")
-    monkeypatch.setattr(profiles, "CONF_DIR", tmp_path)
-    profiles._model_names.cache_clear()
-    profiles.match_model.cache_clear()
-    try:
-        assert profiles.match_model("same-8b") is None
-        assert profiles.match_model("A 8B") == "a-8b"
-    finally:
-        monkeypatch.undo()
-        profiles._model_names.cache_clear()
-        profiles.match_model.cache_clear()
+    monkeypatch.setattr(profiles, "CONF_DIR", tmp_path)  # the caches are per conf/ folder: none to clear
+    assert profiles.match_model("same-8b") is None
+    assert profiles.match_model("A 8B") == "a-8b"
+    monkeypatch.undo()
+    assert profiles.match_model("A 8B") is None  # the shipped conf/ again
