@@ -159,11 +159,13 @@ class Schedule(StrEnum):
 
 
 class Attention(StrEnum):
-    """auto (the framework's own), flash (FlashAttention-2), cudnn, unfused."""
+    """auto (the framework's own), flash (FlashAttention-2), cudnn, flash_triton (FlashAttention's
+    Triton kernel, llm-foundry's attn_impl: triton), unfused."""
 
     AUTO = "auto"
     FLASH = "flash"
     CUDNN = "cudnn"
+    FLASH_TRITON = "flash_triton"
     UNFUSED = "unfused"
 
 

@@ -4,7 +4,9 @@ of :mod:`predictor.data.published`, so that the same adapters turn each row into
 
 MPT (mosaicml/llm-foundry, ``mpt`` model configs): multi-head attention with ALiBi (no
 positional parameters, no RoPE), a GELU MLP of ``arch_ffn`` width, LayerNorm without
-biases, tied embeddings, a vocabulary of 50,368. Every run is PyTorch FSDP across all its
+biases, tied embeddings, a vocabulary of 50,368; attention by FlashAttention's Triton kernel
+(``attn_config.attn_impl: triton`` in scripts/train/yamls/pretrain/mpt-*.yaml, the configs the
+benchmark README's tables ran: ``sweep.sh``). Every run is PyTorch FSDP across all its
 GPUs (``dp`` = GPUs, no tensor or pipeline parallelism), ``FULL_SHARD`` or
 ``SHARD_GRAD_OP``, with activation checkpointing of whole blocks where the table says
 ``True`` (full recompute). The step time is the global batch in tokens over the measured
@@ -44,4 +46,4 @@ def llmfoundry_runs(e2e_dir) -> pd.DataFrame:
         "precision": np.where(fp8, "fp8 (Transformer Engine)", "bf16"),
         "framework": "llm-foundry (Composer, PyTorch FSDP)", "gpu": raw["GPU"], "num_gpus": gpus,
         "gpus_per_node": 8, "intra_node": np.nan, "inter_node": raw["inter_node"],
-        "iter_time_s": step, "notes": raw["section"], "measured_s": step})
+        "iter_time_s": step, "notes": raw["section"] + "; attn_impl: triton (mpt-*.yaml)", "measured_s": step})

@@ -742,7 +742,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     hw_key = _hardware_key(row, framework, hardware, notes)
     if hw_key not in hardware:
         hardware[hw_key] = _row_hardware(hw_key, hardware[hw_key[0]])
-    attention = _attention(family, hardware[hw_key], notes)
+    attention = _attention(family, hardware[hw_key], text, notes)
     par = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
@@ -772,8 +772,18 @@ def _loss_fused(text: str) -> bool:
     return says(text, *(w for s in all_frameworks() if s.loss_fusion for w in s.table_cells))
 
 
-def _attention(family: str, hw: HardwareConfig, notes: list[str]) -> str:
-    """The attention kernel of a row: its framework's own on its GPU (:func:`attention_kernel`)."""
+#: How a row's framework or notes text names FlashAttention's Triton kernel (llm-foundry's
+#: ``attn_config.attn_impl: triton``, MPT's benchmark configs).
+TRITON_ATTENTION = ("attn_impl: triton", "attn_impl=triton", "attn_impl triton", "triton flash attention",
+                    "flash attention (triton)", "flashattention triton")
+
+
+def _attention(family: str, hw: HardwareConfig, text: str, notes: list[str]) -> str:
+    """The attention kernel of a row: FlashAttention's Triton kernel where its text names it
+    (:data:`TRITON_ATTENTION`), else its framework's own on its GPU (:func:`attention_kernel`)."""
+    if hw.device.kind == "gpu" and says(text.lower(), *TRITON_ATTENTION):
+        notes.append("attention flash_triton (FlashAttention's Triton kernel: the row says attn_impl triton)")
+        return "flash_triton"
     kernel = attention_kernel("auto", family, hw)
     if kernel == "cudnn":
         notes.append(f"attention cudnn (Transformer Engine's choice on compute capability "

@@ -539,8 +539,9 @@ def attention_kernel(attention: str, framework: str | None, hw: HardwareConfig) 
     which is cuDNN's on compute capability 9.0 and later
     (:mod:`predictor.latency.adjustments.attention_kernel`); FlashAttention-2 otherwise (torch SDPA's
     choice changes with a version PRISM is not told)."""
-    if attention == "cudnn" and hw.device.kind != "gpu":
-        raise PrismError(f"parallel.attention=cudnn: cuDNN's fused attention runs on NVIDIA GPUs, and hardware="
+    if attention in ("cudnn", "flash_triton") and hw.device.kind != "gpu":
+        what = "cuDNN's fused attention" if attention == "cudnn" else "FlashAttention's Triton kernel"
+        raise PrismError(f"parallel.attention={attention}: {what} runs on NVIDIA GPUs, and hardware="
                          f"{hw.name} is a {hw.device.kind.upper()}; use auto, flash (SDPA's) or unfused",
                          field="parallel.attention")
     if attention != "auto":

@@ -133,13 +133,13 @@ def parameter_tensors(model: ModelConfig) -> int:
 def attention_ops(micro_batch: int, heads: int, kv: int, seq_q: int, seq_kv: int, head_dim: int,
                   kernel: str = "flash") -> list[Call]:
     """The attention core: one fused kernel (FlashAttention-2 or SDPA's flash backend;
-    cuDNN's, named in the call as its ``backend``: :mod:`predictor.latency.adjustments.attention_kernel`),
-    or Megatron's unfused path before them: QK^T (baddbmm), the fused scale-mask-softmax,
-    and PV (bmm)."""
-    if kernel in ("flash", "cudnn"):
+    cuDNN's or FlashAttention's Triton one, named in the call as its ``backend``:
+    :mod:`predictor.latency.adjustments.attention_kernel`), or Megatron's unfused path before
+    them: QK^T (baddbmm), the fused scale-mask-softmax, and PV (bmm)."""
+    if kernel in ("flash", "cudnn", "flash_triton"):
         shape = {"batch": micro_batch, "heads": heads, "kv_heads": kv, "seq_q": seq_q, "seq_kv": seq_kv,
                  "head_dim": head_dim, "causal": True}
-        return [Call.of("attention", "fwd", shape if kernel == "flash" else dict(shape, backend="cudnn"))]
+        return [Call.of("attention", "fwd", shape if kernel == "flash" else dict(shape, backend=kernel))]
     bh = micro_batch * heads  # grouped K/V are expanded to every query head first
     return [Call.of("bmm", "fwd", {"batch": bh, "m": seq_q, "n": seq_kv, "k": head_dim}),
             Call.of("softmax", "fwd", {"batch": micro_batch, "heads": heads, "seq_q": seq_q, "seq_kv": seq_kv,
