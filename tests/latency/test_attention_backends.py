@@ -76,3 +76,37 @@ def test_auto_is_the_frameworks_kernel_and_predict_says_which():
     assert any("auto: unfused" in n for n in legacy.notes)
     ampere = predict(model, load_hardware("a100-sxm4-80gb"), layout, draws=200)
     assert not any("parallel.attention" in n for n in ampere.notes)  # FlashAttention-2: nothing to say
+
+
+def test_the_triton_ratio_is_the_published_a100_benchmark():
+    from predictor.core.profiles import DATA_DIR
+    from predictor.latency.adjustments.attention_kernel import triton_over_flash
+    bench = pd.read_csv(DATA_DIR / "microbench" / "op_flashattention_tflops.csv", dtype=str)
+    a100 = bench[bench.gpu.str.startswith("A100") & (bench.causal == "yes") & (bench.head_dim == "128")]
+    at = {(r.implementation, int(r.seqlen)): float(r.tflops) for r in a100.itertuples() if r.tflops != "OOM"}
+    want = at[("FlashAttention-2", 2048)] / at[("FlashAttention Triton", 2048)]  # 155 / 68
+    assert triton_over_flash(True, 128, 2048)[0] == pytest.approx(want)
+    # the nearest published head dimension; the nearest length beyond the published ones
+    assert triton_over_flash(True, 112, 2048)[0] == pytest.approx(want)
+    assert triton_over_flash(True, 128, 1 << 20)[0] == pytest.approx(
+        at[("FlashAttention-2", 16384)] / at[("FlashAttention Triton", 16384)])
+
+
+def test_triton_calls_are_flashattention_data_times_the_published_ratio():
+    from predictor.latency.adjustments.attention_kernel import triton_over_flash
+    hw = load_hardware("a100-sxm4-80gb")
+    models = ModelSet.load(ROOT / "models" / "a100-sxm4-80gb", hw)
+    flash, _ = call_quantiles(_attention("flash", 4096), models, hw, "bfloat16")
+    triton, evidence = call_quantiles(_attention("flash_triton", 4096), models, hw, "bfloat16")
+    np.testing.assert_allclose(triton / flash, triton_over_flash(True, 128, 4096)[0], rtol=1e-9)
+    assert all("Triton/FA2 on A100" in e.text for e in evidence)
+
+
+def test_a_row_saying_attn_impl_triton_runs_the_triton_kernel():
+    from predictor.core.profiles import DATA_DIR
+    from predictor.data.llmfoundry import llmfoundry_runs
+    row = llmfoundry_runs(DATA_DIR / "e2e").iloc[0].to_dict()
+    job = row_workload(row, {})
+    assert job.parallel.attention == "flash_triton" and any("attn_impl triton" in n for n in job.assumed)
+    plain = row_workload(dict(row, notes="H100 80GB BF16"), {})
+    assert plain.parallel.attention != "flash_triton"  # the framework's own kernel on that GPU
