@@ -40,7 +40,7 @@ def test_choice_returns_the_member():
     (DeviceKind, "tpu", "hardware.device.kind", "choose {or_options}", True,
      "hardware.device.kind='tpu': choose gpu or cpu"),
     (Attention, "sdpa", "parallel.attention", "unknown; choose {or_options}", True,
-     "parallel.attention='sdpa': unknown; choose auto, flash, cudnn or unfused"),
+     "parallel.attention='sdpa': unknown; choose auto, flash, cudnn, flash_triton or unfused"),
     (Output, "xml", "output", "choose {or_options} (--json is output=json)", False,
      "output=xml: choose table or json (--json is output=json)"),
     (Recompute, 3, "parallel.recompute", None, True,
@@ -56,4 +56,4 @@ def test_choice_refuses_in_the_settings_words(kind, value, field, say, quoted, m
 
 def test_options_in_words():
     assert options(Output) == "table, json" and options(Output, " or ") == "table or json"
-    assert options(Attention, " or ") == "auto, flash, cudnn or unfused"
+    assert options(Attention, " or ") == "auto, flash, cudnn, flash_triton or unfused"
