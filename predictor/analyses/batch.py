@@ -406,20 +406,20 @@ def _check_models(table: Table, models_root) -> None:
 
 
 def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=None, chunk_rows: int = CHUNK_ROWS,
-                  progress: bool = False, progress_every: int = 0, workers: int | None = None) -> BatchReport:
+                  progress: bool = False, progress_every: int = 0, workers: int = 1) -> BatchReport:
     """Predict every row of the CSV table at ``path`` into ``out`` (see the module
     docstring); ``progress`` draws a bar on stderr, and ``progress_every`` (rows; 0: never)
     prints a plain line there each time that many more rows are done, for a stderr that is
-    no terminal; ``workers`` processes predict (None: :func:`default_workers`; one below
-    :data:`POOL_ROWS` rows). The table and ``out`` are checked
+    no terminal; ``workers`` processes predict (one below :data:`POOL_ROWS` rows; ``prism
+    predict-batch`` gives :func:`default_workers`, a script calling this asks for more than one
+    only under ``if __name__ == "__main__":``, as every spawned pool needs). The table and ``out`` are checked
     before any work (:func:`~predictor.data.runs_table.read_table`,
     :func:`~predictor.data.runs_table.check_output`), and so are the settings."""
     t0 = time.perf_counter()
     check_draws("draws", draws)
     check_number("seed", seed, integer=True, zero=True)
     check_number("chunk_rows", chunk_rows, integer=True)  # 0 would write no chunk, ever
-    if workers is not None:
-        check_number("workers", workers, integer=True)
+    check_number("workers", workers, integer=True)
     table = read_table(path)
     out = check_output(out, table.path)
     models_dir(models_root)  # a mistyped models folder fails now, not row by row
@@ -441,7 +441,7 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
         # a row that failed is predicted again: its cause (a damaged model file, a missing profile) may be fixed
         todo = [i for i, k in enumerate(keys) if k not in written or written[k][status_at] != "ok"]
         names = [name.strip().lower() for name in table.header]
-        workers = min(workers or default_workers(), max(1, len(todo) // FIRST_CHUNK_ROWS))
+        workers = min(workers, max(1, len(todo) // FIRST_CHUNK_ROWS))
         pooled = workers > 1 and len(todo) >= POOL_ROWS
         predictor = None if pooled else BatchPredictor(draws, seed, models_root)
         status, done, said, jobs = "done", 0, 0, set()

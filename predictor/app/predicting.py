@@ -258,7 +258,7 @@ def _search(command) -> int:
       settings_help="out=OUT.csv (required), draws=N (Monte Carlo draws a row, default 500), seed=N, "
                     "models_dir=DIR, workers=N (processes, default: this process's CPUs), output=json (same as --json)")
 def _predict_batch(command) -> int:
-    from predictor.analyses.batch import DRAWS, MAX_WORKERS, PROGRESS_ROWS, predict_batch
+    from predictor.analyses.batch import DRAWS, MAX_WORKERS, PROGRESS_ROWS, default_workers, predict_batch
     from predictor.core.specs import MAX_DRAWS
     settings = read_plain(command)
     settings["draws"] = settings["draws"] or str(DRAWS)
@@ -274,7 +274,7 @@ def _predict_batch(command) -> int:
         if not low <= numbers[key] <= high:
             raise PrismError(f"{key}={settings[key]}: give a whole number from {low} to {high:,}", field=key)
     done = predict_batch(command.path, settings["out"], draws=numbers["draws"], seed=numbers["seed"],
-                         workers=numbers["workers"],
+                         workers=numbers["workers"] or default_workers(),
                          models_root=settings["models_dir"], progress=sys.stderr.isatty() and not settings["json"],
                          progress_every=0 if sys.stderr.isatty() or settings["json"] else PROGRESS_ROWS)
     print(as_json(asdict(done)) if settings["json"] else done.format())
