@@ -470,12 +470,13 @@ def predict_batch(path, out, *, draws: int = DRAWS, seed: int = 0, models_root=N
         if status == "done" and todo and written and list(written) != keys:
             _replace(out, header, [written[k] for k in keys])  # resumed rows first: restore the input's order
         statuses = [row[status_at] for row in written.values()]
+        spelled = header_columns(names)
         return BatchReport(
             table=str(table.path), out=str(out), status=status, rows=len(keys), predicted=statuses.count("ok"),
             failed=len(statuses) - statuses.count("ok"), resumed=len(keys) - len(todo), written=len(written),
             distinct_jobs=len(jobs), draws=draws, seconds=time.perf_counter() - t0,
             unread_columns=[table.header[i] for i in keep
-                            if names[i] not in BY_NAME and header_columns(names).get(names[i]) not in BY_NAME])
+                            if names[i] not in BY_NAME and spelled.get(names[i]) not in BY_NAME])
 
 
 def _pooled(workers: int, settings: tuple, chunks, store) -> None:

@@ -474,9 +474,15 @@ def fp8_gathered_weights(calls: list[Call], spec: FrameworkSpec, hw: HardwareCon
     --fp8-param-gather, which NeMo's and Megatron-Bridge's bf16_with_fp8_mixed turn on); 0 else."""
     if not spec.fp8_param_gather or not hw.gemm_dtype:
         return 0
+    return gemm_weights(calls, "bwd", lambda c: c.op == "gemm" and DTYPE_BYTES[
+        call_dtype(c.op, c.role, hw.train_dtype, hw.gemm_dtype, hw.gemm_ops)] == 1)
+
+
+def gemm_weights(calls: list[Call], pass_: str, keep) -> int:
+    """The weights (k·n of each GEMM, times its batch and count) of the calls of ``pass_``
+    among ``calls`` that ``keep`` keeps."""
     return sum(c.shape_dict["k"] * c.shape_dict["n"] * c.shape_dict.get("batch", 1) * c.count
-               for c in calls if c.op == "gemm" and c.pass_ == "bwd"
-               and DTYPE_BYTES[call_dtype(c.op, c.role, hw.train_dtype, hw.gemm_dtype, hw.gemm_ops)] == 1)
+               for c in calls if c.pass_ == pass_ and keep(c))
 
 
 def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh) -> StageWork:
@@ -497,8 +503,7 @@ def _master_weights(stage: StageWork, params: int, micro_batches: int) -> StageW
     115 ms step. Megatron keeps bf16 weights and accumulates in the weight-gradient GEMM
     (gradient-accumulation fusion); FSDP2 casts its shards around its gathers: neither pays this."""
     def weights(calls: list[Call]) -> int:
-        return sum(c.shape_dict["k"] * c.shape_dict["n"] * c.shape_dict.get("batch", 1) * c.count
-                   for c in calls if c.op in ("gemm", "grouped_gemm") and c.pass_ == "fwd")
+        return gemm_weights(calls, "fwd", lambda c: c.op in ("gemm", "grouped_gemm"))
 
     cast, recast = weights(stage.forward), weights(stage.backward)
     if cast:
