@@ -64,14 +64,41 @@ def test_a_gpu_host_s_passes_are_timed_with_the_calls_the_eager_family_counts():
         assert launches.iloc[-1] > launches.iloc[0]
 
 
-def test_checkpointing_a_block_costs_host_time_beyond_its_recomputed_calls():
-    """Each depth's steps with and without recompute: the wrapper's time, per pass, grows
-    with the blocks it wraps."""
+def test_checkpoint_rows_are_the_recomputed_passes_less_the_plain_medians(monkeypatch):
+    """The arithmetic of the rows, on a clock that is known: a row is a recompute step's
+    forward less the plain median forward, and its backward less the plain median backward
+    and forward; a step no slower than the plain one gives no row."""
+    import sampling.framework as framework
+    clock = {}
+
+    def passes(net, optimizer, x, y, device, autocast):
+        blocks, full = len(net.blocks), net.recompute == "full"
+        i = clock[(blocks, full)] = clock.get((blocks, full), -1) + 1
+        fwd = 100.0 * blocks + (30.0 * blocks if full else 0.0)
+        bwd = 200.0 * blocks + (fwd + 10.0 * blocks if full else 0.0)
+        if full and blocks == 1 and i == framework_steps + 1:
+            return fwd - 50.0, bwd  # quicker than the plain forward: no measure of the wrapper
+        return fwd, bwd
+
+    framework_steps = 4
+    monkeypatch.setattr(framework, "_host_passes", passes)
+    rows = pd.DataFrame(framework.checkpoint_rows(steps=framework_steps, device=torch.device("cpu"),
+                                                  dtype="float32", warmup=2))
+    fwd = rows[rows["pass"] == "fwd"].groupby("blocks").latency_us
+    bwd = rows[rows["pass"] == "bwd"].groupby("blocks").latency_us
+    assert fwd.size().to_dict() == {1: 3, 2: 4, 4: 4, 8: 4} and (bwd.size() == 4).all()
+    assert fwd.max().to_dict() == {b: 30.0 * b for b in LAYERS}
+    # less the plain backward and the plain forward, whose calls the composer counts for the
+    # recomputed one: the wrapper's time in the recomputed forward (30) and in the backward (10)
+    assert bwd.max().to_dict() == {b: 40.0 * b for b in LAYERS}
+
+
+def test_checkpoint_rows_measured_here():
+    """The same rows timed on this CPU: labelled, positive, of the depths trained. How much
+    each depth costs is not asserted: a difference of host clocks a few hundred microseconds
+    apart is at the mercy of a shared VM (one CI run read 2.0 ms for one block, 0.7 ms for
+    two and 1.0 ms for eight)."""
     from sampling.framework import checkpoint_rows
-    rows = pd.DataFrame(checkpoint_rows(steps=5, device=torch.device("cpu"), dtype="float32"))
+    rows = pd.DataFrame(checkpoint_rows(steps=3, device=torch.device("cpu"), dtype="float32"))
     assert set(rows.op) == {"checkpoint"} and (rows.origin == FRAMEWORK).all() and (rows.latency_us > 0).all()
-    for _, g in rows.groupby("pass"):
-        medians = g.groupby("blocks").latency_us.median()
-        # against the cheapest depth, not the first: on a shared VM one depth's 5 steps can all run slow
-        # (1 block 4.8 ms, 2 blocks 3.6 ms, 8 blocks 7.2 ms in one CI run)
-        assert medians.index.max() == max(LAYERS) and medians.iloc[-1] > 1.5 * medians.min()
+    assert set(rows["pass"]) <= {"fwd", "bwd"} and set(rows.blocks) <= set(LAYERS) and len(rows) > 0
