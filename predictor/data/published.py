@@ -38,7 +38,7 @@ from predictor.core.framework import (
 )
 from predictor.core.layout import framework_recompute, validate_layout
 from predictor.core.precision import LOW_PRECISION_OPS, check_gemm_dtype
-from predictor.core.profiles import load_hardware, match_hardware, names_profile, other_gpus_named
+from predictor.core.profiles import load_hardware, match_hardware, match_model, names_profile, other_gpus_named
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data import cells as plain
 from predictor.data.runs_table import (
@@ -415,18 +415,22 @@ def _given(row: Mapping, column: str) -> int | None:
     return None if not text or text.lower() in MISSING_WORDS else count(row, column)
 
 
-#: A checkpoint's variant after an architecture's name ("-Base", " Instruct", "-hf"): the same layers.
-_VARIANT = re.compile(r"([\s_-]+(base|instruct|chat|hf|it|sft|pretrain(ing)?|pre-?training))+$", re.IGNORECASE)
+#: A checkpoint's variant after an architecture's name ("-Base", " Instruct", "-hf"), or the benchmark
+#: that trains it ("GPT3-175B-MLPerf"): the same layers.
+_VARIANT = re.compile(r"([\s_-]+(base|instruct|chat|hf|it|sft|pretrain(ing)?|pre-?training|mlperf))+$", re.IGNORECASE)
+#: A recipe's sequence length after the model's name, as Megatron-Bridge names its recipes
+#: (``llama3_8b_16k``, ``llama3_70b_64k``: the 8B or 70B at 16,384 or 65,536 tokens).
+_CONTEXT = re.compile(r"[\s_-]+([0-9]+)k$", re.IGNORECASE)
 
 
 def registry_model(name: str) -> ModelConfig | None:
     """The conf/model entry a model cell names (:func:`~predictor.core.profiles.match_model`:
     its name or an alias, exactly, a trailing parenthesis aside; else the Mixture-of-Experts
     entry whose name the cell contains), None where none does."""
-    from predictor.core.profiles import load_model, match_model
+    from predictor.core.profiles import load_model
 
     bare = re.sub(r"\s*[(\[].*$", "", name)
-    for text in (name, bare, _VARIANT.sub("", bare)):
+    for text in (name, bare, _VARIANT.sub("", bare), _CONTEXT.sub("", _VARIANT.sub("", bare))):
         found = match_model(text) if text else None
         if found:
             return load_model(found)
@@ -440,6 +444,10 @@ def _registry_row(entry: ModelConfig, row: Mapping, notes: list[str]) -> ModelCo
 
     name = cell(row, "model")
     stated = {c: _given(row, c) for c in REGISTRY_COLUMNS}
+    context = _CONTEXT.search(_VARIANT.sub("", re.sub(r"\s*[(\[].*$", "", name)))
+    if stated["seq_len"] is None and context and not match_model(name):
+        stated["seq_len"] = int(context.group(1)) * 1024
+        notes.append(f"seq_len={stated['seq_len']} read from the model cell {name!r} (a recipe's '_{context.group(1)}k')")
     fields = {REGISTRY_COLUMNS[c]: v for c, v in stated.items()
               if v is not None and v != getattr(entry, REGISTRY_COLUMNS[c])}
     hidden, heads = fields.get("hidden_size", entry.hidden_size), fields.get("num_heads", entry.num_heads)

@@ -51,3 +51,15 @@ def test_nemotron_3_8b_is_in_the_registry():
     job = row_workload(with_columns(_row("Nemotron 3 8B", "DGX-H100", "8", "FP8-DS", "128", "1", "4096", "0", "1", "1",
                                          "1", "", "", "", "")), {})
     assert (job.model.num_layers, job.model.hidden_size, job.model.ffn_hidden_size) == (32, 4096, 16384)
+
+
+def test_a_recipe_name_s_context_suffix_is_the_sequence_length_where_the_row_gives_none():
+    """Megatron-Bridge names a recipe by its model and context (``llama3_8b_16k``): the registry's
+    8B, at 16,384 tokens unless the row's own sequence length says otherwise."""
+    blank = row_workload(_row("llama3_8b_16k", "DGX-H100", "8", "BF16", "32", "1", "", "0", "1", "1", "2", "",
+                              "", "", ""), {})
+    assert blank.model.num_layers == 32 and blank.model.seq_length == 16384
+    assert any("seq_len=16384 read from the model cell" in n for n in blank.assumed)
+    stated = row_workload(_row("llama3_8b_16k", "DGX-H100", "8", "BF16", "32", "1", "8192", "0", "1", "1", "2", "",
+                               "", "", ""), {})
+    assert stated.model.seq_length == 8192
