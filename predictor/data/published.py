@@ -447,7 +447,8 @@ def _registry_row(entry: ModelConfig, row: Mapping, notes: list[str]) -> ModelCo
     context = _CONTEXT.search(_VARIANT.sub("", re.sub(r"\s*[(\[].*$", "", name)))
     if stated["seq_len"] is None and context and not match_model(name):
         stated["seq_len"] = int(context.group(1)) * 1024
-        notes.append(f"seq_len={stated['seq_len']} read from the model cell {name!r} (a recipe's '_{context.group(1)}k')")
+        notes.append(f"seq_len={stated['seq_len']} read from the model cell {name!r} "
+                     f"(a recipe's '_{context.group(1)}k')")
     fields = {REGISTRY_COLUMNS[c]: v for c, v in stated.items()
               if v is not None and v != getattr(entry, REGISTRY_COLUMNS[c])}
     hidden, heads = fields.get("hidden_size", entry.hidden_size), fields.get("num_heads", entry.num_heads)
