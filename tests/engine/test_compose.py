@@ -180,3 +180,17 @@ def test_count_calls_add_up_to_count_times_the_mean_of_their_draws():
     assert sums.nominal[Part.FORWARD_COMM, 0] == pytest.approx(expected, rel=0.01)
     assert sums.drawn[Part.FORWARD_COMM, 0].mean() == pytest.approx(expected, rel=0.03)
     assert float(counts @ q[:, list(levels).index(0.5)]) < 0.9 * expected  # centred on the median: 14% short
+
+
+def test_overlapped_tp_collectives_hide_under_the_pass_s_gemms_alone():
+    """An overlapped TP collective is fused with a GEMM (userbuffers, PyTorch's async TP): the
+    pass's attention core and element-wise work do not cover it; the expert all-to-alls run
+    under the rest of the compute."""
+    from predictor.engine.stages import _exposed
+    arrays = [np.array([x], float) for x in (10.0, 0.0, 100.0, 4.0)]
+    assert _exposed(*arrays, 0.0)[0] == pytest.approx(6.0)  # 10 of TP against 4 of GEMMs, 100 in all
+    assert _exposed(np.array([3.0]), np.array([0.0]), np.array([100.0]), np.array([4.0]), 0.0)[0] == 0.0
+    # all-to-alls of 50 under the 96 the TP collectives left: hidden
+    assert _exposed(np.array([10.0]), np.array([50.0]), np.array([100.0]), np.array([4.0]), 0.0)[0] == 6.0
+    # no TP: the all-to-alls against all the compute, holding a tenth of the SMs
+    assert _exposed(np.array([0.0]), np.array([120.0]), np.array([100.0]), np.array([50.0]), 0.1)[0] == 20.0
