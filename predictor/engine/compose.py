@@ -200,10 +200,10 @@ def _composed(work: Workload, plan: StagePlan, sums, spread: Spread, variability
 
 
 #: Each pass's host part and the device parts its host time is set against.
-_PASSES = ((Part.FORWARD_HOST, (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED,
-                                Part.FORWARD_EP_OVERLAPPED)),
-           (Part.BACKWARD_HOST, (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED,
-                                 Part.BACKWARD_EP_OVERLAPPED)))
+_PASSES = ((Part.FORWARD_HOST, (Part.FORWARD_COMPUTE, Part.FORWARD_GEMM, Part.FORWARD_COMM,
+                                Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_EP_OVERLAPPED)),
+           (Part.BACKWARD_HOST, (Part.BACKWARD_COMPUTE, Part.BACKWARD_GEMM, Part.BACKWARD_COMM,
+                                 Part.BACKWARD_TP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED)))
 
 
 def _prior_share(nominal: np.ndarray, prior: np.ndarray, kinds: np.ndarray, micro_batches: float,

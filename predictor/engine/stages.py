@@ -26,8 +26,9 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
 2. :func:`stage_times`: each stage's forward and backward of one micro-batch and what it
    does after the pipeline, per draw. Compute runs at the pace of the stage's slowest GPU
    and collectives at the step's communication regime (:mod:`predictor.engine.draws`);
-   overlapped TP collectives (Megatron ``--tp-comm-overlap``) cost only what the pass's
-   compute leaves uncovered (perfect overlap: a lower bound on the exposed time);
+   overlapped TP collectives (Megatron ``--tp-comm-overlap``, torchtitan's async TP) cost
+   only what the pass's GEMMs, which they are fused with, leave uncovered (perfect overlap:
+   a lower bound on the exposed time);
    Megatron's pipeline sends are blocking (``send_forward_recv_backward`` ...), and so are
    those of ``torch.distributed.pipelining``'s 1F1B (each send is fused with a receive and
    waited on), so there a transfer is part of the sending stage's forward (backward);
@@ -75,12 +76,16 @@ class Part(IntEnum):
     BACKWARD_HOST = 11
     FORWARD_EP_OVERLAPPED = 12  # expert-parallel all-to-alls under another micro-batch's compute
     BACKWARD_EP_OVERLAPPED = 13
+    FORWARD_GEMM = 14  # the forward's dense GEMMs: compute, and all that overlapped TP collectives run under
+    BACKWARD_GEMM = 15
 
 
 #: Parts that run once per micro-batch (the rest once per step).
 PER_MICRO_BATCH = (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.BACKWARD_COMPUTE,
                    Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.SEND, Part.FORWARD_HOST, Part.BACKWARD_HOST,
-                   Part.FORWARD_EP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED)
+                   Part.FORWARD_EP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED, Part.FORWARD_GEMM, Part.BACKWARD_GEMM)
+#: Each pass's compute parts: its dense GEMMs and the rest.
+FORWARD_WORK, BACKWARD_WORK = (Part.FORWARD_COMPUTE, Part.FORWARD_GEMM), (Part.BACKWARD_COMPUTE, Part.BACKWARD_GEMM)
 _FORWARD, _BACKWARD, _STEP, _SEND = range(4)  # where a call sits in a StageWork, in this order
 #: SMs an expert-parallel dispatcher's communication kernels hold, by ``parallel.moe_dispatcher``:
 #: DeepEP's dispatch and combine run on Megatron-Core's ``moe_deepep_num_sms`` = 20 SMs by
@@ -208,11 +213,11 @@ def _held_residuals(calls: list[Call], hold) -> np.ndarray:
 
 
 #: A pass's part by route: compute, communication, overlappable TP communication, host,
-#: overlapped expert-parallel communication.
+#: overlapped expert-parallel communication, dense GEMMs.
 _PASS_PARTS = {_FORWARD: (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_HOST,
-                          Part.FORWARD_EP_OVERLAPPED),
+                          Part.FORWARD_EP_OVERLAPPED, Part.FORWARD_GEMM),
                _BACKWARD: (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED,
-                           Part.BACKWARD_HOST, Part.BACKWARD_EP_OVERLAPPED)}
+                           Part.BACKWARD_HOST, Part.BACKWARD_EP_OVERLAPPED, Part.BACKWARD_GEMM)}
 
 
 def _step_part(call: Call) -> Part:
@@ -263,8 +268,9 @@ def _parts(plan: StagePlan, calls: list[Call], kinds, where, cols) -> np.ndarray
     def per_instance(test) -> np.ndarray:
         return np.array([test(c) for c in calls], bool)[cols]
     overlapped = per_instance(lambda c: c.role == "tp") & plan.overlap_tp_comm[plan.kind_layout[kinds]]
-    route = np.select([per_instance(lambda c: OPS[c.op].host), ~per_instance(lambda c: OPS[c.op].collective),
-                       overlapped, per_instance(lambda c: c.role == OVERLAPPED_EP)], [3, 0, 2, 4], 1)
+    route = np.select([per_instance(lambda c: OPS[c.op].host), per_instance(lambda c: c.op == "gemm"),
+                       ~per_instance(lambda c: OPS[c.op].collective), overlapped,
+                       per_instance(lambda c: c.role == OVERLAPPED_EP)], [3, 5, 0, 2, 4], 1)
     step = np.zeros(len(calls), int)
     once = np.unique(cols[where == _STEP])
     step[once] = [_step_part(calls[c]) for c in once]
@@ -343,9 +349,9 @@ def _weighted_rows(rows: np.ndarray, cols: np.ndarray, weight: np.ndarray, value
 
 #: A pass's collective parts, each followed by the compute parts of the pass they come after.
 _GAPPED = (((Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_EP_OVERLAPPED),
-            (Part.FORWARD_COMPUTE, Part.FORWARD_HOST)),
+            (*FORWARD_WORK, Part.FORWARD_HOST)),
            ((Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED),
-            (Part.BACKWARD_COMPUTE, Part.BACKWARD_HOST)))
+            (*BACKWARD_WORK, Part.BACKWARD_HOST)))
 
 
 def _gap_factors(curve, nominal: np.ndarray, buckets: np.ndarray, collectives: np.ndarray) -> np.ndarray:
@@ -358,8 +364,8 @@ def _gap_factors(curve, nominal: np.ndarray, buckets: np.ndarray, collectives: n
     for comm, work in _GAPPED:
         gap = nominal[:, list(work)].sum(axis=1) / np.maximum(collectives[:, list(comm)].sum(axis=1), 1)
         factor[:, list(comm)] = ratio_at(curve, gap)[:, None]
-    forward = nominal[:, [Part.FORWARD_COMPUTE, Part.FORWARD_HOST, Part.FORWARD_COMM]].sum(axis=1)
-    backward = nominal[:, [Part.BACKWARD_COMPUTE, Part.BACKWARD_HOST, Part.BACKWARD_COMM]].sum(axis=1)
+    forward = nominal[:, [*FORWARD_WORK, Part.FORWARD_HOST, Part.FORWARD_COMM]].sum(axis=1)
+    backward = nominal[:, [*BACKWARD_WORK, Part.BACKWARD_HOST, Part.BACKWARD_COMM]].sum(axis=1)
     factor[:, Part.SEND] = ratio_at(curve, forward)
     factor[:, [Part.GRAD_REDUCE, Part.PARAM_GATHER]] = ratio_at(curve, backward / buckets)[:, None]
     return factor.ravel()
@@ -418,12 +424,13 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
     """
     kind, layout = plan.kind[rows], plan.layout[rows]
     part = sums[:, kind]
-    fc, bc, opt = (part[p] * speed for p in (Part.FORWARD_COMPUTE, Part.BACKWARD_COMPUTE, Part.OPTIMIZER))
+    fg, bg, opt = (part[p] * speed for p in (Part.FORWARD_GEMM, Part.BACKWARD_GEMM, Part.OPTIMIZER))
+    fc, bc = part[Part.FORWARD_COMPUTE] * speed + fg, part[Part.BACKWARD_COMPUTE] * speed + bg
     share = plan.ep_sm_share[layout, None]
     fm = part[Part.FORWARD_COMM] * regime + _exposed(part[Part.FORWARD_TP_OVERLAPPED] * regime,
-                                                     part[Part.FORWARD_EP_OVERLAPPED] * regime, fc, share)
+                                                     part[Part.FORWARD_EP_OVERLAPPED] * regime, fc, fg, share)
     bm = part[Part.BACKWARD_COMM] * regime + _exposed(part[Part.BACKWARD_TP_OVERLAPPED] * regime,
-                                                      part[Part.BACKWARD_EP_OVERLAPPED] * regime, bc, share)
+                                                      part[Part.BACKWARD_EP_OVERLAPPED] * regime, bc, bg, share)
     send, reduce, gather = (part[p] * regime for p in (Part.SEND, Part.GRAD_REDUCE, Part.PARAM_GATHER))
     bucket = buckets[kind, None]
     reduce = np.where(plan.overlap_grad_reduce[layout, None],
@@ -438,13 +445,21 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
                       plan.deferred_sends[layout, None])
 
 
-def _exposed(tp, ep, compute, share):
-    """What overlapped communication adds to a pass of ``compute``: the TP collectives
-    (``tp``) and expert-parallel all-to-alls (``ep``) cost what the compute leaves uncovered,
-    and while the all-to-alls run their kernels hold ``share`` of the GPU's SMs, so the compute
-    under them runs at 1 - share: with compute C and all-to-alls M, the pass takes
+def _exposed(tp, ep, compute, gemms, share):
+    """What overlapped communication adds to a pass of ``compute``, ``gemms`` of it its dense
+    GEMMs. An overlapped TP collective runs under the GEMM it is fused with, not under
+    the pass's other work: Transformer Engine's userbuffers split the GEMM beside its
+    all-gather or reduce-scatter (``initialize_ub``), and PyTorch's async TP fuses an
+    all-gather into the matmul that consumes it and a reduce-scatter into the one that
+    produces it (torch/_inductor/fx_passes/micro_pipeline_tp.py; ``fused_all_gather_matmul``,
+    ``fused_matmul_reduce_scatter`` in torch/distributed/_symmetric_memory): the TP
+    collectives (``tp``) cost what the GEMMs leave uncovered (the pass's sums, not each
+    pair's: a lower bound). The expert-parallel all-to-alls (``ep``) run under the rest of
+    the compute, and while they run their kernels hold ``share`` of the GPU's SMs, so the
+    compute under them runs at 1 - share: with compute C and all-to-alls M, the pass takes
     max(M, C + share·M) when they alone overlap."""
-    return np.maximum(tp + ep - compute, share * ep)
+    hidden = np.minimum(tp, gemms)
+    return tp - hidden + np.maximum(ep - (compute - hidden), share * ep)
 
 
 def _host_wait(asynchronous: np.ndarray, forward_host, backward_host, forward_device, backward_device):

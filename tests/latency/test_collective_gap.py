@@ -14,7 +14,7 @@ from predictor.core.errors import PrismError
 from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig
 from predictor.data import store
-from predictor.engine.stages import Part, StagePlan, draw_stage_sums
+from predictor.engine.stages import BACKWARD_WORK, FORWARD_WORK, Part, StagePlan, draw_stage_sums
 from predictor.latency.adjustments.collective_gap import gap_curve, is_curve, ratio_at
 from predictor.latency.artifacts import ModelSet, models_dir, train
 from predictor.latency.lookup import QuantileCache
@@ -77,14 +77,14 @@ def test_a_pass_s_collectives_take_the_ratio_at_the_compute_shared_among_them():
     plain, scaled = (draw_stage_sums(plan, m, QuantileCache(m, hw), 50, np.random.default_rng(0))
                      for m in (models, gapped))
     stage = work.stages[0]
-    for comm, compute, host, calls in ((Part.FORWARD_COMM, Part.FORWARD_COMPUTE, Part.FORWARD_HOST, stage.forward),
-                                       (Part.BACKWARD_COMM, Part.BACKWARD_COMPUTE, Part.BACKWARD_HOST, stage.backward)):
+    for comm, compute, host, calls in ((Part.FORWARD_COMM, list(FORWARD_WORK), Part.FORWARD_HOST, stage.forward),
+                                       (Part.BACKWARD_COMM, list(BACKWARD_WORK), Part.BACKWARD_HOST, stage.backward)):
         collectives = sum(c.count for c in calls if c.role == "tp")
-        gap = (plain.nominal[compute, 0] + plain.nominal[host, 0]) / collectives
+        gap = (plain.nominal[compute, 0].sum() + plain.nominal[host, 0]) / collectives
         assert plain.nominal[comm, 0] > 0
         assert scaled.nominal[comm, 0] == pytest.approx(plain.nominal[comm, 0] * ratio_at(curve, gap))
         np.testing.assert_allclose(scaled.drawn[comm, 0], plain.drawn[comm, 0] * ratio_at(curve, gap))
-        assert scaled.nominal[compute, 0] == plain.nominal[compute, 0]  # the compute is not the collectives'
+        assert (scaled.nominal[compute, 0] == plain.nominal[compute, 0]).all()  # the compute is not the collectives'
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from predictor.core.ops import Call
 from predictor.core.profiles import REPO_ROOT, load_hardware, load_model
 from predictor.core.specs import ParallelConfig
 from predictor.engine.compose import compose
-from predictor.engine.stages import Part, StagePlan, draw_stage_sums
+from predictor.engine.stages import BACKWARD_WORK, FORWARD_WORK, Part, StagePlan, draw_stage_sums
 from predictor.latency import artifacts
 from predictor.latency.artifacts import ModelSet, foreign_device, models_dir
 from predictor.latency.features import host_floor_us
@@ -104,7 +104,7 @@ def test_cuda_passes_take_the_longer_timeline_a_cpu_s_add_up():
         sums[flag] = s.nominal[:, 0]
         dist = compose(work, models, draws=200, hold=("temporal", "spatial", "regime", "residual"))
         host = (sums[flag][Part.FORWARD_HOST] + sums[flag][Part.BACKWARD_HOST]) * work.micro_batches
-        device = (sums[flag][Part.FORWARD_COMPUTE] + sums[flag][Part.BACKWARD_COMPUTE]) * work.micro_batches
+        device = sums[flag][[*FORWARD_WORK, *BACKWARD_WORK]].sum() * work.micro_batches
         assert host > device  # host-bound: the point of the test
         step_us = np.median(dist.draws) * 1e6 - sums[flag][Part.OPTIMIZER]  # the step's serial end
         if flag:

@@ -219,7 +219,7 @@ def test_overlapped_deepep_all_to_alls_slow_the_compute_under_them():
     compute, but DeepEP's kernels hold 20 of the H100's 132 SMs meanwhile: the pass costs
     max(M, C + 20/132·M), not max(M, C). NCCL's all-to-all (SM count not modelled) and an
     unoverlapped layout keep the plain rules."""
-    from predictor.engine.stages import Part, StagePlan, draw_stage_sums, ep_sm_share, stage_times
+    from predictor.engine.stages import FORWARD_WORK, Part, StagePlan, draw_stage_sums, ep_sm_share, stage_times
     from predictor.latency.artifacts import trained_models
     from predictor.latency.lookup import QuantileCache
 
@@ -237,7 +237,7 @@ def test_overlapped_deepep_all_to_alls_slow_the_compute_under_them():
     rows = plan.starts  # each layout's first stage
     for row, share in zip(rows, (20 / 132, 0.0)):
         kind = plan.kind[row]
-        comp, ep = sums.nominal[Part.FORWARD_COMPUTE, kind], sums.nominal[Part.FORWARD_EP_OVERLAPPED, kind]
+        comp, ep = sums.nominal[list(FORWARD_WORK), kind].sum(), sums.nominal[Part.FORWARD_EP_OVERLAPPED, kind]
         exposed = t.forward_comm[row, 0] - sums.nominal[Part.FORWARD_COMM, kind]
         assert 0 < ep < comp  # inside a node the compute covers them: the slowdown is all they cost
         assert exposed == pytest.approx(share * ep)
