@@ -305,8 +305,8 @@ def row_precision(text, framework: str) -> tuple[str, str]:
     if not cell(row, "precision") or asks_default(cell(row, "precision")):
         row = {"precision": framework_default("precision", framework_family(framework))[0]}
     written = cell(row, "precision")
-    own = value_spellings("precision")  # the frameworks' own: NeMo's fp8 "hybrid", Bridge's "bf16_mixed"
-    lows = {**LOW_PRECISIONS, "float8": LOW_PRECISIONS["float8"] + own.get("float8", ())}
+    own = value_spellings("precision")  # the frameworks' own: NeMo's fp8 "hybrid", Bridge's "bf16_mixed", "fp8_mx"
+    lows = {v: words + own.get(v, ()) for v, words in LOW_PRECISIONS.items()}
     low = {value for value, negated in mentions(written, lows) if not negated}
     gemm = next((v for v in LOW_PRECISIONS if v in low), None)
     words = {v: PRECISIONS.get(v, ()) + plain.PRECISION_WORDS.get(v, ()) + (own.get(v, ()) if v != "float8" else ())
