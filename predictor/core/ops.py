@@ -146,6 +146,14 @@ OPS: dict[str, OpSpec] = {
     ]
 }
 
+#: The TP collectives' roles: the attention's (``tp``) and the feed-forward block's
+#: (``tp_ffn``), kept apart because each overlaps its own GEMMs, the feed-forward block's
+#: GEMMs being role ``ffn`` (:func:`predictor.engine.stages._exposed`).
+TP_FFN = "tp_ffn"
+TP_ROLES = ("tp", TP_FFN)
+FFN_ROLE = "ffn"
+
+
 @dataclass(frozen=True)
 class Call:
     """``count`` calls of ``op`` in ``pass_`` at ``shape``: the one record of an operator
@@ -156,7 +164,7 @@ class Call:
     pass_: str
     shape: tuple  # sorted (column, value) pairs: hashable, so equal calls are looked up once
     count: int = 1
-    role: str = "compute"  # compute | tp | cp | pp | dp | optimizer | host | sampled
+    role: str = "compute"  # compute | ffn | tp | tp_ffn | cp | pp | dp | optimizer | host | sampled
     ranks_per_node: int = 1
     nodes: int = 1
 

@@ -33,7 +33,17 @@ from predictor.core.ops import Call
 from predictor.core.specs import check_draws, check_number
 from predictor.engine.draws import Spread, max_of_lognormals
 from predictor.engine.schedule import steady_pipeline
-from predictor.engine.stages import PER_MICRO_BATCH, Part, StagePlan, draw_stage_sums, stage_times
+from predictor.engine.stages import (
+    BACKWARD_OVERLAPPED,
+    BACKWARD_WORK,
+    FORWARD_OVERLAPPED,
+    FORWARD_WORK,
+    PER_MICRO_BATCH,
+    Part,
+    StagePlan,
+    draw_stage_sums,
+    stage_times,
+)
 from predictor.latency.artifacts import ModelSet
 from predictor.latency.calibration import Calibration
 from predictor.latency.lookup import Evidence, QuantileCache
@@ -200,10 +210,8 @@ def _composed(work: Workload, plan: StagePlan, sums, spread: Spread, variability
 
 
 #: Each pass's host part and the device parts its host time is set against.
-_PASSES = ((Part.FORWARD_HOST, (Part.FORWARD_COMPUTE, Part.FORWARD_GEMM, Part.FORWARD_COMM,
-                                Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_EP_OVERLAPPED)),
-           (Part.BACKWARD_HOST, (Part.BACKWARD_COMPUTE, Part.BACKWARD_GEMM, Part.BACKWARD_COMM,
-                                 Part.BACKWARD_TP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED)))
+_PASSES = ((Part.FORWARD_HOST, (*FORWARD_WORK, Part.FORWARD_COMM, *FORWARD_OVERLAPPED)),
+           (Part.BACKWARD_HOST, (*BACKWARD_WORK, Part.BACKWARD_COMM, *BACKWARD_OVERLAPPED)))
 
 
 def _prior_share(nominal: np.ndarray, prior: np.ndarray, kinds: np.ndarray, micro_batches: float,

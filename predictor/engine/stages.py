@@ -49,7 +49,7 @@ from enum import IntEnum
 import numpy as np
 
 from predictor.core.errors import PrismError
-from predictor.core.ops import OPS, Call
+from predictor.core.ops import FFN_ROLE, OPS, TP_FFN, Call
 from predictor.engine.draws import KeyedStreams, inverse_cdf, quantile_mean
 from predictor.latency.adjustments.collective_gap import ratio_at
 from predictor.latency.calibration import Calibration
@@ -76,16 +76,26 @@ class Part(IntEnum):
     BACKWARD_HOST = 11
     FORWARD_EP_OVERLAPPED = 12  # expert-parallel all-to-alls under another micro-batch's compute
     BACKWARD_EP_OVERLAPPED = 13
-    FORWARD_GEMM = 14  # the forward's dense GEMMs: compute, and all that overlapped TP collectives run under
+    FORWARD_GEMM = 14  # the forward's dense GEMMs but the FFNs' (compute): the attention's overlapped TP hides here
     BACKWARD_GEMM = 15
+    FORWARD_TP_FFN_OVERLAPPED = 16  # the feed-forward blocks' TP collectives that overlap their GEMMs
+    BACKWARD_TP_FFN_OVERLAPPED = 17
+    FORWARD_GEMM_FFN = 18  # the feed-forward blocks' GEMMs
+    BACKWARD_GEMM_FFN = 19
 
 
 #: Parts that run once per micro-batch (the rest once per step).
 PER_MICRO_BATCH = (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.BACKWARD_COMPUTE,
                    Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.SEND, Part.FORWARD_HOST, Part.BACKWARD_HOST,
-                   Part.FORWARD_EP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED, Part.FORWARD_GEMM, Part.BACKWARD_GEMM)
-#: Each pass's compute parts: its dense GEMMs and the rest.
-FORWARD_WORK, BACKWARD_WORK = (Part.FORWARD_COMPUTE, Part.FORWARD_GEMM), (Part.BACKWARD_COMPUTE, Part.BACKWARD_GEMM)
+                   Part.FORWARD_EP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED, Part.FORWARD_GEMM, Part.BACKWARD_GEMM,
+                   Part.FORWARD_TP_FFN_OVERLAPPED, Part.BACKWARD_TP_FFN_OVERLAPPED, Part.FORWARD_GEMM_FFN,
+                   Part.BACKWARD_GEMM_FFN)
+#: Each pass's compute parts: its dense GEMMs (the FFNs' and the others) and the rest.
+FORWARD_WORK = (Part.FORWARD_COMPUTE, Part.FORWARD_GEMM, Part.FORWARD_GEMM_FFN)
+BACKWARD_WORK = (Part.BACKWARD_COMPUTE, Part.BACKWARD_GEMM, Part.BACKWARD_GEMM_FFN)
+#: Each pass's overlapped communication parts.
+FORWARD_OVERLAPPED = (Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_TP_FFN_OVERLAPPED, Part.FORWARD_EP_OVERLAPPED)
+BACKWARD_OVERLAPPED = (Part.BACKWARD_TP_OVERLAPPED, Part.BACKWARD_TP_FFN_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED)
 _FORWARD, _BACKWARD, _STEP, _SEND = range(4)  # where a call sits in a StageWork, in this order
 #: SMs an expert-parallel dispatcher's communication kernels hold, by ``parallel.moe_dispatcher``:
 #: DeepEP's dispatch and combine run on Megatron-Core's ``moe_deepep_num_sms`` = 20 SMs by
@@ -212,12 +222,15 @@ def _held_residuals(calls: list[Call], hold) -> np.ndarray:
     return mask
 
 
-#: A pass's part by route: compute, communication, overlappable TP communication, host,
-#: overlapped expert-parallel communication, dense GEMMs.
+#: A pass's part by route: compute, communication, the attention's overlappable TP
+#: communication, host, overlapped expert-parallel communication, dense GEMMs, the FFNs'
+#: overlappable TP communication, the FFNs' GEMMs.
 _PASS_PARTS = {_FORWARD: (Part.FORWARD_COMPUTE, Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_HOST,
-                          Part.FORWARD_EP_OVERLAPPED, Part.FORWARD_GEMM),
+                          Part.FORWARD_EP_OVERLAPPED, Part.FORWARD_GEMM, Part.FORWARD_TP_FFN_OVERLAPPED,
+                          Part.FORWARD_GEMM_FFN),
                _BACKWARD: (Part.BACKWARD_COMPUTE, Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED,
-                           Part.BACKWARD_HOST, Part.BACKWARD_EP_OVERLAPPED, Part.BACKWARD_GEMM)}
+                           Part.BACKWARD_HOST, Part.BACKWARD_EP_OVERLAPPED, Part.BACKWARD_GEMM,
+                           Part.BACKWARD_TP_FFN_OVERLAPPED, Part.BACKWARD_GEMM_FFN)}
 
 
 def _step_part(call: Call) -> Part:
@@ -267,10 +280,13 @@ def _parts(plan: StagePlan, calls: list[Call], kinds, where, cols) -> np.ndarray
     """The :class:`Part` of every call instance."""
     def per_instance(test) -> np.ndarray:
         return np.array([test(c) for c in calls], bool)[cols]
-    overlapped = per_instance(lambda c: c.role == "tp") & plan.overlap_tp_comm[plan.kind_layout[kinds]]
-    route = np.select([per_instance(lambda c: OPS[c.op].host), per_instance(lambda c: c.op == "gemm"),
-                       ~per_instance(lambda c: OPS[c.op].collective), overlapped,
-                       per_instance(lambda c: c.role == OVERLAPPED_EP)], [3, 5, 0, 2, 4], 1)
+    overlapping = plan.overlap_tp_comm[plan.kind_layout[kinds]]
+    gemm = per_instance(lambda c: c.op == "gemm")
+    route = np.select([per_instance(lambda c: OPS[c.op].host), gemm & per_instance(lambda c: c.role == FFN_ROLE),
+                       gemm, ~per_instance(lambda c: OPS[c.op].collective),
+                       per_instance(lambda c: c.role == "tp") & overlapping,
+                       per_instance(lambda c: c.role == TP_FFN) & overlapping,
+                       per_instance(lambda c: c.role == OVERLAPPED_EP)], [3, 7, 5, 0, 2, 6, 4], 1)
     step = np.zeros(len(calls), int)
     once = np.unique(cols[where == _STEP])
     step[once] = [_step_part(calls[c]) for c in once]
@@ -348,10 +364,8 @@ def _weighted_rows(rows: np.ndarray, cols: np.ndarray, weight: np.ndarray, value
 
 
 #: A pass's collective parts, each followed by the compute parts of the pass they come after.
-_GAPPED = (((Part.FORWARD_COMM, Part.FORWARD_TP_OVERLAPPED, Part.FORWARD_EP_OVERLAPPED),
-            (*FORWARD_WORK, Part.FORWARD_HOST)),
-           ((Part.BACKWARD_COMM, Part.BACKWARD_TP_OVERLAPPED, Part.BACKWARD_EP_OVERLAPPED),
-            (*BACKWARD_WORK, Part.BACKWARD_HOST)))
+_GAPPED = (((Part.FORWARD_COMM, *FORWARD_OVERLAPPED), (*FORWARD_WORK, Part.FORWARD_HOST)),
+           ((Part.BACKWARD_COMM, *BACKWARD_OVERLAPPED), (*BACKWARD_WORK, Part.BACKWARD_HOST)))
 
 
 def _gap_factors(curve, nominal: np.ndarray, buckets: np.ndarray, collectives: np.ndarray) -> np.ndarray:
@@ -424,13 +438,14 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
     """
     kind, layout = plan.kind[rows], plan.layout[rows]
     part = sums[:, kind]
-    fg, bg, opt = (part[p] * speed for p in (Part.FORWARD_GEMM, Part.BACKWARD_GEMM, Part.OPTIMIZER))
-    fc, bc = part[Part.FORWARD_COMPUTE] * speed + fg, part[Part.BACKWARD_COMPUTE] * speed + bg
+    fc, bc = (sum(part[p] for p in work) * speed for work in (FORWARD_WORK, BACKWARD_WORK))
+    opt = part[Part.OPTIMIZER] * speed
     share = plan.ep_sm_share[layout, None]
-    fm = part[Part.FORWARD_COMM] * regime + _exposed(part[Part.FORWARD_TP_OVERLAPPED] * regime,
-                                                     part[Part.FORWARD_EP_OVERLAPPED] * regime, fc, fg, share)
-    bm = part[Part.BACKWARD_COMM] * regime + _exposed(part[Part.BACKWARD_TP_OVERLAPPED] * regime,
-                                                      part[Part.BACKWARD_EP_OVERLAPPED] * regime, bc, bg, share)
+    fm, bm = (part[comm] * regime + _exposed(part[tp] * regime, part[tp_ffn] * regime, part[ep] * regime, compute,
+                                             part[gemm] * speed, part[gemm_ffn] * speed, share)
+              for comm, (tp, tp_ffn, ep), compute, (_, gemm, gemm_ffn)
+              in ((Part.FORWARD_COMM, FORWARD_OVERLAPPED, fc, FORWARD_WORK),
+                  (Part.BACKWARD_COMM, BACKWARD_OVERLAPPED, bc, BACKWARD_WORK)))
     send, reduce, gather = (part[p] * regime for p in (Part.SEND, Part.GRAD_REDUCE, Part.PARAM_GATHER))
     bucket = buckets[kind, None]
     reduce = np.where(plan.overlap_grad_reduce[layout, None],
@@ -445,21 +460,23 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
                       plan.deferred_sends[layout, None])
 
 
-def _exposed(tp, ep, compute, gemms, share):
-    """What overlapped communication adds to a pass of ``compute``, ``gemms`` of it its dense
-    GEMMs. An overlapped TP collective runs under the GEMM it is fused with, not under
-    the pass's other work: Transformer Engine's userbuffers split the GEMM beside its
-    all-gather or reduce-scatter (``initialize_ub``), and PyTorch's async TP fuses an
-    all-gather into the matmul that consumes it and a reduce-scatter into the one that
-    produces it (torch/_inductor/fx_passes/micro_pipeline_tp.py; ``fused_all_gather_matmul``,
-    ``fused_matmul_reduce_scatter`` in torch/distributed/_symmetric_memory): the TP
-    collectives (``tp``) cost what the GEMMs leave uncovered (the pass's sums, not each
-    pair's: a lower bound). The expert-parallel all-to-alls (``ep``) run under the rest of
-    the compute, and while they run their kernels hold ``share`` of the GPU's SMs, so the
-    compute under them runs at 1 - share: with compute C and all-to-alls M, the pass takes
-    max(M, C + share·M) when they alone overlap."""
-    hidden = np.minimum(tp, gemms)
-    return tp - hidden + np.maximum(ep - (compute - hidden), share * ep)
+def _exposed(tp, tp_ffn, ep, compute, gemms, ffn_gemms, share):
+    """What overlapped communication adds to a pass of ``compute``. An overlapped TP
+    collective runs under the GEMM it is fused with, not under the pass's other work:
+    Transformer Engine's userbuffers split the GEMM beside its all-gather or reduce-scatter
+    (``initialize_ub``), and PyTorch's async TP fuses an all-gather into the matmul that
+    consumes it and a reduce-scatter into the one that produces it
+    (torch/_inductor/fx_passes/micro_pipeline_tp.py; ``fused_all_gather_matmul``,
+    ``fused_matmul_reduce_scatter`` in torch/distributed/_symmetric_memory). So the
+    attention's TP collectives (``tp``) cost what its projections (``gemms``: the dense
+    GEMMs but the FFNs') leave uncovered, and the feed-forward blocks' (``tp_ffn``) what
+    their GEMMs (``ffn_gemms``) leave: each side's sums, not each pair's (a lower bound).
+    The expert-parallel all-to-alls (``ep``) run under the rest of the compute, and while
+    they run their kernels hold ``share`` of the GPU's SMs, so the compute under them runs
+    at 1 - share: with compute C and all-to-alls M, the pass takes max(M, C + share·M) when
+    they alone overlap."""
+    hidden = np.minimum(tp, gemms) + np.minimum(tp_ffn, ffn_gemms)
+    return tp + tp_ffn - hidden + np.maximum(ep - (compute - hidden), share * ep)
 
 
 def _host_wait(asynchronous: np.ndarray, forward_host, backward_host, forward_device, backward_device):

@@ -43,7 +43,7 @@ from predictor.core.errors import PrismError
 from predictor.core.framework import FrameworkSpec, load_framework, reference_framework
 from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
-from predictor.core.ops import DTYPE_BYTES, OPS, Call
+from predictor.core.ops import DTYPE_BYTES, OPS, TP_FFN, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.workload.host import (
@@ -185,7 +185,7 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         bwd = [c.scaled(1, "bwd") for c in compute]
         # TP collectives: a dense layer's two (attention, FFN), a MoE layer's attention's and,
         # with shared experts, theirs (the routed experts' tokens are already sequence-split).
-        tp_pairs = 2 * dense + moe * (1 + (model.shared_expert_ffn_hidden_size > 0))
+        tp_sides = {"tp": layers, TP_FFN: dense + moe * (model.shared_expert_ffn_hidden_size > 0)}
         ep_calls = _moe_collectives(model, par, seq, mesh, moe, act_bytes)
         modules = _modules(model, dense_calls, attn, groups, ep_calls, dense, mbs * seq // cp, tp) \
             if par.recompute_modules else {}
@@ -195,15 +195,12 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         fwd = [c.scaled(layers) for c in compute]
         alike = [list(fwd)]  # fwd gains the collectives below
         bwd = [c.scaled(layers, "bwd") for c in compute]
-        tp_pairs, ep_calls = 2 * layers, []
+        tp_sides, ep_calls = {"tp": layers, TP_FFN: layers}, []
         modules = _modules(model, fwd, [], {}, [], layers, mbs * seq // cp, tp) if par.recompute_modules else {}
     activation = mbs * seq // cp * model.hidden_size * act_bytes
-    if tp > 1:
-        if par.sequence_parallel:
-            tp_fwd = [_collective("all_gather", activation, tp, tp_pairs, "tp", tp_topo),
-                      _collective("reduce_scatter", activation, tp, tp_pairs, "tp", tp_topo)]
-        else:
-            tp_fwd = [_collective("all_reduce", activation, tp, tp_pairs, "tp", tp_topo)]
+    if tp > 1:  # each side's (attention, FFN) apart: each overlaps its own GEMMs
+        ops = ("all_gather", "reduce_scatter") if par.sequence_parallel else ("all_reduce",)
+        tp_fwd = [_collective(op, activation, tp, n, side, tp_topo) for side, n in tp_sides.items() if n for op in ops]
         fwd += _pipelined_tail(tp_fwd, tp_topo) if sm_margin else tp_fwd
         bwd += tp_fwd  # the backward mirrors each collective with its conjugate of equal size
     if cp > 1:
@@ -243,7 +240,7 @@ def _pipelined_tail(tp_fwd: list[Call], topo) -> list[Call]:
             continue
         size, group = c.shape_dict["message_bytes"], c.shape_dict["group_size"]
         piece = size // PIPELINE_SPLITS
-        out += [_collective("reduce_scatter", size - piece, group, c.count, "tp", topo),
+        out += [_collective("reduce_scatter", size - piece, group, c.count, c.role, topo),
                 _collective("reduce_scatter", piece, group, c.count, "tp_tail", topo)]
     return out
 
@@ -280,7 +277,7 @@ def _early_stopped(fwd: list[Call], model: ModelConfig, tokens: int, tp: int, la
     out = []
     for c in fwd:
         tail = ((c.op == "gemm" and c.shape == down) or c.op == "residual_add"
-                or (c.role == "tp" and c.op in TP_REDUCTIONS))
+                or (c.role == TP_FFN and c.op in TP_REDUCTIONS))
         if not tail:
             out.append(c)
         elif c.count > layers:  # a block's other calls of that shape still run

@@ -51,7 +51,7 @@ from __future__ import annotations
 import functools
 
 from predictor.core.framework import host_tables, load_framework, reference_framework
-from predictor.core.ops import OPS, Call
+from predictor.core.ops import OPS, TP_ROLES, Call
 
 # No framework calls are counted per parameter tensor around the optimizer step: its kernels
 # are multi-tensor, a launch per chunk of tensors (apex/DeepSpeed FusedAdam through
@@ -133,7 +133,7 @@ def _host_ops(op: str, call_pass: str, role: str, shape: tuple, pass_: str, fami
     if spec.collective:
         group = (("group_size", dict(shape)["group_size"]),)
         keys = []
-        if table.tp_reductions == "dtensor" and role == "tp" and op in TP_REDUCTIONS:
+        if table.tp_reductions == "dtensor" and role in TP_ROLES and op in TP_REDUCTIONS:
             keys.append(_host_key("dtensor", pass_, group))
         if asynchronous:
             keys.append(_host_key("collective_launch", "step", group))

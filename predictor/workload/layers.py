@@ -12,7 +12,7 @@ import functools
 import math
 
 from predictor.core.layout import layers_per_stage
-from predictor.core.ops import Call
+from predictor.core.ops import FFN_ROLE, Call
 from predictor.core.specs import ModelConfig, ParallelConfig
 
 
@@ -184,9 +184,9 @@ def mlp_ops(model: ModelConfig, tokens: int, width: int) -> list[Call]:
     for SwiGLU), the activation, down."""
     h, t = model.hidden_size, tokens
     up = 2 * width if model.activation == "swiglu" else width
-    return [Call.of("gemm", "fwd", {"m": t, "n": up, "k": h}),
+    return [Call.of("gemm", "fwd", {"m": t, "n": up, "k": h}, role=FFN_ROLE),
             Call.of(model.activation, "fwd", {"tokens": t, "hidden": width}),
-            Call.of("gemm", "fwd", {"m": t, "n": h, "k": width})]  # FFN down
+            Call.of("gemm", "fwd", {"m": t, "n": h, "k": width}, role=FFN_ROLE)]  # FFN down
 
 
 def _mla_ops(model: ModelConfig, micro_batch: int, seq: int, t: int, t_sp: int, tp: int, cp: int,

@@ -6,6 +6,7 @@ from scipy.special import ndtri
 
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError
+from predictor.core.ops import FFN_ROLE, TP_ROLES
 from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.engine.compose import COMPONENTS, compose
@@ -73,7 +74,7 @@ def test_single_gpu_step_is_the_sum_of_its_operators():
         return c.count * q["q0.5"].iloc[0]
 
     # on CUDA each pass takes the longer of the device's and the host's timelines
-    per_micro = sum(max(sum(median(c) for c in calls if c.role == "compute"),
+    per_micro = sum(max(sum(median(c) for c in calls if c.role in ("compute", FFN_ROLE)),
                         sum(median(c) for c in calls if c.role == "host")) for calls in (st.forward, st.backward))
     optimizer = sum(median(c) for c in st.step if c.role in ("optimizer", "host"))  # the step's host work is serial
     expected = (per_micro * work.micro_batches + optimizer) / 1e6
@@ -169,7 +170,7 @@ def test_count_calls_add_up_to_count_times_the_mean_of_their_draws():
     work, models = _setup("parallel.tp=2", hardware="local-cpu", model="tiny")
     plan = StagePlan.of([work])
     sums = draw_stage_sums(plan, models, QuantileCache(models, work.hardware), 20000, np.random.default_rng(0))
-    calls = [c for c in work.stages[0].forward if c.role == "tp"]
+    calls = [c for c in work.stages[0].forward if c.role in TP_ROLES]
     q, evidence = QuantileCache(models, work.hardware).lookup(calls)
     assert not any(e.prior for e in evidence)
     levels = np.asarray(DEFAULT_QUANTILES)
@@ -182,15 +183,22 @@ def test_count_calls_add_up_to_count_times_the_mean_of_their_draws():
     assert float(counts @ q[:, list(levels).index(0.5)]) < 0.9 * expected  # centred on the median: 14% short
 
 
-def test_overlapped_tp_collectives_hide_under_the_pass_s_gemms_alone():
+def test_overlapped_tp_collectives_hide_under_their_own_side_s_gemms():
     """An overlapped TP collective is fused with a GEMM (userbuffers, PyTorch's async TP): the
-    pass's attention core and element-wise work do not cover it; the expert all-to-alls run
+    attention's collectives hide under its projections, the FFN's under the FFN's GEMMs; the
+    pass's attention core and element-wise work cover neither; the expert all-to-alls run
     under the rest of the compute."""
     from predictor.engine.stages import _exposed
-    arrays = [np.array([x], float) for x in (10.0, 0.0, 100.0, 4.0)]
-    assert _exposed(*arrays, 0.0)[0] == pytest.approx(6.0)  # 10 of TP against 4 of GEMMs, 100 in all
-    assert _exposed(np.array([3.0]), np.array([0.0]), np.array([100.0]), np.array([4.0]), 0.0)[0] == 0.0
-    # all-to-alls of 50 under the 96 the TP collectives left: hidden
-    assert _exposed(np.array([10.0]), np.array([50.0]), np.array([100.0]), np.array([4.0]), 0.0)[0] == 6.0
+
+    def exposed(tp, tp_ffn, ep, compute, gemms, ffn_gemms, share=0.0):
+        return float(_exposed(*(np.array([x], float) for x in (tp, tp_ffn, ep, compute, gemms, ffn_gemms)), share)[0])
+
+    assert exposed(10, 0, 0, 100, 4, 0) == pytest.approx(6.0)  # 10 of TP against 4 of GEMMs, 100 in all
+    assert exposed(3, 0, 0, 100, 4, 0) == 0.0
+    # the FFN's wide GEMMs do not cover the attention's collectives: each side on its own
+    assert exposed(10, 10, 0, 100, 4, 40) == pytest.approx(6.0)
+    assert exposed(10, 50, 0, 100, 4, 40) == pytest.approx(16.0)
+    # all-to-alls of 50 under the 86 the TP collectives left: hidden
+    assert exposed(10, 10, 50, 100, 4, 40) == pytest.approx(6.0)
     # no TP: the all-to-alls against all the compute, holding a tenth of the SMs
-    assert _exposed(np.array([0.0]), np.array([120.0]), np.array([100.0]), np.array([50.0]), 0.1)[0] == 20.0
+    assert exposed(0, 0, 120, 100, 50, 0, 0.1) == pytest.approx(20.0)

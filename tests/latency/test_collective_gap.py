@@ -11,6 +11,7 @@ import pytest
 
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError
+from predictor.core.ops import TP_ROLES
 from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig, RegressorConfig
 from predictor.data import store
@@ -79,7 +80,7 @@ def test_a_pass_s_collectives_take_the_ratio_at_the_compute_shared_among_them():
     stage = work.stages[0]
     for comm, compute, host, calls in ((Part.FORWARD_COMM, list(FORWARD_WORK), Part.FORWARD_HOST, stage.forward),
                                        (Part.BACKWARD_COMM, list(BACKWARD_WORK), Part.BACKWARD_HOST, stage.backward)):
-        collectives = sum(c.count for c in calls if c.role == "tp")
+        collectives = sum(c.count for c in calls if c.role in TP_ROLES)
         gap = (plain.nominal[compute, 0].sum() + plain.nominal[host, 0]) / collectives
         assert plain.nominal[comm, 0] > 0
         assert scaled.nominal[comm, 0] == pytest.approx(plain.nominal[comm, 0] * ratio_at(curve, gap))

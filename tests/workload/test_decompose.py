@@ -7,7 +7,7 @@ import pytest
 from predictor.app.config import load_config
 from predictor.core.errors import PrismError
 from predictor.core.mesh import group_topology
-from predictor.core.ops import Call, flops
+from predictor.core.ops import FFN_ROLE, TP_FFN, TP_ROLES, Call, flops
 from predictor.core.profiles import section
 from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.latency.lookup import call_quantiles
@@ -26,7 +26,7 @@ def _step_flops(w, matmul_only=True):
     per_replica = 0.0
     for stage in w.stages:
         for call in stage.forward + stage.backward:
-            if call.role == "compute" and (not matmul_only or call.op in ("gemm", "attention", "bmm")):
+            if call.role in ("compute", FFN_ROLE) and (not matmul_only or call.op in ("gemm", "attention", "bmm")):
                 per_replica += call.count * flops(call.op, call.pass_, call.shape_dict)
     p = w.parallel
     return per_replica * w.micro_batches * p.dp * p.tp * p.cp
@@ -54,7 +54,7 @@ def test_full_recompute_adds_one_forward():
     base = _workload("parallel.tp=2", "parallel.global_batch_size=2")
     full = _workload("parallel.tp=2", "parallel.global_batch_size=2", "parallel.recompute=full")
     layers_fwd = sum(c.count * flops(c.op, c.pass_, c.shape_dict) for c in base.stages[0].forward
-                     if c.role == "compute" and c.op in ("gemm", "attention") and c.count > 1)
+                     if c.role in ("compute", FFN_ROLE) and c.op in ("gemm", "attention") and c.count > 1)
     assert _step_flops(full) - _step_flops(base) == pytest.approx(layers_fwd * 2 * 2, rel=1e-6)
 
 
@@ -67,7 +67,7 @@ def test_per_op_recompute_reruns_every_second_projection_and_the_cheap_ops():
     m, tokens = base.model, 8192
     h, kv, ffn, layers = m.hidden_size, m.num_kv_heads * m.head_dim // 2, m.ffn_hidden_size // 2, m.num_layers
     reruns = 2 * tokens * h * (kv + h // 2 + ffn) * layers  # wk, wo (its k is h/tp), w3 on one TP rank
-    extra = [c for c in per_op.stages[0].backward if c.pass_ == "fwd" and c.role == "compute"]
+    extra = [c for c in per_op.stages[0].backward if c.pass_ == "fwd" and c.role in ("compute", FFN_ROLE)]
     assert sum(c.count * flops(c.op, c.pass_, c.shape_dict) for c in extra if c.op == "gemm") == reruns
     assert not any(c.op == "attention" for c in extra)
     assert {c.op for c in extra} - {"gemm"} == {"rmsnorm", "residual_add", "rope", "swiglu"}
@@ -79,11 +79,13 @@ def test_tensor_parallel_collectives_per_layer():
     plain = _workload("parallel.tp=8", "parallel.global_batch_size=8")
     sp = _workload("parallel.tp=8", "parallel.global_batch_size=8", "parallel.sequence_parallel=true")
     layers = plain.model.num_layers
-    ar = [c for c in plain.stages[0].forward if c.role == "tp"]
-    assert [(c.op, c.count) for c in ar] == [("all_reduce", 2 * layers)]
+    ar = [c for c in plain.stages[0].forward if c.role in TP_ROLES]
+    # one per layer for the attention, one for the FFN: each side overlaps its own GEMMs
+    assert [(c.op, c.role, c.count) for c in ar] == [("all_reduce", "tp", layers), ("all_reduce", TP_FFN, layers)]
     assert ar[0].shape_dict == {"group_size": 8, "message_bytes": 2048 * 5120 * 2}
     assert ar[0].ranks_per_node == 8 and ar[0].nodes == 1
     assert sorted(c.op for c in sp.stages[0].forward if c.role == "tp") == ["all_gather", "reduce_scatter"]
+    assert sorted(c.op for c in sp.stages[0].forward if c.role == TP_FFN) == ["all_gather", "reduce_scatter"]
 
 
 def test_data_parallel_reduction_and_placement():
@@ -213,7 +215,7 @@ def test_the_reference_keeps_its_head_whole_under_tp():
     model, hw, par = load_model("small"), load_hardware("local-cpu"), ParallelConfig(tp=2)
     for framework, vocab in ((REFERENCE_FRAMEWORK, 4096), (None, 2048), ("torchtitan", 2048)):
         stage = decompose(model, par, hw, 2, framework=framework).stages[0]
-        head = [c for c in stage.forward if c.op == "gemm" and c.role != "compute"]
+        head = [c for c in stage.forward if c.op == "gemm" and c.role not in ("compute", FFN_ROLE)]
         assert [c.shape_dict["n"] for c in head] == [vocab], framework
         assert {c.shape_dict["vocab"] for c in stage.forward if c.op in ("embedding", "cross_entropy")} == {vocab}
 
@@ -238,8 +240,11 @@ def test_the_reference_s_recompute_stops_where_a_block_s_saved_tensors_are_rebui
         recomputed_down = sum(c.count for c in full.backward if c.op == "gemm" and c.pass_ == "fwd"
                               and {k: c.shape_dict[k] for k in down} == down)
         assert recomputed_down == rerun * layers, framework
+        # the attention's reduction always runs again, the FFN's where the whole forward does
         assert _counts(full.backward, "all_reduce", role="tp") - _counts(plain.backward, "all_reduce", role="tp") == (
-            (1 + rerun) * layers), framework  # the attention's reduction always runs again
+            layers), framework
+        assert (_counts(full.backward, "all_reduce", role=TP_FFN) - _counts(plain.backward, "all_reduce", role=TP_FFN)
+                == rerun * layers), framework
         assert _counts(full.backward, "residual_add", "fwd") == (1 + rerun) * layers, framework
         # what runs before the tail runs again in every framework: the up projection and the attention
         assert _counts(full.backward, "attention", "fwd") == layers
@@ -296,14 +301,15 @@ def test_userbuffers_run_the_forward_linears_in_pieces_and_leave_the_last_reduce
 
     def gemms(work):
         return {(c.shape_dict["m"], c.shape_dict["n"], c.shape_dict["k"]): c.count
-                for c in work.stages[0].forward if c.op == "gemm" and c.role == "compute"}
+                for c in work.stages[0].forward if c.op == "gemm" and c.role in ("compute", FFN_ROLE)}
 
     whole = gemms(off)
     for (m, n, k), count in gemms(on).items():
         pieces = 8 if k == hidden else PIPELINE_SPLITS
         assert whole[(m * pieces, n, k)] * pieces == count  # the same FLOPs, in pieces
-    tail = [c for c in on.stages[0].forward if c.role == "tp_tail"]
-    [rs] = [c for c in off.stages[0].forward if c.op == "reduce_scatter" and c.role == "tp"]
-    assert [c.op for c in tail] == ["reduce_scatter"] and tail[0].count == rs.count == 2 * layers
-    assert tail[0].shape_dict["message_bytes"] == rs.shape_dict["message_bytes"] // PIPELINE_SPLITS
+    tail = [c for c in on.stages[0].forward if c.role == "tp_tail"]  # the attention's and the FFN's
+    rs = [c for c in off.stages[0].forward if c.op == "reduce_scatter" and c.role in TP_ROLES]
+    assert {c.op for c in tail} == {"reduce_scatter"} and sum(c.count for c in tail) == sum(c.count for c in rs)
+    assert sum(c.count for c in rs) == 2 * layers
+    assert tail[0].shape_dict["message_bytes"] == rs[0].shape_dict["message_bytes"] // PIPELINE_SPLITS
     assert not [c for c in on.stages[0].backward if c.role == "tp_tail"]  # the backward's are bulk and ring overlaps
