@@ -33,6 +33,7 @@ from predictor.core.framework import (
     all_frameworks,
     default_framework,
     load_framework,
+    table_framework,
     unrecognised_framework,
     value_spellings,
 )
@@ -708,6 +709,8 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         notes.append(next(s for s in all_frameworks() if s.blank_fallback).unknown_note.format(
             framework=repr(framework)))
     spec = _spec(family)
+    # the framework the cell names (Megatron-Bridge, not its family Megatron-Core): its recipes' defaults
+    own = (table_framework(framework) if framework else None) or spec
     tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
     dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes, fill_blank=True)
@@ -724,8 +727,10 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
             sp = True
             notes.append(f"seq_parallel: blank, read as on ({required.message})")
         else:
-            sp = spec.sequence_parallel_default == "with_tp" and tp > 1
-            notes.append(_default_note("seq_parallel", "on" if sp else "off", family))
+            sp = own.sequence_parallel_default == "with_tp" and tp > 1
+            notes.append(_default_note("seq_parallel", "on" if sp else "off", family)
+                         if own.sequence_parallel_default == spec.sequence_parallel_default else
+                         f"seq_parallel={'on' if sp else 'off'} (blank: {own.display}'s recipes turn it on with tp > 1)")
     recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", family, notes), family)
     if note:
         notes.append(note)
@@ -745,6 +750,9 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     tp_overlap = says(text, "tp-comm-overlap", "tp comm overlap", "tp_comm_overlap", "asynctp", "async tp", "async-tp")
     if tp_overlap:
         notes.append("TP collectives overlapped (framework or notes say async TP / --tp-comm-overlap)")
+    elif own.overlap_tp_comm and tp > 1 and sp:
+        tp_overlap = True
+        notes.append(f"TP collectives overlapped ({own.display}'s recipes turn tp_comm_overlap on with tp > 1)")
     loss_fusion = spec.reads_loss_fusion and _loss_fused(text)
     if loss_fusion:
         notes.append("loss fused (NeMo's default cross_entropy_loss_fusion, or the notes say so)")

@@ -74,3 +74,17 @@ def test_the_recipes_precision_names(cell, gemm):
     job = row_workload(_row("LLAMA3_70B", "DGX-GB200", "64", cell, "128", "1", "8192", "0", "2", "4", "1", "5",
                             "", "", ""), {})
     assert job.hardware.gemm_dtype in (gemm, None) and (job.hardware.gemm_dtype or "bfloat16") == gemm
+
+
+def test_megatron_bridge_rows_take_its_recipes_sequence_parallelism_and_tp_overlap():
+    """A Megatron-Bridge row that leaves them blank runs as its recipes do: sequence parallelism
+    on and userbuffers TP overlap on wherever tp > 1; at tp = 1 neither."""
+    row = dict(_row("LLAMA3_70B", "DGX-H100", "64", "FP8-CS", "128", "1", "8192", "0", "4", "8", "1", "5", "", "",
+                    ""), framework="Megatron-Bridge")
+    job = row_workload(row, {})
+    assert job.parallel.sequence_parallel and job.parallel.overlap_tp_comm
+    assert any("tp_comm_overlap on with tp > 1" in n for n in job.assumed)
+    one = row_workload(dict(row, tp="1", pp="1", vp=""), {})
+    assert not one.parallel.sequence_parallel and not one.parallel.overlap_tp_comm
+    nemo = row_workload(dict(row, framework="NeMo"), {})  # NeMo's own defaults are not Bridge's
+    assert not nemo.parallel.overlap_tp_comm
