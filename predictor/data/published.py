@@ -730,7 +730,8 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
             sp = own.sequence_parallel_default == "with_tp" and tp > 1
             notes.append(_default_note("seq_parallel", "on" if sp else "off", family)
                          if own.sequence_parallel_default == spec.sequence_parallel_default else
-                         f"seq_parallel={'on' if sp else 'off'} (blank: {own.display}'s recipes turn it on with tp > 1)")
+                         f"seq_parallel={'on' if sp else 'off'} (blank: {own.display}'s recipes turn it on "
+                         f"with tp > 1)")
     recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", family, notes), family)
     if note:
         notes.append(note)
