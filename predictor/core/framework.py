@@ -118,6 +118,7 @@ class FrameworkSpec:
     interleave_stages: int | None
     overlap_grad_reduce: bool
     overlap_tp_comm: bool
+    moe_force_balance: bool
     loss_fusion: bool
     reads_loss_fusion: bool
     table_cells: tuple[str, ...]
@@ -241,6 +242,7 @@ def _spec(name: str, node: dict, path: str) -> FrameworkSpec:
             interleave_stages=None if interleave is None else int(interleave),
             overlap_grad_reduce=bool(defaults.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(defaults.get("overlap_tp_comm", False)),
+            moe_force_balance=bool(defaults.get("moe_force_balance", False)),
             loss_fusion=bool(defaults.get("loss_fusion", False)),
             reads_loss_fusion=bool(table.get("reads_loss_fusion", False)),
             table_cells=tuple(table.get("cells") or ()), table_cells_unless=tuple(table.get("cells_unless") or ()),

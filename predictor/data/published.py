@@ -765,7 +765,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
         overlap_grad_reduce=spec.overlap_grad_reduce, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
-        attention=attention, **_expert_settings(model, row, text, notes),
+        attention=attention, **_expert_settings(model, row, text, notes, own),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:
         validate_layout(model, par, gpus)
@@ -828,7 +828,7 @@ def _recompute_modules(text: str, recompute: str, notes: list[str]) -> str:
     return modules
 
 
-def _expert_settings(model: ModelConfig, row: Mapping, text: str, notes: list[str]) -> dict:
+def _expert_settings(model: ModelConfig, row: Mapping, text: str, notes: list[str], own: FrameworkSpec) -> dict:
     """A MoE row's expert settings from its etp column and its framework and notes text: expert
     tensor parallelism (the column, else 'ETP=1', 'ETP1'; blank: 1, Megatron's MoE model zoo and torchtitan),
     forced balanced routing ('forced load balancing', Megatron
@@ -845,6 +845,10 @@ def _expert_settings(model: ModelConfig, row: Mapping, text: str, notes: list[st
                  "force-load-balancing", "moe-router-force-load-balancing")
     if force:
         notes.append("balanced routing forced (notes: --moe-router-force-load-balancing)")
+    elif own.moe_force_balance and not says(text, "real routing", "unforced", "natural routing"):
+        force = True
+        notes.append(f"balanced routing forced ({own.display}'s performance recipes set "
+                     f"moe_router_force_load_balancing; notes that say 'real routing' turn it off)")
     capacity = re.search(r"capacity[ _-]factor\s*=?\s*(\d+(?:\.\d+)?)", text, re.IGNORECASE)
     gather = says(text, "allgather dispatcher", "all-gather dispatcher", "dispatcher allgather")
     flex = says(text, "deepep", "hybridep", "flex")

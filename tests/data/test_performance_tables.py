@@ -88,3 +88,13 @@ def test_megatron_bridge_rows_take_its_recipes_sequence_parallelism_and_tp_overl
     assert not one.parallel.sequence_parallel and not one.parallel.overlap_tp_comm
     nemo = row_workload(dict(row, framework="NeMo"), {})  # NeMo's own defaults are not Bridge's
     assert not nemo.parallel.overlap_tp_comm
+
+
+def test_megatron_bridge_moe_rows_route_as_its_benchmarks_force_them():
+    """Megatron-Bridge's performance recipes force balanced routing for every MoE model; a row
+    that says it routed for real is read so."""
+    row = dict(_row("Qwen3 30B-A3B", "DGX-H100", "16", "BF16", "512", "2", "4096", "0", "1", "1", "1", "", "8", "1",
+                    ""), framework="Megatron-Bridge")
+    assert row_workload(row, {}).parallel.moe_force_balance
+    assert not row_workload(dict(row, notes="dropless (real routing)"), {}).parallel.moe_force_balance
+    assert not row_workload(dict(row, framework="Megatron-Core"), {}).parallel.moe_force_balance
