@@ -159,8 +159,8 @@ def measured_step_s(row: Mapping) -> float:
     if set_id not in FLOP_COUNT:
         raise PrismError(f"set_id={set_id!r}: publishes TFLOP/s but its FLOP count is unknown; add how it "
                          f"counts to predictor.data.published.FLOP_COUNT", field="set_id")
-    seq, gbs, gpus = (count(row, c) for c in ("seq_len", "gbs", "num_gpus"))
-    flops = model_flops_per_step(row_model(row), gbs * seq, seq, **FLOP_COUNT[set_id])
+    model, gbs, gpus = row_model(row), count(row, "gbs"), count(row, "num_gpus")
+    flops = model_flops_per_step(model, gbs * model.seq_length, model.seq_length, **FLOP_COUNT[set_id])
     return flops / (_number(row, "tflops_per_gpu") * 1e12 * gpus)
 
 
@@ -345,7 +345,8 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
         raise PrismError(f"model={name!r}: names {what} in the name ({BY_NAME['model'].meaning})", field="model")
     family = known.family if known else families[0]
     layers, hidden, heads, seq = (count(row, c) for c in ("layers", "hidden", "heads", "seq_len"))
-    blank = next((c for c, v in zip(("layers", "hidden", "heads"), (layers, hidden, heads)) if v is None), None)
+    blank = next((c for c, v in zip(("layers", "hidden", "heads", "seq_len"), (layers, hidden, heads, seq))
+                  if v is None), None)
     if blank:
         raise PrismError(f"{blank}: blank, and model={name!r} is no architecture conf/model knows by name; fill in "
                          f"{blank} ({BY_NAME[blank].meaning}), or name a published model (prism predict --help lists "

@@ -84,7 +84,9 @@ COLUMNS = (
     Column("ffn", "count", False, "FFN inner width", "4 x hidden", limit=1 << 20),
     Column("vocab", "count", False, "vocabulary size", "GPT 51,200 (GPT-2's, padded); Llama 128,256 (Llama 3)",
            limit=1 << 22),
-    Column("seq_len", "count", True, "sequence length, tokens", limit=1 << 22),
+    Column("seq_len", "count", False, "sequence length, tokens",
+           "a recipe name's context ('llama3_8b_16k': 16,384), else the registry's pre-training length "
+           "(conf/model) where the model cell names a published architecture", limit=1 << 22),
     Column("gbs", "count", True, "global batch, sequences per step", limit=1 << 22),
     Column("mbs", "count", False, "micro-batch, sequences", "1", limit=1 << 16),
     Column("tp", "count", True, "tensor-parallel degree", limit=1024),
@@ -102,7 +104,8 @@ COLUMNS = (
     Column("vp", "count", False, "virtual pipeline stages per rank (interleaved 1F1B where > 1)",
            "1; 'yes' without a number: torchtitan's 2 stages per rank, refused elsewhere",
            "a whole number, or yes/no", limit=64),
-    Column("seq_parallel", "switch", False, "sequence parallelism", "torchtitan: on where tp > 1; else off",
+    Column("seq_parallel", "switch", False, "sequence parallelism",
+           "torchtitan and Megatron-Bridge (its recipes): on where tp > 1; else off",
            "on/off, yes/no, true/false, 1/0"),
     Column("recompute", "choice", False, "activation recomputation",
            "torchtitan: per_op (its selective mode's per-op policy); else none",
@@ -112,14 +115,17 @@ COLUMNS = (
            "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's; also the "
            "frameworks' own words (NeMo distributed_fused_adam, DeepSpeed stage 2, FULL_SHARD)"),
     Column("precision", "choice", False, "training precision", "bf16; fp32 under HF Accelerate",
-           "bf16, fp16, fp32 (tf32), fp8 (linears in float8, the rest bf16 unless another is named); also "
-           "bf16-mixed, 16-mixed, mixed (16-bit), fp8 hybrid"),
+           "bf16, fp16, fp32 (tf32), fp8 (linears in float8, the rest bf16 unless another is named), fp8 "
+           "blockwise, MXFP8, NVFP4; also bf16-mixed, 16-mixed, mixed (16-bit), fp8 hybrid, FP8-CS, FP8-DS, "
+           "FP8-MX (Megatron-Bridge's fp8_mx: MXFP8), the recipes' names (bf16_with_mxfp8_mixed, ...)"),
     Column("framework", "text", False, "training framework: picks the defaults above; Megatron-LM without 'Core' "
-           "runs attention unfused and reduces gradients after the backward",
+           "runs attention unfused and reduces gradients after the backward; Megatron-Bridge runs as its "
+           "performance recipes do (TP overlap with tp > 1, MoE routing forced balanced)",
            "Megatron-Core's behaviour (flash attention, gradient reduction overlapped)"),
     Column("gpu", "choice", True, "GPU, matched to a conf/hardware profile by its device.match names",
-           spellings="a name containing A100, H100, H200, GH200, B200 (or a longer device.match name); "
-                     "the longest match wins"),
+           spellings="a name containing A100, H100, H200, GH200, B200, B300, GB200, GB300 (or a longer "
+                     "device.match name: 'H100 SXM 96GB HBM2e' is torchtitan's 2.4 TB/s part); the longest "
+                     "match wins"),
     Column("num_gpus", "count", True, "GPUs of the job: dp x tp x pp x cp", limit=1 << 22),
     Column("gpus_per_node", "count", False, "GPUs per node", "the hardware profile's", limit=1024),
     Column("inter_node", "text", False, "bandwidth between nodes, per GPU unless it says 'per node'",
@@ -132,7 +138,9 @@ COLUMNS = (
     Column("moe_layer_freq", "text", False, "which layers are MoE", "every layer",
            "1 (every layer), N (every N-th), 'all MoE', 'every 2nd layer MoE', or Megatron's list '[0]*3+[1]*58'"),
     Column("notes", "text", False, "free text: 'async TP' or '--tp-comm-overlap' (not negated) overlaps the TP "
-           "collectives with the GEMMs; the framework column is read alike"),
+           "collectives with the GEMMs; for MoE rows 'forced load balancing' (or 'real routing'), 'DeepEP' / "
+           "'HybridEP', 'A2A overlap', 'capacity factor N', 'ETP=n'; 'attn_impl: triton'; the framework column "
+           "is read alike"),
 )
 BY_NAME = {c.name: c for c in COLUMNS}
 REQUIRED = tuple(c.name for c in COLUMNS if c.required)

@@ -91,8 +91,8 @@ def test_a_missing_required_column_is_named(runs, tmp_path, capsys):
         read_table(src)
     assert exc.value.field == "gbs"
     # optional columns may be absent: their blanks' defaults apply
-    # dims kept: these rows name models no registry has
-    slim = runs.head(2)[[c.name for c in COLUMNS if c.required] + ["layers", "hidden", "heads"]]
+    # dims and length kept: these rows name models no registry has
+    slim = runs.head(2)[[c.name for c in COLUMNS if c.required] + ["layers", "hidden", "heads", "seq_len"]]
     assert _cli(capsys, _write(tmp_path / "slim.csv", slim), f"out={tmp_path / 'slim.out.csv'}")[0] == 0
 
 

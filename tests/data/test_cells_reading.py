@@ -27,8 +27,8 @@ def test_counts_that_stay_refused(text):
 
 def test_a_dash_is_a_blank_count():
     assert count({"cp": "-"}, "cp") is None and count({"cp": "\u2014"}, "cp") is None
-    with pytest.raises(PrismError, match="seq_len: blank"):
-        count({"seq_len": "-"}, "seq_len")
+    with pytest.raises(PrismError, match="gbs: blank"):
+        count({"gbs": "-"}, "gbs")
 
 
 SWITCHES = [("on", True), ("off", False), ("yes", True), ("no", False), ("true", True), ("False", False),

@@ -98,3 +98,15 @@ def test_megatron_bridge_moe_rows_route_as_its_benchmarks_force_them():
     assert row_workload(row, {}).parallel.moe_force_balance
     assert not row_workload(dict(row, notes="dropless (real routing)"), {}).parallel.moe_force_balance
     assert not row_workload(dict(row, framework="Megatron-Core"), {}).parallel.moe_force_balance
+
+
+def test_a_table_without_a_sequence_length_takes_the_registry_s_and_says_so():
+    """A published architecture's pre-training length fills a blank or absent seq_len; a model
+    the registry does not know is refused, naming seq_len."""
+    row = _row("LLAMA3_70B", "DGX-H100", "64", "BF16", "128", "1", "", "0", "4", "4", "1", "", "", "", "")
+    del row["sequence length"]
+    job = row_workload(row, {})
+    assert job.model.seq_length == 8192 and any("seq_len=8192 from it" in n for n in job.assumed)
+    with pytest.raises(PrismError) as err:
+        row_workload(dict(row, model="my llama", layers="32", hidden="4096", heads="32"), {})
+    assert err.value.field == "seq_len"
