@@ -103,17 +103,31 @@ def format_variability_source(hardware: str, v: dict) -> str:
     return "measured (variability.json beside the models): " + ", ".join(parts)
 
 
-def format_predictive(predictive: dict) -> str:
-    """The predictive uncertainty of the run's median step as one line."""
+def format_predictive(predictive: dict, aside: str = "") -> str:
+    """The predictive uncertainty of the run's median step: one line (``aside`` at its end),
+    and one more saying what runs like this one measured against PRISM, where the model
+    keeps its runs."""
     if not predictive["learned_from"]:
-        return "median step     no predictive-uncertainty model (models/doubt): the doubt is not stated"
+        return "median step     no predictive-uncertainty model (models/doubt): the doubt is not stated" + aside
     iv = predictive["interval_s"]
     far = predictive["extrapolating"]
-    return ("median step     " + f"p50 {_short(predictive['median_step_s']['p50'])}  "
+    line = ("median step     " + f"p50 {_short(predictive['median_step_s']['p50'])}  "
             + "  ".join(f"{k} {_short(lo)}-{_short(hi)}" for k, (lo, hi) in iv.items())
             + "   (predictive uncertainty"
             + (f"; extrapolating on {', '.join(far)}, as the sources it was calibrated on did when left out)"
-               if far else ")"))
+               if far else ")") + aside)
+    alike = predictive.get("alike")
+    return line + ("\n" + format_alike(alike) if alike else "")
+
+
+def format_alike(alike: dict) -> str:
+    """What the median step's band rests on, in words: the runs like this one and how far
+    their measured steps lay from PRISM's median."""
+    what = ", ".join(alike["matched_on"].values()) or "every run"
+    lo, hi = alike["off_by"]
+    return (f"band rests on   runs like this ({what}: {alike['sources']} sources, {alike['runs']:,} runs) measured "
+            f"{lo:+.0%} to {hi:+.0%} against PRISM's median (their 5th to 95th percentile, each source weighing "
+            f"the same)")
 
 
 def compact_number(v: float) -> str:
@@ -214,7 +228,7 @@ def format_variability(r: VariabilityReport) -> str:
              f"step (s)        nominal {_short(r.nominal_s)} (every component at its median)   "
              + "  ".join(f"{k} {_short(s[k])}" for k in ("p5", "p50", "p95", "mean"))
              + "   (the hardware's variability alone)",
-             format_predictive(r.predictive) + "  (beside, not in, this analysis)",
+             format_predictive(r.predictive, "  (beside, not in, this analysis)"),
              *([f"memory / GPU    {r.memory_gib['total']:.1f} GiB of {r.memory_gib['capacity']:.4g}"
                 + ("" if r.fits else "   DOES NOT FIT: the job cannot run as laid out")] if r.memory_gib else []),
              "", "slowdown vs scale: P(step >= (1+x) nominal), tp/pp/cp and micro-batches per replica fixed"]

@@ -82,6 +82,7 @@ class Doubt:
     prediction_s: float
     extrapolating: list[str]
     learned_from: str | None
+    alike: dict | None = None  # what runs like this one measured against PRISM (DoubtModel.alike)
 
     def draws(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` draws of the run's median step over the composed median (1 = the prediction)."""
@@ -97,7 +98,8 @@ def doubt_of(work: Workload, dist: StepDistribution, tier: str, framework: str,
         return Doubt(np.full(len(DEFAULT_QUANTILES), p50), p50, [], None)
     x = features(work, dist, tier, framework)[None, :]
     return Doubt(p50 * np.exp(model.predict(x)[0]), p50, model.extrapolating(x)[0],
-                 f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time")
+                 f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time",
+                 model.alike(x[0]))
 
 
 def doubts_of(composed: list, model: DoubtModel | None) -> list[Doubt | Exception]:
@@ -121,6 +123,6 @@ def doubts_of(composed: list, model: DoubtModel | None) -> list[Doubt | Exceptio
         X = np.array(X)
         q, extrapolating = model.predict(X), model.extrapolating(X)
         learned = f"{model.rows_} measured runs of {len(model.sources_)} sources, left out one source at a time"
-        for (i, p50), qi, ex in zip(rows, q, extrapolating):
-            out[i] = Doubt(p50 * np.exp(qi), p50, ex, learned)
+        for (i, p50), qi, ex, x in zip(rows, q, extrapolating, X):
+            out[i] = Doubt(p50 * np.exp(qi), p50, ex, learned, model.alike(x))
     return out

@@ -66,12 +66,13 @@ class Prediction:
 
 def predictive_report(doubt: Doubt) -> dict:
     """The predictive distribution of the run's median step as reported: quantiles, the
-    50/80/90% central intervals, what the model extrapolates on and what it learned from."""
+    50/80/90% central intervals, what the model extrapolates on, what it learned from, and
+    what runs like this one measured against PRISM (``alike``: None without a model)."""
     q = dict(zip(DEFAULT_QUANTILES, map(float, doubt.quantiles_s)))
     return {"median_step_s": {f"p{round(a * 100)}": v for a, v in q.items()},
             "interval_s": {f"{round((hi - lo) * 100)}%": [q[lo], q[hi]] for lo, hi in ((0.25, 0.75), (0.1, 0.9),
                                                                                         (0.05, 0.95))},
-            "extrapolating": doubt.extrapolating, "learned_from": doubt.learned_from}
+            "extrapolating": doubt.extrapolating, "learned_from": doubt.learned_from, "alike": doubt.alike}
 
 
 def steps_to_train(train_tokens: float, tokens_per_step: float) -> int:

@@ -41,6 +41,7 @@ coverage of the leave-one-source-out check, library versions).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,14 @@ FEATURES = ("tier", "prior_share", "comm_share", "bubble_share", "log2_us_per_ca
 KIND = ("framework", "gpu")
 #: Evidence tiers (``predictor.latency.artifacts.TIERS``' order), the ``tier`` feature's codes.
 TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
+#: What "runs like this" match a query on (:meth:`DoubtModel.alike`), most alike first: the
+#: device kind, the evidence tier, the framework family, the low precision; the first that
+#: holds runs of :data:`ALIKE_SOURCES` sources or more is stated with the prediction.
+ALIKE = (("gpu", "tier", "framework", "fp8"), ("gpu", "tier", "framework"), ("gpu", "tier"), ("gpu",), ())
+ALIKE_SOURCES = 3
+#: The runs the model learned from, one line each (:meth:`DoubtModel.save`).
+RUNS_FILE = "runs.csv"
+RUN_COLUMNS = ("source", "gpu", "tier", "framework", "fp8", "log_error")
 #: Shallow trees and few rounds: a few hundred runs from a handful of sources.
 LEARNER = dict(n_estimators=60, max_depth=2, learning_rate=0.1, median_rounds=20, spread_estimators=30,
                spread_max_depth=2, min_child_weight=5.0, calibration_fraction=0.0)
@@ -220,6 +229,8 @@ class DoubtModel:
         self.frameworks_ = sorted({_frameworks()[int(f)] for f in X[:, FEATURES.index("framework")]})
         self.sources_ = sorted(map(str, np.unique(sources)))
         self.rows_ = len(y)
+        self.runs_ = {"source": sources.astype(str), **{k: X[:, FEATURES.index(k)] for k in RUN_COLUMNS[1:-1]},
+                      "log_error": y}
         return self
 
     def held_out_predictions(self, X: np.ndarray, y: np.ndarray, sources: np.ndarray) -> np.ndarray:
@@ -233,6 +244,27 @@ class DoubtModel:
     def extrapolating(self, X: np.ndarray) -> list[list[str]]:
         """Per row, the features outside the training range (or an unseen framework)."""
         return outside(np.asarray(X, float), self.low_, self.high_, self.frameworks_)
+
+    def alike(self, x: np.ndarray) -> dict | None:
+        """What the runs most like the query ``x`` (one row of :data:`FEATURES`) measured
+        against PRISM's median: the first match of :data:`ALIKE` with runs of
+        :data:`ALIKE_SOURCES` sources or more, its sources and runs, and the 5th and 95th
+        percentiles of measured / predicted - 1 among them, each source weighing the same.
+        None where the model keeps no runs (one saved before it kept them)."""
+        runs = getattr(self, "runs_", None)
+        if runs is None:
+            return None
+        for keys in ALIKE:
+            mask = np.ones(len(runs["log_error"]), bool)
+            for k in keys:
+                mask &= runs[k] == x[FEATURES.index(k)]
+            sources = runs["source"][mask]
+            if len(np.unique(sources)) >= ALIKE_SOURCES or not keys:
+                break
+        off, weights = np.expm1(runs["log_error"][mask]), source_weights(sources)
+        return {"matched_on": {k: _described(k, x[FEATURES.index(k)]) for k in keys},
+                "sources": int(len(np.unique(sources))), "runs": int(mask.sum()),
+                "off_by": [_weighted_quantile(off, weights, 0.05), _weighted_quantile(off, weights, 0.95)]}
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """(n, k) calibrated quantiles of ``log(measured / predicted)``, every central
@@ -261,6 +293,11 @@ class DoubtModel:
                 "sources": self.sources_, "rows": self.rows_, "report": report or {},
                 "files": {k: {"name": files[k], "sha256": hashes[k]} for k in files},
                 "xgboost": xgb.__version__, "numpy": np.__version__}
+            runs = "\n".join([",".join(RUN_COLUMNS)] + [
+                ",".join([str(src), *(f"{self.runs_[k][i]:g}" for k in RUN_COLUMNS[1:-1]),
+                          f"{self.runs_['log_error'][i]:.5f}"]) for i, src in enumerate(self.runs_["source"])]) + "\n"
+            (tmp / RUNS_FILE).write_text(runs)
+            manifest["runs"] = {"name": RUNS_FILE, "sha256": hashlib.sha256(runs.encode()).hexdigest()}
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
         return directory
 
@@ -295,4 +332,32 @@ class DoubtModel:
         model.sources_ = list(manifest["sources"])
         model.rows_ = int(manifest["rows"])
         model.report_ = manifest.get("report", {})
+        model.runs_ = _read_runs(directory, manifest["runs"]) if "runs" in manifest else None
         return model
+
+
+def _read_runs(directory: Path, entry: dict) -> dict:
+    """The runs :meth:`DoubtModel.save` wrote, checked against their checksum."""
+    path = directory / entry["name"]
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PrismError(f"{path}: unreadable ({exc}); retrain (python benchmarks/bench_doubt.py --save)",
+                         field=str(path)) from None
+    if hashlib.sha256(text.encode()).hexdigest() != entry["sha256"]:
+        raise PrismError(f"{path}: does not match its checksum in manifest.json (changed or truncated); retrain "
+                         f"(python benchmarks/bench_doubt.py --save)", field=str(path))
+    lines = [line.split(",") for line in text.splitlines()[1:]]
+    return {"source": np.array([line[0] for line in lines]),
+            **{k: np.array([float(line[j]) for line in lines]) for j, k in enumerate(RUN_COLUMNS[1:], start=1)}}
+
+
+def _described(feature: str, value: float) -> str:
+    """A matched feature's value in words."""
+    if feature == "gpu":
+        return "a GPU" if value else "a CPU"
+    if feature == "tier":
+        return TIER_CODES[int(value)]
+    if feature == "framework":
+        return _frameworks()[int(value)]
+    return "8-bit or narrower GEMMs" if value else "16/32-bit GEMMs"

@@ -91,6 +91,45 @@ def test_a_corrupt_artifact_is_refused_with_its_path(tmp_path):
     assert "doubt.ubj.gz" in str(err.value)
 
 
+def test_runs_like_this_match_on_the_most_alike_features_that_several_sources_share(tmp_path):
+    """"Runs like this": the runs sharing the query's device kind, tier, framework and
+    precision where three sources or more have some, else fewer of those features; what they
+    measured against PRISM, each source weighing the same; the same after a save and load,
+    and a changed runs file refused, naming it."""
+    X, y, sources = _synthetic(seed=3)
+    tier, fp8, gpu = (FEATURES.index(k) for k in ("tier", "fp8", "gpu"))
+    X[:, [tier, fp8, gpu]] = 0.0
+    X[sources == "s1", fp8] = 1.0  # one source of fp8 runs only
+    y[sources == "s1"] = 0.4  # measured 49% slower than predicted, every run
+    model = DoubtModel().fit(X, y, sources)
+    plain = model.alike(X[sources == "s2"][0])
+    assert plain["matched_on"] == {"gpu": "a CPU", "tier": "measured samples", "framework": FRAMEWORKS[0],
+                                   "fp8": "16/32-bit GEMMs"}
+    assert (plain["sources"], plain["runs"]) == (4, 580)
+    assert -0.5 < plain["off_by"][0] < 0 < plain["off_by"][1] < 0.5  # s1's +49% is not among them
+    fp8_query = model.alike(X[sources == "s1"][0])  # one source has fp8 runs: the match drops precision
+    assert "fp8" not in fp8_query["matched_on"] and fp8_query["sources"] == 5
+    loaded = DoubtModel.load(model.save(tmp_path / "doubt"))
+    again = loaded.alike(X[sources == "s2"][0])  # the runs file keeps five decimals of each log error
+    assert again["off_by"] == pytest.approx(plain["off_by"], abs=1e-4)
+    assert {k: v for k, v in again.items() if k != "off_by"} == {k: v for k, v in plain.items() if k != "off_by"}
+    runs = tmp_path / "doubt" / "runs.csv"
+    runs.write_text(runs.read_text().replace("s2,", "s9,"))
+    with pytest.raises(PrismError) as err:
+        DoubtModel.load(tmp_path / "doubt")
+    assert "runs.csv" in str(err.value)
+
+
+def test_the_band_says_what_it_rests_on_in_words():
+    from predictor.app.render import format_predictive
+    predictive = {"median_step_s": {"p50": 1.0}, "interval_s": {"90%": [0.8, 1.3]}, "extrapolating": [],
+                  "learned_from": "100 measured runs of 5 sources",
+                  "alike": {"matched_on": {"gpu": "a GPU", "tier": "microbenchmarks"}, "sources": 4, "runs": 122,
+                            "off_by": [-0.21, 0.41]}}
+    text = format_predictive(predictive)
+    assert "runs like this (a GPU, microbenchmarks: 4 sources, 122 runs) measured -21% to +41%" in text
+
+
 def test_a_machines_suite_runs_weigh_together_as_one_source():
     from predictor.latency.doubt import source_family, source_weights
     assert source_family("local-cpu-suite-JJ") == "local-cpu-suite" == source_family("local-cpu-suite-A")
