@@ -66,6 +66,7 @@ class HardwareResult:
     median_step_s: float = 0.0  # the job's median step, prism predict's "median step" (predictive p50)
     median_step_90_s: list = field(default_factory=list)  # its 90% predictive interval
     train_step_s: float | None = None  # the step tokens/s, time, cost and energy rest on (Prediction.train_step_s)
+    alike: dict | None = None  # what runs like this one measured against PRISM (the band's basis)
 
 
 @dataclass
@@ -147,6 +148,7 @@ def _result(p: Prediction, hw: HardwareConfig, pue: float, baseline_s: float) ->
         hardware=p.hardware, tier=p.tier, step_time_s={k: p.step_time_s[k] for k in BAND},
         median_step_80_s=p.predictive["interval_s"]["80%"], median_step_s=median_step(p),
         median_step_90_s=list(p.predictive["interval_s"]["90%"]), train_step_s=p.train_step_s,
+        alike=p.predictive.get("alike"),
         speedup=baseline_s / median_step(p), tokens_per_s=p.tokens_per_s, mfu=p.mfu,
         memory_gib=p.memory_gib["total"], capacity_gib=p.memory_gib["capacity"], fits=p.fits,
         time_to_train_days=dict(p.time_to_train_days), gpu_hours=gpu_hours, cost_usd=p.cost_usd,

@@ -190,6 +190,8 @@ def format_comparison(c: Comparison) -> str:
             ("median step p50 (s)", [_short(r.median_step_s) for r in c.results]),
             ("median step 80% (s)", [f"{_short(lo)}-{_short(hi)}" for lo, hi in
                                      (r.median_step_80_s for r in c.results)]),
+            ("runs like this vs PRISM", [f"{r.alike['off_by'][0]:+.0%} to {r.alike['off_by'][1]:+.0%} ({r.alike['sources']} "
+                                f"sources)" if r.alike else "none" for r in c.results]),
             ("step in a run p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
             ("step in a run p5-p95", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}"
                                       for r in c.results]),
