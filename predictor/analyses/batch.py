@@ -10,10 +10,11 @@ about it: :mod:`predictor.analyses.doubt`; the p50 is the job's median step, ``p
 variability) and memory per GPU (GiB), or blank with ``pred_status`` naming the column to fix (``ok``
 otherwise); ``pred_fits``, whether that memory fits the GPU (a job that does not fit is still
 predicted, as ``prism predict`` does, and flagged); ``pred_hardware``, the profile the row ran
-on; ``pred_assumed``, what was assumed for its blank and free-text cells; and
-``pred_key``, the row's index in the input and a hash of its cells and of the settings
-(draws, seed, models_dir and the fingerprint of the models in it), by which a rerun
-recognises the rows already written.
+on; ``pred_assumed``, what was assumed for its blank and free-text cells; ``pred_band_basis``,
+what its interval rests on (the runs like it and how far they measured from PRISM's median:
+:func:`~predictor.engine.doubt.alike_words`); and ``pred_key``, the row's index in the input
+and a hash of its cells and of the settings (draws, seed, models_dir and the fingerprint of
+the models in it), by which a rerun recognises the rows already written.
 
 A row's prediction depends on that row alone, drawn with ``seed``: the same row predicts
 the same in any table, and in any worker: a table of :data:`POOL_ROWS` rows or more is
@@ -63,6 +64,7 @@ from predictor.core.profiles import load_hardware
 from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, in_table_terms, row_hardware
 from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, header_columns, read_table
+from predictor.engine.doubt import alike_words
 from predictor.engine.predictor import DEFAULT_QUANTILES
 from predictor.latency.artifacts import held_sets, holds_models, models_dir, unsigned_text
 
@@ -73,7 +75,8 @@ DRAWS = 500
 #: step is compared with), the within-run spread, and memory per GPU (GiB).
 PREDICTED = ("pred_iter_time_s_p50", "pred_iter_time_s_p5", "pred_iter_time_s_p10", "pred_iter_time_s_p90",
              "pred_iter_time_s_p95", "pred_step_jitter_p95_over_p50", "pred_mem_gib")
-OUTPUT_COLUMNS = (*PREDICTED, "pred_status", "pred_fits", "pred_hardware", "pred_assumed", "pred_key")
+OUTPUT_COLUMNS = (*PREDICTED, "pred_status", "pred_fits", "pred_hardware", "pred_assumed", "pred_band_basis",
+                  "pred_key")
 #: Rows per chunk (one model query per op for all of them, one write to ``out``): the
 #: first chunks are smaller, so that the progress bar and ``out`` show rows early.
 CHUNK_ROWS = 256
@@ -133,6 +136,7 @@ class RowPrediction:
     fits: bool | None = None  # the memory per GPU within the profile's capacity
     hardware: str = ""  # the profile the row was predicted on
     job: str = ""  # a digest of the job's specs (RowJob.key): rows alike share it, in any process
+    band_basis: str = ""  # what its predictive interval rests on, in words (engine.doubt.alike_words)
 
 
 def _failure(exc: Exception) -> str:
@@ -150,8 +154,8 @@ class BatchPredictor:
     def __init__(self, draws: int = DRAWS, seed: int = 0, models_root=None):
         self.draws, self.seed = draws, seed
         self.rows = RowLookups(models_root)
-        # RowJob.key -> (values, status, fits)
-        self.results: dict[tuple, tuple[tuple[float, ...] | None, str, bool | None]] = {}
+        # RowJob.key -> (values, status, fits, band basis)
+        self.results: dict[tuple, tuple[tuple[float, ...] | None, str, bool | None, str]] = {}
 
     def predict(self, rows: list[Mapping]) -> list[RowPrediction]:
         """One prediction per row (a mapping of column to cell), in order."""
@@ -168,9 +172,10 @@ class BatchPredictor:
             if isinstance(job, str):
                 out.append(RowPrediction(None, job, ""))
             else:
-                values, status, fits = self.results[job.key]
+                values, status, fits, basis = self.results[job.key]
                 digest = hashlib.sha1(repr(job.key).encode()).hexdigest()[:16]
-                out.append(RowPrediction(values, status, "; ".join(job.assumed), fits, job.hardware.name, digest))
+                out.append(RowPrediction(values, status, "; ".join(job.assumed), fits, job.hardware.name, digest,
+                                         basis))
         return out
 
     def _predict_new(self, jobs: dict[tuple, RowJob]) -> None:
@@ -182,18 +187,18 @@ class BatchPredictor:
                 predictor.workload(job)
                 todo[key] = job
             except Exception as exc:
-                self.results[key] = (None, _failure(exc), None)
+                self.results[key] = (None, _failure(exc), None, "")
         predictor.prefetch(todo.values())  # every call of the chunk on one hardware in one query per op
         composed = {}
         for key, job in todo.items():
             try:
                 composed[key] = predictor.composed(job, self.draws, self.seed, persistent=False, doubt=False)
             except Exception as exc:
-                self.results[key] = (None, _failure(exc), None)
+                self.results[key] = (None, _failure(exc), None, "")
         # the doubt about every job's median in one query of its model
         for key, error in zip(composed, predictor.add_doubts(list(composed.values()))):
             if error is not None:
-                self.results[key] = (None, _failure(error), None)
+                self.results[key] = (None, _failure(error), None, "")
         for key, c in composed.items():
             if c.doubt is None:
                 continue
@@ -205,19 +210,22 @@ class BatchPredictor:
                 values = (float(q[0.5]), *(float(q[a]) for a in (0.05, 0.1, 0.9, 0.95)), float(v95 / v50),
                           float(c.memory.total_gib))
                 if all(math.isfinite(v) and v > 0 for v in values):
-                    self.results[key] = (values, "ok", c.memory.fits(job.hardware))
+                    basis = alike_words(c.doubt.alike) if c.doubt.alike else ""
+                    self.results[key] = (values, "ok", c.memory.fits(job.hardware), basis)
                 else:
                     self.results[key] = (None, "not predicted: the sizes lie beyond what the models and priors "
-                                               "cover (a step time that is not a positive number); check them", None)
+                                               "cover (a step time that is not a positive number); check them", None,
+                                         "")
             except Exception as exc:
-                self.results[key] = (None, _failure(exc), None)
+                self.results[key] = (None, _failure(exc), None, "")
 
 
 def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, seed: int = 0) -> pd.DataFrame:
-    """``table`` with :data:`PREDICTED`, ``pred_status`` and ``pred_assumed`` added (one
-    prediction per row; NaN where ``pred_status`` is not ``ok``). A row (a Series) or a list
-    of row mappings is read as a one-row or many-row table; what every row shares (draws,
-    seed, the models' folder, the required columns) is checked once, up front."""
+    """``table`` with :data:`PREDICTED`, ``pred_status``, ``pred_assumed`` and
+    ``pred_band_basis`` added (one prediction per row; NaN where ``pred_status`` is not
+    ``ok``). A row (a Series) or a list of row mappings is read as a one-row or many-row
+    table; what every row shares (draws, seed, the models' folder, the required columns) is
+    checked once, up front."""
     if isinstance(table, pd.Series):
         table = table.to_frame().T
     elif isinstance(table, list | tuple):
@@ -241,6 +249,7 @@ def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, see
     out["pred_fits"] = [p.fits for p in predictions]
     out["pred_hardware"] = [p.hardware for p in predictions]
     out["pred_assumed"] = [p.assumed for p in predictions]
+    out["pred_band_basis"] = [p.band_basis for p in predictions]
     return out
 
 
@@ -542,4 +551,4 @@ def _output_cells(table: Table, index: int, p: RowPrediction, key: str) -> list[
                   f"unquoted comma; quote it")
     values = [f"{v:.6g}" for v in p.values] if p.values and status == p.status else [""] * len(PREDICTED)
     fits = "" if p.fits is None or status != p.status else str(p.fits).lower()
-    return [*values, status, fits, p.hardware, p.assumed, key]
+    return [*values, status, fits, p.hardware, p.assumed, p.band_basis if status == p.status else "", key]

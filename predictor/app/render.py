@@ -123,11 +123,8 @@ def format_predictive(predictive: dict, aside: str = "") -> str:
 def format_alike(alike: dict) -> str:
     """What the median step's band rests on, in words: the runs like this one and how far
     their measured steps lay from PRISM's median."""
-    what = ", ".join(alike["matched_on"].values()) or "every run"
-    lo, hi = alike["off_by"]
-    return (f"band rests on   runs like this ({what}: {alike['sources']} sources, {alike['runs']:,} runs) measured "
-            f"{lo:+.0%} to {hi:+.0%} against PRISM's median (their 5th to 95th percentile, each source weighing "
-            f"the same)")
+    from predictor.engine.doubt import alike_words  # numpy and the models: not for --help
+    return f"band rests on   {alike_words(alike)} (their 5th to 95th percentile, each source weighing the same)"
 
 
 def compact_number(v: float) -> str:
@@ -190,8 +187,9 @@ def format_comparison(c: Comparison) -> str:
             ("median step p50 (s)", [_short(r.median_step_s) for r in c.results]),
             ("median step 80% (s)", [f"{_short(lo)}-{_short(hi)}" for lo, hi in
                                      (r.median_step_80_s for r in c.results)]),
-            ("runs like this vs PRISM", [f"{r.alike['off_by'][0]:+.0%} to {r.alike['off_by'][1]:+.0%} ({r.alike['sources']} "
-                                f"sources)" if r.alike else "none" for r in c.results]),
+            ("runs like this vs PRISM", [f"{r.alike['off_by'][0]:+.0%} to {r.alike['off_by'][1]:+.0%} "
+                                         f"({r.alike['sources']} sources)" if r.alike else "none"
+                                         for r in c.results]),
             ("step in a run p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
             ("step in a run p5-p95", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}"
                                       for r in c.results]),

@@ -90,6 +90,15 @@ class Doubt:
         return inverse_cdf(q[None, :], np.asarray(DEFAULT_QUANTILES), rng.uniform(size=(1, n)))[0]
 
 
+def alike_words(alike: dict) -> str:
+    """What a band rests on, in words (:meth:`~predictor.latency.doubt.DoubtModel.alike`):
+    the runs like the query and how far they measured from PRISM's median."""
+    what = ", ".join(alike["matched_on"].values()) or "every run"
+    lo, hi = alike["off_by"]
+    return (f"runs like this ({what}: {alike['sources']} sources, {alike['runs']:,} runs) measured {lo:+.0%} to "
+            f"{hi:+.0%} against PRISM's median")
+
+
 def doubt_of(work: Workload, dist: StepDistribution, tier: str, framework: str,
              model: DoubtModel | None) -> Doubt:
     """The predictive distribution of ``work``'s median step predicted as ``dist``."""
