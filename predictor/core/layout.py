@@ -55,7 +55,7 @@ MAX_GPUS = 1 << 24
 MAX_BATCH = 1 << 30
 #: The layout's on/off settings.
 SWITCHES = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "loss_fusion",
-            "moe_force_balance", "overlap_ep_comm")
+            "moe_force_balance", "overlap_ep_comm", "cuda_graphs")
 
 
 def check_count(name: str, value, zero: bool = False) -> None:

@@ -454,6 +454,10 @@ class ParallelConfig:
     # Megatron-Core --overlap-moe-expert-parallel-comm: the expert-parallel all-to-alls of one
     # micro-batch run under another's compute (1F1B A2A overlap).
     overlap_ep_comm: bool = False
+    # The layers captured in CUDA graphs (Megatron-Core --cuda-graph-impl / cuda_graph_scope,
+    # torch.cuda.graphs): on a GPU each pass's host work is one graph launch per layer, where
+    # eager PyTorch issues every kernel and framework call (predictor.workload.host).
+    cuda_graphs: bool = False
     # Megatron-Core --recompute-modules under recompute=selective, comma-separated: core_attn
     # layernorm mlp moe moe_act shared_experts mla_up_proj (predictor.core.layout.RECOMPUTE_MODULES);
     # empty: core_attn, the classic selective recompute (Korthikanti et al. 2022).

@@ -762,10 +762,15 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     if hw_key not in hardware:
         hardware[hw_key] = _row_hardware(hw_key, hardware[hw_key[0]])
     attention = _attention(family, hardware[hw_key], text, notes)
+    graphs = says(text, "cuda graph", "cuda graphs", "cuda_graph", "cudagraph", "cudagraphs", "cuda-graph") and \
+        hardware[hw_key].device.kind == "gpu"
+    if graphs:
+        notes.append("CUDA graphs (the text says so): each pass's host work is one graph launch a layer")
     par = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vp, schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
         overlap_grad_reduce=spec.overlap_grad_reduce, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
+        cuda_graphs=graphs,
         attention=attention, **_expert_settings(model, row, text, notes, own),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:

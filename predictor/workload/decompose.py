@@ -227,6 +227,15 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
     return fwd, bwd
 
 
+def _graphed(calls: list[Call], pass_: str, layers: int) -> list[Call]:
+    """A pass's calls with its layers captured in CUDA graphs (Megatron-Core's
+    ``--cuda-graph-impl`` local or transformer_engine: one graph a layer and pass, replayed by
+    one launch; ``torch.cuda.graphs``): the host issues no kernel, framework call or
+    collective of theirs, only the replays, one ``dispatch`` launch a layer."""
+    return [c for c in calls if c.role != "host"] + [
+        Call.of("dispatch", pass_, {"launches": max(1, layers)}, role="host")]
+
+
 def _pipelined_tail(tp_fwd: list[Call], topo) -> list[Call]:
     """The forward's TP collectives under Transformer Engine's userbuffers: the
     reduce-scatter after proj and fc2 runs in :data:`PIPELINE_SPLITS` pieces, each under the
@@ -600,6 +609,10 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     ``framework`` (a family of ``predict``'s ``framework``) picks the host calls' table."""
     seq = seq or model.seq_length
     par = with_default_batch(par)
+    if par.cuda_graphs and hw.device.kind != "gpu":
+        raise PrismError(f"parallel.cuda_graphs=true: CUDA graphs replay kernels on an NVIDIA GPU, and hardware="
+                         f"{hw.name} is a {hw.device.kind.upper()}; set parallel.cuda_graphs=false",
+                         field="parallel.cuda_graphs")
     kernel = attention_kernel(par.attention, framework, hw)
     if kernel != par.attention:
         par = replace(par, attention=kernel)
@@ -661,7 +674,10 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             # a pass's framework calls as one (a recomputed forward's: one more inside the backward)
             st.forward = one_dispatch(st.forward, "fwd")
             st.backward = one_dispatch(one_dispatch(st.backward, "bwd"), "fwd")
-            if par.recompute == "full":  # checkpointing's own host time, each layer a block
+            if par.cuda_graphs:
+                st.forward, st.backward = (_graphed(calls, p, layers) for calls, p in ((st.forward, "fwd"),
+                                                                                       (st.backward, "bwd")))
+            elif par.recompute == "full":  # checkpointing's own host time, each layer a block
                 st.forward.append(Call.of("checkpoint", "fwd", {"blocks": layers}, role="host"))
                 st.backward.append(Call.of("checkpoint", "bwd", {"blocks": layers}, role="host"))
             if others:

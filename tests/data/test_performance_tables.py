@@ -110,3 +110,13 @@ def test_a_table_without_a_sequence_length_takes_the_registry_s_and_says_so():
     with pytest.raises(PrismError) as err:
         row_workload(dict(row, model="my llama", layers="32", hidden="4096", heads="32"), {})
     assert err.value.field == "seq_len"
+
+
+def test_cuda_graphs_named_in_a_row_take_the_host_out_of_the_step():
+    """A row whose text names CUDA graphs runs its layers as graph replays: its host work is
+    one launch a layer and pass, not a call per kernel."""
+    row = dict(_row("LLAMA3_8B", "DGX-H100", "8", "BF16", "8", "1", "8192", "0", "1", "1", "1", "", "", "", ""),
+               notes="CUDA graphs on (full iteration)")
+    graphed = row_workload(row, {})
+    assert graphed.parallel.cuda_graphs and any("CUDA graphs" in n for n in graphed.assumed)
+    assert not row_workload(dict(row, notes="no CUDA graphs"), {}).parallel.cuda_graphs

@@ -281,3 +281,22 @@ def test_a_job_resting_on_no_trained_model_is_told_as_the_spec_prior(tmp_path):
     assert alone.breakdown_s["exposed_communication"] == 0.0  # one rank: none, not a sum's round-off
     shipped = predict(load_model("tiny"), hw, ParallelConfig(), 1, draws=2000)
     assert shipped.tier == TIERS[0]
+
+
+def test_cuda_graphs_leave_the_host_one_launch_a_layer():
+    """Layers captured in CUDA graphs are replayed by one launch a layer and pass: a
+    host-bound step (a small model on H100s) loses its host time, the device's stays; a CPU
+    has no CUDA graphs and says so."""
+    hw, model = load_hardware("h100-sxm"), load_model("small")
+    par = ParallelConfig(tp=2, dp=4, global_batch_size=16)
+    eager, graphed = (decompose(model, ParallelConfig(**{**vars(par), "cuda_graphs": g}), hw, 8) for g in (False, True))
+    host = [c for c in graphed.stages[0].forward if c.role == "host"]
+    assert [(c.op, c.shape_dict["launches"]) for c in host] == [("dispatch", model.num_layers)]
+    assert [c for c in graphed.stages[0].forward if c.role != "host"] == \
+        [c for c in eager.stages[0].forward if c.role != "host"]
+    models = artifacts.trained_models(hw)
+    slow, fast = (compose(w, models, draws=200) for w in (eager, graphed))
+    assert slow.host_s > 0 and fast.host_s == 0 and np.median(fast.draws) < np.median(slow.draws)
+    with pytest.raises(PrismError) as err:
+        decompose(load_model("tiny"), ParallelConfig(cuda_graphs=True), load_hardware("local-cpu"))
+    assert err.value.field == "parallel.cuda_graphs"
