@@ -48,6 +48,17 @@ def calls_per_step(work: Workload) -> int:
                + sum(c.count for c in st.step if c.role != "host") for st in work.stages)
 
 
+def gpu_generation(hw) -> float:
+    """The ``gpu`` feature: the device's GPU generation, the major of its CUDA compute
+    capability (8 Ampere, 9 Hopper, 10 Blackwell and Blackwell Ultra); 0 on a CPU; -1 for a
+    GPU whose profile states none. A generation no training run had lies outside the
+    feature's range: the prediction is extrapolating on a kind of device no source was, and
+    its interval widens to every source's reach (:func:`~predictor.latency.doubt.widen`)."""
+    if not hw.host.asynchronous:
+        return 0.0
+    return float(math.floor(hw.device.compute_capability)) if hw.device.compute_capability else -1.0
+
+
 def features(work: Workload, dist: StepDistribution, tier: str, framework: str) -> np.ndarray:
     """The :data:`~predictor.latency.doubt.FEATURES` of one prediction."""
     par, p50 = work.parallel, float(np.median(dist.draws))
@@ -58,7 +69,7 @@ def features(work: Workload, dist: StepDistribution, tier: str, framework: str) 
         "log2_gpus": math.log2(work.gpus), "log2_tp": math.log2(par.tp),
         "log2_pp": math.log2(par.pp), "log2_dp": math.log2(par.dp), "log2_cp": math.log2(par.cp),
         "log2_micro_batches": math.log2(work.micro_batches), "log10_params": math.log10(parameter_count(work.model)),
-        "log2_seq": math.log2(work.seq), "fp8": float(low_precision), "gpu": float(work.hardware.host.asynchronous),
+        "log2_seq": math.log2(work.seq), "fp8": float(low_precision), "gpu": gpu_generation(work.hardware),
         "framework": uncertainty_code(framework)}
     return np.array([values[f] for f in FEATURES], float)
 

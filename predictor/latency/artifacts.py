@@ -778,11 +778,15 @@ def check_replaceable(directory: Path) -> None:
         writable("models_dir", directory, folder=True)
 
 
+#: The runs the predictive-uncertainty model learned from (:meth:`predictor.latency.doubt.DoubtModel.save`).
+DOUBT_RUNS_FILE = "runs.csv"
+
+
 def _set_file(path: Path) -> bool:
     """Whether ``path`` is a file a saved set writes: its manifest, a booster
-    (``<op>__<pass>.ubj.gz``, ``.quantiles.ubj.gz``) or the measured variability, or a hidden
-    one the tools leave (a lock or a temporary file)."""
-    return path.name.startswith(".") or (path.is_file() and (path.name in (MANIFEST, VARIABILITY_FILE)
+    (``<op>__<pass>.ubj.gz``, ``.quantiles.ubj.gz``), the measured variability or the
+    uncertainty model's runs, or a hidden one the tools leave (a lock or a temporary file)."""
+    return path.name.startswith(".") or (path.is_file() and (path.name in (MANIFEST, VARIABILITY_FILE, DOUBT_RUNS_FILE)
                                                              or path.name.endswith(".ubj.gz")))
 
 

@@ -49,15 +49,23 @@ from pathlib import Path
 import numpy as np
 
 from predictor.core.errors import PrismError
-from predictor.latency.artifacts import booster, read_booster, recover_folder, whole_folder, write_booster
+from predictor.latency.artifacts import (
+    DOUBT_RUNS_FILE,
+    booster,
+    read_booster,
+    recover_folder,
+    whole_folder,
+    write_booster,
+)
 from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor, xgb
 
 #: Features of one prediction, in the order the model reads them.
 FEATURES = ("tier", "prior_share", "comm_share", "bubble_share", "log2_us_per_call", "log2_gpus", "log2_tp",
             "log2_pp", "log2_dp", "log2_cp", "log2_micro_batches", "log10_params", "log2_seq", "fp8", "gpu",
             "framework")
-#: Extrapolating on these is a kind of run no source was (a framework, or a device that
-#: is not a GPU): the learned lean says nothing of it (:func:`widen`).
+#: Extrapolating on these is a kind of run no source was (a framework, or a device of a
+#: generation none ran on: the ``gpu`` feature is the GPU generation, 0 a CPU): the learned
+#: lean says nothing of it (:func:`widen`).
 KIND = ("framework", "gpu")
 #: Evidence tiers (``predictor.latency.artifacts.TIERS``' order), the ``tier`` feature's codes.
 TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
@@ -67,7 +75,7 @@ TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
 ALIKE = (("gpu", "tier", "framework", "fp8"), ("gpu", "tier", "framework"), ("gpu", "tier"), ("gpu",), ())
 ALIKE_SOURCES = 3
 #: The runs the model learned from, one line each (:meth:`DoubtModel.save`).
-RUNS_FILE = "runs.csv"
+RUNS_FILE = DOUBT_RUNS_FILE
 RUN_COLUMNS = ("source", "gpu", "tier", "framework", "fp8", "log_error")
 #: Shallow trees and few rounds: a few hundred runs from a handful of sources.
 LEARNER = dict(n_estimators=60, max_depth=2, learning_rate=0.1, median_rounds=20, spread_estimators=30,
@@ -355,7 +363,8 @@ def _read_runs(directory: Path, entry: dict) -> dict:
 def _described(feature: str, value: float) -> str:
     """A matched feature's value in words."""
     if feature == "gpu":
-        return "a GPU" if value else "a CPU"
+        return f"generation-{value:g} GPUs (compute capability {value:g}.x)" if value > 0 else "a CPU" if value == 0 \
+            else "a GPU of no stated generation"
     if feature == "tier":
         return TIER_CODES[int(value)]
     if feature == "framework":
