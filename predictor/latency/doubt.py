@@ -363,8 +363,8 @@ def _read_runs(directory: Path, entry: dict) -> dict:
 def _described(feature: str, value: float) -> str:
     """A matched feature's value in words."""
     if feature == "gpu":
-        return f"generation-{value:g} GPUs (compute capability {value:g}.x)" if value > 0 else "a CPU" if value == 0 \
-            else "a GPU of no stated generation"
+        return f"compute capability {value:g}.x GPUs" if value > 0 else "a CPU" if value == 0 else \
+            "a GPU of no stated generation"
     if feature == "tier":
         return TIER_CODES[int(value)]
     if feature == "framework":

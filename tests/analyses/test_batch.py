@@ -170,7 +170,7 @@ def test_a_job_that_does_not_fit_is_flagged_and_the_profile_named():
     assert sizes.pred_fits.tolist() == [False, True] and 40 < sizes.pred_mem_gib[0] < 80
     assert "its memory 40 GiB as the name says" in sizes.pred_assumed[0]
     # what each band rests on: the runs like it (an H100 row: the microbenchmarks tier's)
-    assert all(b.startswith("runs like this (generation-") and "against PRISM's median" in b
+    assert all(b.startswith("runs like this (compute capability ") and "against PRISM's median" in b
                for b in out.pred_band_basis)
     assert "microbenchmarks" in out.pred_band_basis[0] and "measured samples" in out.pred_band_basis[2]
     both = predict_table(pd.DataFrame([dict(job, tp=8, dp=1, gpu="A100 or H100")]), draws=DRAWS)
