@@ -27,8 +27,8 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    does after the pipeline, per draw. Compute runs at the pace of the stage's slowest GPU
    and collectives at the step's communication regime (:mod:`predictor.engine.draws`);
    overlapped TP collectives (Megatron ``--tp-comm-overlap``, torchtitan's async TP) cost
-   only what the pass's GEMMs, which they are fused with, leave uncovered (perfect overlap:
-   a lower bound on the exposed time);
+   only what the GEMMs they are fused with leave uncovered, the attention's and the FFN's
+   each on their own (:func:`_exposed`; perfect overlap: a lower bound on the exposed time);
    Megatron's pipeline sends are blocking (``send_forward_recv_backward`` ...), and so are
    those of ``torch.distributed.pipelining``'s 1F1B (each send is fused with a receive and
    waited on), so there a transfer is part of the sending stage's forward (backward);

@@ -7,7 +7,6 @@ import pytest
 from predictor.core import profiles
 from predictor.core.profiles import CONF_DIR, group_options, load_model, match_model
 from predictor.data.published import registry_model
-from predictor.workload.layers import active_parameters, parameter_count
 
 MODELS = group_options("model")
 #: Test fixtures of the repository, not published models: no citation is asked of them.
@@ -126,28 +125,6 @@ def test_published_table_names_find_their_entry(text, name):
     assert match_model(text) == name
     assert registry_model(text).name == name
     assert registry_model(f"{text} (BF16)").name == name
-
-
-#: Published totals (billions) the newer registry entries reproduce, (total, active) for a MoE model:
-#: LLaMA arXiv 2302.13971 Table 2 (6.7B, 13.0B, 32.5B, 65.2B); GPT-NeoX-20B 20,554,567,680 (arXiv
-#: 2204.06745; the EleutherAI/gpt-neox-20b model card); Megatron-LM arXiv 1909.08053 Tables 1-2 (8.3B);
-#: Gemma arXiv 2403.08295 Table 2 (786,825,216 embedding + 7,751,248,896 non-embedding); Mistral Large 2
-#: 123B (Mistral AI's announcement and the Mistral-Large-Instruct-2407 card); Qwen3-Coder 480B total, 35B
-#: active (the Qwen/Qwen3-Coder-480B-A35B-Instruct card). PRISM counts no linear biases (NeoX's and
-#: Megatron's add under 0.1%).
-PUBLISHED_TOTALS_B = {"llama-7b": (6.7, None), "llama-13b": (13.0, None), "llama-33b": (32.5, None),
-                      "llama-65b": (65.2, None), "gpt-neox-20b": (20.55, None), "megatron-gpt2-8.3b": (8.3, None),
-                      "gemma-7b": (8.54, None), "mistral-large-2": (123, None),
-                      "qwen3-coder-480b-a35b": (480, 35)}
-
-
-@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS_B))
-def test_newer_entries_match_the_published_parameter_counts(name):
-    model = load_model(name)
-    total, active = PUBLISHED_TOTALS_B[name]
-    assert parameter_count(model) / 1e9 == pytest.approx(total, rel=0.02)
-    if active:
-        assert active_parameters(model) / 1e9 == pytest.approx(active, rel=0.03)
 
 
 @pytest.mark.parametrize("text", ["Llama 3", "GPT-3", "Llama 3 8B/70B", "PaLM 540B", "", "8B", "Nemotron-3 22B",

@@ -36,10 +36,19 @@ ZOO = ParallelConfig(dp=16, tp=2, pp=8, ep=32, sequence_parallel=True, global_ba
 # Published totals (the models' cards): Mixtral 8x7B 46.7B (arXiv 2401.04088 sec. 2: 47B, 13B
 # active), DeepSeek-V3 671B / 37B active (arXiv 2412.19437), Qwen3 235B / 22B and 30.5B / 3.3B
 # (arXiv 2505.09388 Table 2), Llama 4 Scout 109B / 17B (Meta's card; the text model is ~2%
-# less), Grok-1 314B (xai-org/grok-1 README), gpt-oss-120b 116.8B (model card Table 1).
+# less), Grok-1 314B (xai-org/grok-1 README), gpt-oss-120b 116.8B (model card Table 1), Qwen3-Coder
+# 480B / 35B active (the Qwen/Qwen3-Coder-480B-A35B-Instruct card); and registry entries whose
+# published totals the dense table of tests/app/test_config.py does not hold: LLaMA arXiv 2302.13971
+# Table 2 (6.7B, 13.0B, 32.5B, 65.2B), GPT-NeoX-20B 20,554,567,680 (arXiv 2204.06745; its model card),
+# Megatron-LM arXiv 1909.08053 Tables 1-2 (8.3B), Gemma 7B arXiv 2403.08295 Table 2 (786,825,216
+# embedding + 7,751,248,896 non-embedding), Mistral Large 2 123B (the Mistral-Large-Instruct-2407
+# card). PRISM counts no linear biases (NeoX's and Megatron's add under 0.1%).
 TOTALS = {"mixtral-8x7b": (46.7, 12.9), "deepseek-v3": (671, 37), "qwen3-235b-a22b": (235, 22),
           "qwen3-30b-a3b": (30.5, 3.3), "llama4-scout": (109, 17), "grok-1": (314, None),
-          "gpt-oss-120b": (116.8, None), "mixtral-8x22b": (141, 39)}
+          "gpt-oss-120b": (116.8, None), "mixtral-8x22b": (141, 39), "qwen3-coder-480b-a35b": (480, 35),
+          "llama-7b": (6.7, None), "llama-13b": (13.0, None), "llama-33b": (32.5, None), "llama-65b": (65.2, None),
+          "gpt-neox-20b": (20.55, None), "megatron-gpt2-8.3b": (8.3, None), "gemma-7b": (8.54, None),
+          "mistral-large-2": (123, None)}
 
 
 @pytest.mark.parametrize("name", sorted(TOTALS))
