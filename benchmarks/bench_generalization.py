@@ -28,9 +28,9 @@ among the training sources, as one source), ``fitonly`` (score side only: the er
 fitted on the fit side's sources and the suite runs alone, split.yaml's caveat lifted) and
 ``band`` (no error model: the composed step distribution's own quantiles, the within-run
 variability around the composed median). ``--no-loso`` skips the leave-one-source-out
-refits and ``fitonly``. A last section sets PRISM's within-run spread
-(step_time_s p10/p50 and p90/p50) beside the MLPerf runs' pooled per-step p10/p50/p90 of
-data/e2e/e2e_mlperf_visible.csv's notes. ``--prototype`` adds a between-source
+refits and ``fitonly``. A last section sets PRISM's step-time spread
+(step_time_s p10/p50 and p90/p50, and one run's steps, ``one_run_s``) beside the MLPerf
+runs' pooled per-step p10/p50/p90 of data/e2e/e2e_mlperf_visible.csv's notes. ``--prototype`` adds a between-source
 random-effects / group-conformal error model (benchmarks only: log(measured/predicted) =
 source offset + noise, symmetric in log space, calibrated on sources as units, left out
 one source at a time), scored beside the others.
@@ -212,12 +212,18 @@ def mean_over_sources(per_source: dict) -> dict:
     return {**out, "n": len(fs)} if fs else {}  # n: sources
 
 
-def within_run(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+def within_run(runs: pd.DataFrame, table: pd.DataFrame, draws: int) -> pd.DataFrame:
     """MLPerf runs whose notes give pooled per-step p10/p50/p90: measured p10/p50 and
     p90/p50 beside PRISM's step_time_s (the composed step distribution) p10/p50, p90/p50,
+    its one run's steps (``prism predict``'s ``one_run_s``: predictor.engine.report.one_run_draws)
     and the spread of the per-run medians where stated."""
     import re
 
+    from predictor.analyses.rows import RowLookups, row_job
+    from predictor.engine.compose import PER_STEP
+    from predictor.engine.report import one_run_draws
+
+    lookups = RowLookups()
     pooled = re.compile(r"pooled per-step p10/p50/p90 = ([\d.]+)/([\d.]+)/([\d.]+)")
     per_run = re.compile(r"per-run medians ([\d.]+(?:, [\d.]+)+)")
     rows = []
@@ -230,11 +236,16 @@ def within_run(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
         p10, p50, p90 = map(float, m.groups())
         medians = [float(v) for v in per_run.search(notes).group(1).split(", ")] if per_run.search(notes) else []
         pred = by_row.loc[i] if i in by_row.index else None
+        one = np.full(3, np.nan)
+        if pred is not None:
+            full, persistent = lookups.predictor.steps(row_job(lookups.job(r)), [(), PER_STEP], draws, 0)
+            one = np.quantile(one_run_draws(full.draws, persistent.draws), (0.1, 0.5, 0.9))
         rows.append({"source": r.source, "model": str(r.model)[:22], "gpu": str(r.gpu)[:10], "gpus": int(r.num_gpus),
                      "derived": "DERIVED" in notes, "meas_p10": p10 / p50, "meas_p90": p90 / p50,
                      "run_spread": (max(medians) / min(medians) - 1) if len(medians) > 1 else np.nan,
                      "pred_p10": pred.p10_s / pred.p50_s if pred is not None else np.nan,
                      "pred_p90": pred.p90_s / pred.p50_s if pred is not None else np.nan,
+                     "run_p10": one[0] / one[1], "run_p90": one[2] / one[1],
                      "pred_over_meas": pred.predicted_s / r.measured_s if pred is not None else np.nan})
     return pd.DataFrame(rows)
 
@@ -318,17 +329,22 @@ def proper_scores(runs: pd.DataFrame, pred: pd.DataFrame, side_of: dict, args) -
             print(short_line(s, {k: report[side][k]["sources"][s] for k in report[side]}))
         print(short_line("each source the same", {k: report[side][k]["sources equal"] for k in report[side]}))
         print()
-    wr = within_run(runs, table)
+    wr = within_run(runs, table, args.draws)
     if len(wr):
         print("Within-run spread, MLPerf runs (pooled per-step p10/p90 over p50, measured; PRISM's step_time_s "
-              "p10/p90 over p50):")
+              "p10/p90 over p50, pred_; its one run's steps, run_):")
         with pd.option_context("display.width", 200, "display.max_rows", 200):
             print(wr.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         ok = wr.dropna(subset=["pred_p10"])
         meas = ok.meas_p90 - ok.meas_p10
         predicted = ok.pred_p90 - ok.pred_p10
-        print(f"median (p90-p10)/p50: measured {np.median(meas):.4f}, predicted {np.median(predicted):.4f}; "
-              f"predicted wider than measured in {(predicted > meas).sum()} of {len(ok)} runs; "
+        one = ok.run_p90 - ok.run_p10
+        ratio = np.log(one / meas)
+        print(f"median (p90-p10)/p50: measured {np.median(meas):.4f}, step_time_s {np.median(predicted):.4f}, one "
+              f"run's steps {np.median(one):.4f}; wider than measured in {(predicted > meas).sum()} and "
+              f"{(one > meas).sum()} of {len(ok)} runs; one run's over measured: median "
+              f"{np.exp(np.median(ratio)):.2f}x, "
+              f"quartiles {np.exp(np.quantile(ratio, 0.25)):.2f}-{np.exp(np.quantile(ratio, 0.75)):.2f}x; "
               f"per-run median spread (max/min-1) median {np.nanmedian(wr.run_spread):.4f}\n")
         report["within_run"] = wr.to_dict("records")
     return report

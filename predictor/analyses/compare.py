@@ -46,7 +46,7 @@ class HardwareResult:
 
     hardware: str
     tier: str  # predictor.latency.artifacts.TIERS: what the numbers rest on
-    step_time_s: dict  # p5, p50, p95: variability within a run
+    step_time_s: dict  # p5, p50, p95: the hardware's variability (prism predict's step time)
     median_step_80_s: list  # the 80% predictive interval of the run's median step (predictive uncertainty)
     speedup: float  # the first profile's median step / this one's (median_step_s)
     tokens_per_s: float
@@ -250,8 +250,9 @@ def compare(model: ModelConfig, hardware: Sequence[HardwareConfig | str] | None,
     notes = [f"energy = GPU-hours x hardware.power_w (rated board power) x pue={pue:g}: node CPUs and network "
              + ("excluded, cooling too (pue=1.2 would add 20%)" if pue == 1.0 else "excluded, cooling via pue"),
              f"cost = GPU-hours x hardware.price_per_gpu_hour ({_price_source(profiles)})",
-             "step bands are the variability within a run (p5-p95); the median step (prism predict's, the speed-up's "
-             "basis) and its 80% interval are the predictive uncertainty's; tokens/s, time, cost and energy rest on "
+             "step bands are the hardware's variability (p5-p95: step to step, and what a run draws once, its "
+             "slowest GPUs); the median step (prism predict's, the speed-up's basis) and its 80% interval are "
+             "the predictive uncertainty's; tokens/s, time, cost and energy rest on "
              "the run's mean step (p50), their bands (p5-p95) on both; failures and restarts are excluded (prism "
              "variability adds them)"]
     notes += [f"{hw.name}: hardware.power_w={hw.power_w:g} W is the whole module's, its CPU included (no GPU-only "

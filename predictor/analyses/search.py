@@ -60,6 +60,7 @@ import numpy as np
 
 from predictor.core.choices import RankBy, choice
 from predictor.core.errors import PrismError
+from predictor.core.framework import load_framework
 from predictor.core.job import check_framework, check_gpus
 from predictor.core.layout import AXES, check_count, refuse_experts_of_dense, resolve_layout, validate_layout
 from predictor.core.profiles import as_hardware, as_layout, as_model
@@ -244,8 +245,8 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     first = works[0]
     cache = cache or Predictor.with_models(models, first.hardware).pricer(first.hardware)
     if memory_gib is None:
-        memory_gib = [memory_per_gpu(first.model, w.parallel,
-                                     flash_attention=w.parallel.attention != "unfused").total_gib
+        memory_gib = [memory_per_gpu(first.model, w.parallel, flash_attention=w.parallel.attention != "unfused",
+                                     grad_bytes=load_framework(framework).grad_bytes).total_gib
                       for w in works]
     steps = screen(works, models, cache, SCREEN_DRAWS, seed)
     return _rank(steps, memory_gib, [w.parallel for w in works], first,
@@ -480,7 +481,8 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
         if reason:
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
-        need = memory_per_gpu(model, par, flash_attention=par.attention != "unfused")  # resolved in _search
+        need = memory_per_gpu(model, par, flash_attention=par.attention != "unfused",  # resolved in _search
+                              grad_bytes=load_framework(framework).grad_bytes)
         gib = need.total_gib
         if gib < smallest[0]:
             smallest = (gib, (need.weights + need.gradients + need.optimizer) / GiB)

@@ -45,7 +45,10 @@ def format_prediction(p: Prediction) -> str:
         + " ".join(f"{k}={v}" for k, v in p.layout.items()),
         "",
         "step time (s)   " + "  ".join(f"{k} {_short(v)}" for k, v in s.items() if k.startswith("p") or k == "mean")
-        + f"   (variability within a run: p95/p50 {s['jitter_p95_over_p50']:.3f})",
+        + f"   (the hardware's variability: p95/p50 {s['jitter_p95_over_p50']:.3f})",
+        *([f"one run's steps p10 {_short(p.one_run_s['p10'])}  p50 {_short(p.one_run_s['p50'])}  p90 "
+           f"{_short(p.one_run_s['p90'])}   (what its log shows: the step-to-step part; the line above adds what a "
+           f"run draws once, its slowest GPUs and its kernels' speed)"] if p.one_run_s else []),
         format_predictive(p.predictive),
         f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}   (at the run's mean step, p50 "
         f"{_short(p.train_step_s)} s, as the time to train and cost; MFU of the GEMMs' precision's peak)",
@@ -190,8 +193,8 @@ def format_comparison(c: Comparison) -> str:
             ("runs like this vs PRISM", [f"{r.alike['off_by'][0]:+.0%} to {r.alike['off_by'][1]:+.0%} "
                                          f"({r.alike['sources']} sources)" if r.alike else "none"
                                          for r in c.results]),
-            ("step in a run p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
-            ("step in a run p5-p95", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}"
+            ("step p50 (s)", [_short(r.step_time_s["p50"]) for r in c.results]),
+            ("step p5-p95 (hardware)", [f"{_short(r.step_time_s['p5'])}-{_short(r.step_time_s['p95'])}"
                                       for r in c.results]),
             (f"speed-up vs {base}", [f"{r.speedup:.2f}x" if r.speedup >= 0.1 else f"{r.speedup:.3g}x"
                                      for r in c.results]),  # a CPU beside a B200: 0.000114x, not 0.00x
@@ -298,9 +301,9 @@ def format_search(r: SearchResult) -> str:
              f"layouts   {c['enumerated']} enumerated, {c['invalid']} invalid{f' ({reasons})' if reasons else ''}, "
              f"{c['do_not_fit']} do not fit in memory, {c['ranked']} ranked   ({r.seconds:.1f} s)",
              "", f"top {min(r.top, len(r.layouts))} by {r.rank_by} (composed with {r.draws['composed']} draws; "
-                 f"the rest screened with {r.draws['screen']}; p50/p95: the step within a run, ranked by; median "
-                 f"step: prism predict's, with its predictive uncertainty; tokens/s and MFU: prism predict's, at the "
-                 f"run's mean step, where composed)"]
+                 f"the rest screened with {r.draws['screen']}; p50/p95: the step, the hardware's variability, ranked "
+                 f"by; median step: prism predict's, with its predictive uncertainty; tokens/s and MFU: prism "
+                 f"predict's, at the run's mean step, where composed)"]
     ep = any(layout["ep"] > 1 for layout in r.layouts)
     lines += _layout_table(r.layouts[:r.top], r.rank_by, ep)
     lines += ["", f"Pareto front: {r.rank_by} vs memory per GPU ({len(r.front_memory)} layouts)"]

@@ -26,6 +26,7 @@ from typing import Literal, get_args
 
 from predictor.core import profiles
 from predictor.core.errors import PrismError
+from predictor.core.ops import DTYPE_BYTES
 
 #: The attention kernels a framework's ``auto`` may pick (:data:`ParallelConfig.attention`'s choices).
 AttentionKernel = Literal["flash", "cudnn", "unfused"]
@@ -111,6 +112,7 @@ class FrameworkSpec:
     recompute_note: str | None
     master_weights: bool
     fp8_param_gather: bool
+    grad_reduce_in_fp32: bool
     checkpoint_early_stop: bool
     refuses: tuple[Rule, ...]
     notes: tuple[Rule, ...]
@@ -137,6 +139,11 @@ class FrameworkSpec:
     @property
     def reference(self) -> bool:
         return self.role == "reference"
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of a main gradient, as the data-parallel reduction moves it and its buffer holds it."""
+        return DTYPE_BYTES["float32" if self.grad_reduce_in_fp32 else "bfloat16"]
 
     def attention_kernel(self, compute_capability: float) -> AttentionKernel:
         """The attention kernel ``parallel.attention=auto`` runs on a device of ``compute_capability``."""
@@ -235,6 +242,7 @@ def _spec(name: str, node: dict, path: str) -> FrameworkSpec:
             recompute_aliases=types.MappingProxyType(dict(recompute.get("aliases") or {})),
             recompute_note=recompute.get("note"), master_weights=bool(node["master_weights"]),
             fp8_param_gather=bool(node.get("fp8_param_gather", False)),
+            grad_reduce_in_fp32=bool(node.get("grad_reduce_in_fp32", True)),
             checkpoint_early_stop=bool(node.get("checkpoint_early_stop", False)),
             refuses=_rules(node.get("refuses"), path), notes=_rules(node.get("notes"), path),
             sequence_parallel_default=_choice(path, "defaults.sequence_parallel",

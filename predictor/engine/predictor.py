@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictor.core.framework import load_framework
 from predictor.core.job import Job
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import HardwareConfig
@@ -187,7 +188,8 @@ class Predictor:
     def memory(self, job: Job) -> MemoryBreakdown:
         """Memory per GPU of ``job``'s fullest stage."""
         par = self.workload(job).parallel
-        return memory_per_gpu(job.model, par, flash_attention=par.attention != "unfused")
+        return memory_per_gpu(job.model, par, flash_attention=par.attention != "unfused",
+                              grad_bytes=load_framework(job.framework).grad_bytes)
 
     def composed(self, job: Job, draws: int = DRAWS, seed: int = 0, persistent: bool = True,
                  doubt: bool = True) -> Composed:

@@ -27,8 +27,9 @@ SECONDS_PER_DAY = 86400.0
 @dataclass
 class Prediction:
     """One job predicted. Two distributions, kept apart (docs/method.md, Composer step 5):
-    ``step_time_s`` is the step-time *variability* within one run (what the hardware does:
-    the spread of step times its log would show), ``predictive`` the *predictive
+    ``step_time_s`` is the step-time *variability* (what the hardware does: per-step jitter
+    and what a run draws once, its slowest GPUs and its kernels' own speed; ``one_run_s``
+    the per-step part alone, the spread one run's log shows), ``predictive`` the *predictive
     uncertainty* of the run's median step (what PRISM does not know, learned from measured
     runs). The time and cost to train use both."""
 
@@ -36,7 +37,7 @@ class Prediction:
     hardware: str
     gpus: int
     layout: dict
-    step_time_s: dict  # variability within a run: p5 ... p99, mean, jitter_p95_over_p50
+    step_time_s: dict  # the hardware's variability: p5 ... p99, mean, jitter_p95_over_p50
     cdf: dict  # {"t_s": [...], "p": [...]}: the full step-time CDF on a grid (variability)
     predictive: dict  # the run's median step: quantiles, central intervals, what it extrapolates on
     tokens_per_s: float
@@ -54,6 +55,7 @@ class Prediction:
     calibration: dict | None = None  # the in-situ calibration of the models, if fitted
     variability_source: dict | None = None  # per component its sigma, measured (n, interval) or cited
     confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
+    one_run_s: dict | None = None  # p10, p50, p90 of one run's steps at the median level (one_run_draws)
     notes: list[str] = field(default_factory=list)  # what the user should know, e.g. models of another CPU
     #: The one step figure tokens/s, MFU, time to train, GPU-hours and cost rest on: the p50 of the
     #: run's mean step (the persistent variability times the doubt about the median step), so that
@@ -91,6 +93,22 @@ def run_step_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
     Failures and restarts are not in it (:mod:`predictor.analyses.variability` adds them).
     """
     return persistent * (full.mean() / persistent.mean())
+
+
+def one_run_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
+    """Steps of one run whose persistent factors sit at their median: the per-step part alone.
+
+    The full draws take every component anew each draw, what a run keeps for its whole length
+    (its slowest GPUs, the kernels' own residual) as well as what moves step to step (temporal,
+    regime); the persistent twin (``hold=PER_STEP``) drew the same numbers with the per-step
+    components held, so ``full / persistent`` is each draw's per-step factor. Scaled to the
+    full draws' median, they are the steps one run's log shows. Checked against the per-step
+    logs of 47 MLPerf Training runs (``benchmarks/bench_generalization.py``, within-run
+    section): these draws' p10-p90 spread is a median 1.07 times the log's (quartiles 0.29-2.0,
+    wider in 24 of 47), where the full draws' was wider in 42 (docs/uncertainty.md).
+    """
+    factor = full / persistent
+    return factor * (np.median(full) / np.median(factor))
 
 
 def run_mean_draws(full: np.ndarray, persistent: np.ndarray, doubt: Doubt, seed: int) -> tuple[np.ndarray,
@@ -243,6 +261,9 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
                            _memory_precision_note(hardware)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
+        one_run_s=None if persistent is None else
+        dict(zip(("p10", "p50", "p90"), map(float, np.quantile(one_run_draws(dist.draws, persistent),
+                                                                (0.1, 0.5, 0.9))))),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}
         if target_step_s else None,
         confidence=None if level is None else {

@@ -422,7 +422,8 @@ def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int
 
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
-           dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int, fp8_weights: int = 0) -> StageWork:
+           dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int, fp8_weights: int = 0,
+           grad_bytes: int = GRAD_BYTES) -> StageWork:
     """``stage`` (its layers' calls given) with the ends of the model it holds (``loss``: the
     op of the loss, :func:`loss_op`), its pipeline send and its once-per-step calls: DP
     gradient reduction, ZeRO gathers, optimizer step."""
@@ -441,24 +442,25 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
         sent = tokens * model.hidden_size * act_bytes // (par.tp if par.sequence_parallel else 1)
         stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
     tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
-    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors, fp8_weights)
+    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors, fp8_weights, grad_bytes)
 
 
 def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int,
-                   fp8_weights: int = 0) -> StageWork:
+                   fp8_weights: int = 0, grad_bytes: int = GRAD_BYTES) -> StageWork:
     """``stage`` with the once-per-step calls of ``params`` parameters (in ``tensors``
     tensors, over ``layers`` layers) whose gradients are reduced over ``group`` ranks: the
     bucketed reduction, the sharded optimizer's gather of the updated weights (ZeRO-1/2 and
     Megatron's distributed optimizer), ZeRO-3/FSDP's per-layer weight gathers in each pass
     instead (their weights stay sharded after the step: the next forward gathers them), and
     the optimizer step, sharded over the group. ``fp8_weights`` of the parameters are gathered
-    in one byte each (:func:`fp8_gathered_weights`), the rest in bf16."""
+    in one byte each (:func:`fp8_gathered_weights`), the rest in bf16; the gradients are reduced in
+    ``grad_bytes`` each (the framework's ``grad_reduce_in_fp32``)."""
     sharded = par.sharding != "none"
     per_layer = par.sharding in ("zero3", "fsdp")
     if group > 1:
         buckets = max(1, math.ceil(params / BUCKET_PARAMS))
         grad_op = "reduce_scatter" if sharded else "all_reduce"
-        stage.step.append(_collective(grad_op, params / buckets * GRAD_BYTES, group, buckets, "dp", topo))
+        stage.step.append(_collective(grad_op, params / buckets * grad_bytes, group, buckets, "dp", topo))
         if sharded and not per_layer:  # updated bf16 weights gathered back after the sharded step
             gathered = (params - fp8_weights) * WEIGHT_BYTES + fp8_weights
             stage.step.append(_collective("all_gather", gathered / buckets, group, buckets, "dp", topo))
@@ -491,12 +493,14 @@ def gemm_weights(calls: list[Call], pass_: str, keep) -> int:
                for c in calls if c.pass_ == pass_ and keep(c))
 
 
-def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh) -> StageWork:
+def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh,
+                 grad_bytes: int = GRAD_BYTES) -> StageWork:
     """``stage`` with its routed experts' once-per-step calls (Megatron-Core,
     :func:`_data_parallel`): over the expert-data-parallel group (tp·cp·dp/(ep·etp) ranks,
     not the dense layers' dp·cp), fc1 and fc2 of each local expert as tensors."""
     tensors = 2 * model.num_experts // par.ep * moe
-    return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors)
+    return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors,
+                          grad_bytes=grad_bytes)
 
 
 def _master_weights(stage: StageWork, params: int, micro_batches: int) -> StageWork:
@@ -659,9 +663,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(spec, hw.host.asynchronous, par.loss_fusion),
-                        act_bytes, fp8_gathered_weights(bwd, spec, hw))
+                        act_bytes, fp8_gathered_weights(bwd, spec, hw), spec.grad_bytes)
             if moe:
-                st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh)
+                st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh, spec.grad_bytes)
             if spec.master_weights and hw.host.asynchronous and par.sharding not in ("zero3", "fsdp"):
                 st = _master_weights(st, params_per_stage[i] + experts_per_stage[i], micro_batches)
             st.forward += _quantize_calls(st.forward, hw)

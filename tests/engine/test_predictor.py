@@ -100,3 +100,25 @@ def test_prefetch_leaves_a_bad_job_to_fail_alone(job):
     assert predictor.pricer(job)._q
     with pytest.raises(PrismError):
         predictor.workload(bad)
+
+
+def test_one_run_is_the_step_to_step_part_at_the_median_level(job):
+    """A run keeps its slowest GPUs and its kernels' speed for its whole length: one run's steps
+    take the full draws' per-step factor over the persistent twin, at the full draws' median."""
+    from predictor.engine.compose import PER_STEP
+    from predictor.engine.report import one_run_draws
+
+    predictor = Predictor()
+    full, persistent = predictor.steps(job, [(), PER_STEP], draws=DRAWS, seed=3)
+    one = one_run_draws(full.draws, persistent.draws)
+    assert np.median(one) == pytest.approx(np.median(full.draws))
+    spread = [np.quantile(d, 0.9) - np.quantile(d, 0.1) for d in (one, full.draws, persistent.draws)]
+    assert 0 < spread[0] < spread[1]  # narrower than the full draws: the persistent part is out
+    # known arithmetic: a persistent level drawn per draw times a per-step factor gives the factor back
+    rng = np.random.default_rng(0)
+    level, factor = np.exp(0.05 * rng.standard_normal(500)), np.exp(0.01 * rng.standard_normal(500))
+    np.testing.assert_allclose(one_run_draws(10 * level * factor, 10 * level),
+                               factor * 10 * np.median(level * factor) / np.median(factor))
+    report = predictor.report(job, draws=DRAWS, seed=3)
+    assert report.one_run_s["p50"] == pytest.approx(report.step_time_s["p50"])
+    assert report.one_run_s["p10"] <= report.one_run_s["p50"] <= report.one_run_s["p90"]

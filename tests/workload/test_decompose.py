@@ -291,6 +291,26 @@ def test_fp8_recipes_gather_their_linear_weights_in_one_byte(framework, one_byte
         assert fp8 / bf16 == pytest.approx((8.03 - 6.98 / 2) / 8.03, abs=0.02)
 
 
+@pytest.mark.parametrize("framework, grad_bytes", [("megatron-bridge", 2), ("megatron-core", 4), ("megatron-lm", 4)])
+def test_gradients_reduced_in_the_frameworks_dtype(framework, grad_bytes):
+    """Megatron-Bridge's performance recipes reduce gradients in bf16 (grad_reduce_in_fp32=False);
+    Megatron-LM reduces a bf16 run's in fp32. The buffer holding them is as wide."""
+    from predictor.core.framework import load_framework
+    from predictor.workload.memory import memory_per_gpu
+
+    cfg = load_config(["model=llama3-8b", "hardware=h100-sxm", "parallel.dp=8", "parallel.global_batch_size=8",
+                       "parallel.sharding=distributed_optimizer"])
+    m, p = section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig)
+    w = decompose(m, p, section(cfg, "hardware", HardwareConfig), framework=framework)
+    [grads] = [c for c in w.stages[0].step if c.op == "reduce_scatter"]
+    params = sum(c.shape_dict["params"] for c in w.stages[0].step if c.op == "optimizer_step") * 8
+    assert grads.shape_dict["message_bytes"] * grads.count / params == pytest.approx(grad_bytes, rel=0.01)
+    spec = load_framework(framework)
+    assert spec.grad_bytes == grad_bytes
+    assert memory_per_gpu(m, p, grad_bytes=spec.grad_bytes).gradients == pytest.approx(
+        memory_per_gpu(m, p).gradients * grad_bytes / 4)
+
+
 def test_userbuffers_run_the_forward_linears_in_pieces_and_leave_the_last_reduce_scatter_piece_exposed():
     """Transformer Engine's initialize_ub defaults: qkv and fc1 forward in tp ring-exchange pieces,
     proj and fc2 forward in 4 pipeline pieces whose last reduce-scatter piece has no GEMM to hide under."""
