@@ -245,9 +245,9 @@ def rank_layouts(works: list[Workload], models, rank_by: str = "p50", top: int =
     first = works[0]
     cache = cache or Predictor.with_models(models, first.hardware).pricer(first.hardware)
     if memory_gib is None:
+        grad_bytes = load_framework(framework).grad_bytes
         memory_gib = [memory_per_gpu(first.model, w.parallel, flash_attention=w.parallel.attention != "unfused",
-                                     grad_bytes=load_framework(framework).grad_bytes).total_gib
-                      for w in works]
+                                     grad_bytes=grad_bytes).total_gib for w in works]
     steps = screen(works, models, cache, SCREEN_DRAWS, seed)
     return _rank(steps, memory_gib, [w.parallel for w in works], first,
                  lambda indices: [composed_figures(works[i], models, cache, seed, framework) for i in indices],
@@ -476,13 +476,14 @@ def _screen_part(candidates: list[ParallelConfig]) -> _Screened:
     model, hardware, gpus, models, seed, framework, cache = _JOB
     invalid: dict[str, int] = {}
     fitting, memory, too_big, smallest = [], [], 0, (math.inf, math.inf)
+    grad_bytes = load_framework(framework).grad_bytes
     for par in candidates:
         reason = invalid_reason(model, par, gpus)
         if reason:
             invalid[reason] = invalid.get(reason, 0) + 1
             continue
         need = memory_per_gpu(model, par, flash_attention=par.attention != "unfused",  # resolved in _search
-                              grad_bytes=load_framework(framework).grad_bytes)
+                              grad_bytes=grad_bytes)
         gib = need.total_gib
         if gib < smallest[0]:
             smallest = (gib, (need.weights + need.gradients + need.optimizer) / GiB)

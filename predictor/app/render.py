@@ -46,9 +46,9 @@ def format_prediction(p: Prediction) -> str:
         "",
         "step time (s)   " + "  ".join(f"{k} {_short(v)}" for k, v in s.items() if k.startswith("p") or k == "mean")
         + f"   (the hardware's variability: p95/p50 {s['jitter_p95_over_p50']:.3f})",
-        *([f"one run's steps p10 {_short(p.one_run_s['p10'])}  p50 {_short(p.one_run_s['p50'])}  p90 "
-           f"{_short(p.one_run_s['p90'])}   (what its log shows: the step-to-step part; the line above adds what a "
-           f"run draws once, its slowest GPUs and its kernels' speed)"] if p.one_run_s else []),
+        f"one run's steps p10 {_short(p.one_run_s['p10'])}  p50 {_short(p.one_run_s['p50'])}  p90 "
+        f"{_short(p.one_run_s['p90'])}   (what its log shows: the step-to-step part; the line above adds what a "
+        f"run draws once, its slowest GPUs and its kernels' speed)",
         format_predictive(p.predictive),
         f"throughput      {_whole(p.tokens_per_s)} tokens/s   MFU {p.mfu:.1%}   (at the run's mean step, p50 "
         f"{_short(p.train_step_s)} s, as the time to train and cost; MFU of the GEMMs' precision's peak)",

@@ -55,7 +55,7 @@ class Prediction:
     calibration: dict | None = None  # the in-situ calibration of the models, if fitted
     variability_source: dict | None = None  # per component its sigma, measured (n, interval) or cited
     confidence: dict | None = None  # {"level", "step_time_s", "time_to_train_days"}: what holds with that probability
-    one_run_s: dict | None = None  # p10, p50, p90 of one run's steps at the median level (one_run_draws)
+    one_run_s: dict = field(default_factory=dict)  # p10, p50, p90 of one run's steps (one_run_draws)
     notes: list[str] = field(default_factory=list)  # what the user should know, e.g. models of another CPU
     #: The one step figure tokens/s, MFU, time to train, GPU-hours and cost rest on: the p50 of the
     #: run's mean step (the persistent variability times the doubt about the median step), so that
@@ -261,9 +261,8 @@ def prediction(computed, train_tokens: float = 1e12, target_step_s: float | None
                            _memory_precision_note(hardware)] if n],
         calibration=models.calibration.to_dict() if models and models.calibration else None,
         variability_source=dist.variability.to_dict(),
-        one_run_s=None if persistent is None else
-        dict(zip(("p10", "p50", "p90"), map(float, np.quantile(one_run_draws(dist.draws, persistent),
-                                                                (0.1, 0.5, 0.9))))),
+        one_run_s=dict(zip(("p10", "p50", "p90"),
+                           map(float, np.quantile(one_run_draws(dist.draws, persistent), (0.1, 0.5, 0.9))))),
         prob_below={"t_s": float(target_step_s), "p": dist.prob_below(float(target_step_s))}
         if target_step_s else None,
         confidence=None if level is None else {

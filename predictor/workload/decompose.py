@@ -65,7 +65,6 @@ from predictor.workload.layers import (
     routing_imbalance,
 )
 from predictor.workload.memory import (
-    GRAD_BYTES,
     WEIGHT_BYTES,
     padded_vocab,
     stage_expert_parameters,
@@ -422,8 +421,8 @@ def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int
 
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
-           dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int, fp8_weights: int = 0,
-           grad_bytes: int = GRAD_BYTES) -> StageWork:
+           dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int, fp8_weights: int,
+           grad_bytes: int) -> StageWork:
     """``stage`` (its layers' calls given) with the ends of the model it holds (``loss``: the
     op of the loss, :func:`loss_op`), its pipeline send and its once-per-step calls: DP
     gradient reduction, ZeRO gathers, optimizer step."""
@@ -446,7 +445,7 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
 
 
 def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int,
-                   fp8_weights: int = 0, grad_bytes: int = GRAD_BYTES) -> StageWork:
+                   fp8_weights: int, grad_bytes: int) -> StageWork:
     """``stage`` with the once-per-step calls of ``params`` parameters (in ``tensors``
     tensors, over ``layers`` layers) whose gradients are reduced over ``group`` ranks: the
     bucketed reduction, the sharded optimizer's gather of the updated weights (ZeRO-1/2 and
@@ -494,13 +493,13 @@ def gemm_weights(calls: list[Call], pass_: str, keep) -> int:
 
 
 def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh,
-                 grad_bytes: int = GRAD_BYTES) -> StageWork:
+                 grad_bytes: int) -> StageWork:
     """``stage`` with its routed experts' once-per-step calls (Megatron-Core,
     :func:`_data_parallel`): over the expert-data-parallel group (tp·cp·dp/(ep·etp) ranks,
     not the dense layers' dp·cp), fc1 and fc2 of each local expert as tensors."""
     tensors = 2 * model.num_experts // par.ep * moe
-    return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors,
-                          grad_bytes=grad_bytes)
+    return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors, 0,
+                          grad_bytes)
 
 
 def _master_weights(stage: StageWork, params: int, micro_batches: int) -> StageWork:
