@@ -54,14 +54,16 @@ def test_a_gpu_host_s_passes_are_timed_with_the_calls_the_eager_family_counts():
     here on the CPU under bf16 autocast, as the reference runs on CUDA."""
     import torch
 
-    rows = pd.DataFrame(host_clock_rows(steps=2, hw=load_hardware("h200"), device=torch.device("cpu"),
+    rows = pd.DataFrame(host_clock_rows(steps=3, hw=load_hardware("h200"), device=torch.device("cpu"),
                                         dtype="bfloat16", warmup=1))
     assert set(rows.op) == {"dispatch"} and (rows.origin == FRAMEWORK).all() and (rows.latency_us > 0).all()
-    assert rows.groupby("pass").size().to_dict() == {"bwd": 2 * len(LAYERS), "fwd": 2 * len(LAYERS)}
+    assert rows.groupby("pass").size().to_dict() == {"bwd": 3 * len(LAYERS), "fwd": 3 * len(LAYERS)}
     for _, g in rows.groupby("pass"):
-        launches = g.groupby("launches").latency_us.median()
-        assert len(launches) == len(LAYERS) and launches.index[-1] > 4 * launches.index[0]
-        assert launches.iloc[-1] > launches.iloc[0]
+        # the fastest step, not the median: a stall of this shared slice only adds time, and
+        # one made a layer's median of two steps 14.5 ms against eight layers' 7.7 in CI
+        fastest = g.groupby("launches").latency_us.min()
+        assert len(fastest) == len(LAYERS) and fastest.index[-1] > 4 * fastest.index[0]
+        assert fastest.iloc[-1] > fastest.iloc[0]
 
 
 def test_checkpoint_rows_are_the_recomputed_passes_less_the_plain_medians(monkeypatch):
