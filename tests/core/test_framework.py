@@ -142,6 +142,11 @@ def test_refusals_and_notes_are_the_spec_s():
     ("NeMo 2.0", "megatron-core", "megatron-core"), ("Megatron-Bridge", "megatron-core", "megatron-core"),
     ("Megatron-DeepSpeed (vTrain data/README.md)", "megatron-lm", "deepspeed"),
     ("llm-foundry (Composer, PyTorch FSDP)", "", "llm-foundry"), ("MaxText", "other", "other"),
+    # NVIDIA's MLPerf LLM implementations are NeMo whatever container the cell names; another
+    # submitter's MaxText is not
+    ("PyTorch NVIDIA Release 23.09 (MLPerf gpt3 implementation)", "megatron-core", "megatron-core"),
+    ("PyTorch NVIDIA Release 25.09 (MLPerf llama31_8b implementation)", "megatron-core", "megatron-core"),
+    ("MaxText (MLPerf gpt3 implementation)", "other", "other"),
     ("", "", "megatron-core")])  # a blank cell: the default framework's feature, as it is composed (issue 55)
 def test_table_cells_read_as_the_files_say(cell, family, feature):
     spec = fw.table_framework(cell)
