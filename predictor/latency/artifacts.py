@@ -295,15 +295,23 @@ class OperatorModel:
 def _ceilings(ceiling: dict[str, float], dtypes: np.ndarray) -> np.ndarray:
     """Each call's ceiling: its precision's, else the loosest of the sampled precisions of its
     element width without block scales (mxfp8 and float8_blockwise take float8's), which the
-    regressor reads alike (``dtype_bytes``); none (infinite) where no sampled precision has
-    its width."""
+    regressor reads alike (``dtype_bytes``). A width no sample had (fp8 where only bf16 was
+    measured, nvfp4 where fp8 was) takes the nearest wider sampled width's: the regressor has
+    never seen that many FLOPs per byte, and a narrower precision reaches no larger share of
+    its own peak than the wider one did (B200's measured table: bf16 at most 0.63 of its peak,
+    fp8 0.61; models/b200). None (infinite) where no wider precision was sampled."""
     def width(names) -> np.ndarray:
         return np.floor(dtype_bytes(np.asarray(names)) * 2) / 2  # scales cost 1/32 or 1/16 of a byte
     by_width: dict[float, float] = {}
     for w, v in zip(width(list(ceiling)), ceiling.values()):
         by_width[w] = max(v, by_width.get(w, 0.0))
+
+    def of_width(w: float) -> float:
+        wider = [x for x in sorted(by_width) if x >= w]
+        return by_width[wider[0]] if wider else np.inf
+
     names, which = np.unique(dtypes, return_inverse=True)
-    return np.array([ceiling.get(d, by_width.get(w, np.inf)) for d, w in zip(names, width(names))], float)[which]
+    return np.array([ceiling.get(d, of_width(w)) for d, w in zip(names, width(names))], float)[which]
 
 
 #: The largest conformal shift a trained model's quantile gets (log-latency units: e^10 is
