@@ -164,6 +164,12 @@ class ModelConfig:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0  # the decoupled RoPE part of each query/key head (head_dim: its no-RoPE part)
     v_head_dim: int = 0  # value head width (0: head_dim)
+    # Sliding-window (local) attention: each query attends to at most attention_window keys
+    # before it (0: the whole causal prefix), in every layer but each global_attention_every-th
+    # (layer i attends globally where (i + 1) % N == 0; 0: none does). Megatron-Core's
+    # --window-size and --window-attn-skip-freq, Hugging Face's sliding_window and layer_types.
+    attention_window: int = 0
+    global_attention_every: int = 0
     # Other names tables and frameworks give the model ("Llama-3.1-8B", "meta-llama/Meta-Llama-3-8B",
     # NeMo's recipe llama31_8b): predictor.core.profiles.match_model reads them.
     aliases: tuple[str, ...] = ()
@@ -180,7 +186,8 @@ class ModelConfig:
                 raise PrismError(f"model.{key}={getattr(self, key)}: more than {most:,} ({why}); a typo?",
                                  field=f"model.{key}")
         for key in ("num_experts", "top_k", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
-                    "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                    "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
+                    "attention_window", "global_attention_every"):
             check_number(f"model.{key}", getattr(self, key), integer=True, zero=True)
         check_number("model.moe_layer_freq", self.moe_layer_freq, integer=True)
         if self.num_experts:
@@ -192,6 +199,11 @@ class ModelConfig:
             if self.first_dense_layers >= self.num_layers:
                 raise PrismError(f"model.first_dense_layers={self.first_dense_layers}: leaves no MoE layer of "
                                  f"model.num_layers={self.num_layers}; lower it", field="model.first_dense_layers")
+        if self.global_attention_every and not self.attention_window:
+            raise PrismError(f"model.global_attention_every={self.global_attention_every}: says which layers attend "
+                             f"beyond a sliding window, and model.attention_window is 0 (every layer attends "
+                             f"globally); give the window, or set global_attention_every=0",
+                             field="model.global_attention_every")
         for key, kind in (("router_score", RouterScore), ("moe_balancing", Balancing)):
             choice(kind, getattr(self, key), f"model.{key}")
         if bool(self.kv_lora_rank) != bool(self.qk_rope_head_dim):

@@ -63,6 +63,7 @@ from predictor.workload.layers import (
     parameter_tensors,
     routed_tokens,
     routing_imbalance,
+    windowed_layers_per_stage,
 )
 from predictor.workload.memory import (
     WEIGHT_BYTES,
@@ -162,9 +163,10 @@ def _moe_collectives(model, par, seq, mesh: Mesh, layers: int, act_bytes: int) -
 
 def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
                  mesh: Mesh | None = None, sm_margin: int = 0, act_bytes: int = 2,
-                 early_stop: bool = False) -> tuple[list[Call], list[Call]]:
+                 early_stop: bool = False, windowed: int = 0) -> tuple[list[Call], list[Call]]:
     """Forward and backward calls of ``layers`` transformer layers, ``moe`` of them
-    Mixture-of-Experts layers (:func:`_moe_calls`), for one micro-batch; ``sm_margin``:
+    Mixture-of-Experts layers (:func:`_moe_calls`) and ``windowed`` of them attending within
+    a sliding window (:func:`_windowed`), for one micro-batch; ``sm_margin``:
     :func:`userbuffer_sms`; ``act_bytes``: an activation element's bytes, which the
     collectives move (:func:`activation_bytes`); ``early_stop``: full recompute stops
     where each block's saved tensors are rebuilt (:func:`_early_stopped`)."""
@@ -223,7 +225,31 @@ def _layer_calls(model, par, seq, tp_topo, cp_topo, layers: int, moe: int = 0,
         shapes = {c.shape for c in linears if c.op == "gemm"}
         fwd, bwd = (_margined(calls, shapes, model.hidden_size, sm_margin) for calls in (fwd, bwd))
         fwd = _in_pieces(fwd, shapes, model.hidden_size, tp)
+    if windowed:
+        fwd, bwd = (_windowed(calls, model.attention_window, windowed, layers) for calls in (fwd, bwd))
     return fwd, bwd
+
+
+def _windowed(calls: list[Call], window: int, windowed: int, layers: int) -> list[Call]:
+    """``calls`` with ``windowed`` of every ``layers`` fused attention calls attending within
+    a sliding ``window`` of keys: FlashAttention, cuDNN and FlexAttention skip the key blocks
+    outside it (Transformer Engine's ``window_size``), so a query block reads about ``window``
+    keys: priced as non-causal attention over ``window`` keys, 4·b·h·s·window·d FLOPs. The
+    unfused path computes every score and masks them: it keeps its full shape. Recomputed
+    calls split alike (a selective or full recompute re-runs the layers it saved from)."""
+    out = []
+    for c in calls:
+        s = c.shape_dict
+        if c.op != "attention" or window >= s["seq_kv"]:
+            out.append(c)
+            continue
+        local = round(c.count * windowed / layers)
+        if c.count > local:
+            out.append(replace(c, count=c.count - local))
+        if local:
+            out.append(Call(c.op, c.pass_, tuple(sorted({**s, "seq_kv": window, "causal": False}.items())), local,
+                            c.role, c.ranks_per_node, c.nodes))
+    return out
 
 
 def _graphed(calls: list[Call], pass_: str, layers: int) -> list[Call]:
@@ -386,16 +412,16 @@ def _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin: int, act_bytes: int
 
 
 def _cached_layer_calls(base: tuple, model, par, seq, tp_topo, cp_topo, layers: int, moe: int, mesh: Mesh,
-                        sm_margin: int, act_bytes: int, early_stop: bool):
+                        sm_margin: int, act_bytes: int, early_stop: bool, windowed: int):
     """:func:`_layer_calls`, remembered across workloads by every value it reads (``base``:
     :func:`_layer_key`, computed once per workload; the same Call objects come back for
     equal inputs, as the composer's stage identity expects)."""
-    key = (base, layers, moe, (mesh.topology("ep"), mesh.topology("etp")) if moe else None)
+    key = (base, layers, moe, windowed, (mesh.topology("ep"), mesh.topology("etp")) if moe else None)
     if key not in _LAYER_CACHE:
         if len(_LAYER_CACHE) > 4096:
             _LAYER_CACHE.clear()
         _LAYER_CACHE[key] = _layer_calls(model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin, act_bytes,
-                                         early_stop)
+                                         early_stop, windowed)
     return _LAYER_CACHE[key]
 
 
@@ -641,6 +667,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     params_per_stage = stage_parameters(model, par, multiple, shards)  # one GPU's TP shard of each stage
     family = host_family(framework, hw.host.asynchronous)
     moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
+    windowed_per_stage = windowed_layers_per_stage(model, par.pp, par.vpp)  # all 0 without a sliding window
     experts_per_stage = stage_expert_parameters(model, par)
     sm_margin = userbuffer_sms(par, framework, hw)
     others = neighbours(gpus, hw)
@@ -654,11 +681,11 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     stages = []
     for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
         first, last = i == 0, i == par.pp - 1
-        moe = moe_per_stage[i]
-        key = (layers, first, last, params_per_stage[i], moe)
+        moe, windowed = moe_per_stage[i], windowed_per_stage[i]
+        key = (layers, first, last, params_per_stage[i], moe, windowed)
         if key not in built:
             layer = _cached_layer_calls(layer_key, model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin,
-                                        act_bytes, early_stop)
+                                        act_bytes, early_stop, windowed)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(spec, hw.host.asynchronous, par.loss_fusion),

@@ -93,6 +93,23 @@ def _per_stage(layers: int, first_dense: int, freq: int, pp: int, vpp: int) -> t
     return tuple(out)
 
 
+def windowed_layers(model: ModelConfig) -> list[bool]:
+    """Which layers attend within a sliding window (:attr:`ModelConfig.attention_window`):
+    none without one; else every layer but each ``global_attention_every``-th (layer i
+    where (i + 1) % N == 0: gpt-oss's odd layers, Gemma 3's sixth)."""
+    every = model.global_attention_every
+    return [bool(model.attention_window) and not (every and (i + 1) % every == 0) for i in range(model.num_layers)]
+
+
+def windowed_layers_per_stage(model: ModelConfig, pp: int, vpp: int = 1) -> list[int]:
+    """Sliding-window layers of each pipeline stage (the split of :func:`moe_layers_per_stage`)."""
+    pattern, out, start = windowed_layers(model), [], 0
+    for n in layers_per_stage(model.num_layers, pp, vpp):
+        out.append(sum(pattern[start:start + n]))
+        start += n
+    return out
+
+
 def parameter_count(model: ModelConfig) -> int:
     """Trainable parameters: weights, norm gains (and LayerNorm biases); no linear biases."""
     h = model.hidden_size

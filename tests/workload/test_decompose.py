@@ -333,3 +333,53 @@ def test_userbuffers_run_the_forward_linears_in_pieces_and_leave_the_last_reduce
     assert sum(c.count for c in rs) == 2 * layers
     assert tail[0].shape_dict["message_bytes"] == rs[0].shape_dict["message_bytes"] // PIPELINE_SPLITS
     assert not [c for c in on.stages[0].backward if c.role == "tp_tail"]  # the backward's are bulk and ring overlaps
+
+
+def _attention(calls, pass_="fwd"):
+    return {(c.shape_dict["seq_kv"], c.shape_dict["causal"]): c.count for c in calls
+            if c.op == "attention" and c.pass_ == pass_}
+
+
+def test_sliding_window_layers_attend_over_their_window_of_keys():
+    """gpt-oss alternates a 128-key window with global layers (its config's layer_types):
+    each stage's windowed layers price their attention over 128 keys, the others over the
+    whole sequence; the selective recompute re-runs each as it ran."""
+    from predictor.workload.layers import windowed_layers, windowed_layers_per_stage
+    w = _workload("parallel.pp=4", "parallel.dp=8", "parallel.ep=8", "parallel.recompute=selective",
+                  model="gpt-oss-120b", hardware="h100-sxm")
+    assert windowed_layers(w.model)[:4] == [True, False, True, False]
+    per_stage = windowed_layers_per_stage(w.model, 4)
+    assert per_stage == [5, 4, 5, 4] and sum(per_stage) == 18  # 36 layers of 9 a stage
+    for stage, windowed in zip(w.stages, per_stage):
+        assert _attention(stage.forward) == {(128, False): windowed, (w.seq, True): stage.layers - windowed}
+        recomputed = {k: v for k, v in _attention(stage.backward, "fwd").items()}
+        assert recomputed == _attention(stage.forward)
+        assert _attention(stage.backward, "bwd") == _attention(stage.forward)
+
+
+def test_a_window_as_long_as_the_sequence_changes_nothing():
+    plain = _workload(model="gpt3-1.3b")
+    window = plain.seq
+    cfg = load_config(["model=gpt3-1.3b", "hardware=a100-sxm4-80gb", f"+model.attention_window={window}"])
+    m = section(cfg, "model", ModelConfig)
+    same = decompose(m, section(cfg, "parallel", ParallelConfig), section(cfg, "hardware", HardwareConfig))
+    assert same.stages[0].forward == plain.stages[0].forward
+
+
+def test_gemma3_s_global_layer_is_every_sixth_and_the_unfused_path_keeps_its_scores():
+    from predictor.workload.layers import windowed_layers
+    w = _workload("parallel.tp=8", model="gemma3-27b", hardware="h100-sxm")
+    assert [i for i, local in enumerate(windowed_layers(w.model)) if not local] == [5, 11, 17, 23, 29, 35, 41, 47,
+                                                                                 53, 59]
+    full = flops("attention", "fwd", dict(batch=1, heads=4, kv_heads=2, seq_q=w.seq, seq_kv=w.seq, head_dim=128,
+                                          causal=True))
+    local = flops("attention", "fwd", dict(batch=1, heads=4, kv_heads=2, seq_q=w.seq, seq_kv=1024, head_dim=128,
+                                           causal=False))
+    assert local / full == pytest.approx(2 * 1024 / w.seq)  # a 1,024-key band against half the square
+    unfused = _workload("parallel.tp=8", "parallel.attention=unfused", model="gemma3-27b", hardware="h100-sxm")
+    assert {c.shape_dict["seq_kv"] for c in unfused.stages[0].forward if c.op == "softmax"} == {unfused.seq}
+
+
+def test_a_global_layer_rule_needs_a_window():
+    with pytest.raises(PrismError, match="model.global_attention_every=2: .* give the window"):
+        section(load_config(["model=gpt3-1.3b", "+model.global_attention_every=2"]), "model", ModelConfig)
