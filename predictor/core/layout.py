@@ -53,6 +53,8 @@ MAX_GPUS = 1 << 24
 #: the largest published global batches (thousands); past it a figure is a typo, and its
 #: count of micro-batches would overflow the schedule's integers.
 MAX_BATCH = 1 << 30
+#: The most multi-token prediction modules PRISM prices: published recipes train 1 (DeepSeek-V3) or 2.
+MAX_MTP_LAYERS = 8
 #: The layout's on/off settings.
 SWITCHES = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "loss_fusion",
             "moe_force_balance", "overlap_ep_comm", "cuda_graphs")
@@ -119,6 +121,10 @@ def validate_layout(model: ModelConfig, par: ParallelConfig, gpus: int | None = 
     check_recompute_modules(par)
     choice(Attention, par.attention, "parallel.attention", "unknown; choose {or_options}")
     check_number("parallel.moe_capacity_factor", par.moe_capacity_factor, zero=True)  # on a dense model too
+    check_number("parallel.mtp_layers", par.mtp_layers, integer=True, zero=True)
+    if par.mtp_layers > MAX_MTP_LAYERS:
+        raise PrismError(f"parallel.mtp_layers={par.mtp_layers}: more than {MAX_MTP_LAYERS} multi-token prediction "
+                         f"modules (published recipes train 1 or 2); a typo?", field="parallel.mtp_layers")
     choice(Dispatcher, par.moe_dispatcher, "parallel.moe_dispatcher")  # a typo named on a dense model too
     tp, name = par.tp, model.name
     if model.num_heads % tp:
@@ -326,7 +332,8 @@ def report_layout(model: ModelConfig, par: ParallelConfig) -> dict:
     """The settings of layout ``par`` a report shows: every degree, the expert ones for a MoE
     model, and what else sets the step (one list for predict, compare and variability)."""
     keys = (*AXES, *(("etp", "moe_dispatcher") if model.num_experts else ()), "vpp", "micro_batch_size",
-            "global_batch_size", "sequence_parallel", "recompute", "sharding", "schedule")
+            "global_batch_size", "sequence_parallel", "recompute", "sharding", "schedule",
+            *(("mtp_layers",) if par.mtp_layers else ()))
     return {k: getattr(par, k) for k in keys}
 
 
@@ -369,12 +376,15 @@ def kv_replication_note(model: ModelConfig, par: ParallelConfig) -> str | None:
 def split_note(model: ModelConfig, par: ParallelConfig) -> str | None:
     """How the layers split where pp·vpp does not divide them (:func:`layers_per_stage`):
     over the stages, and with vpp > 1 over a stage's model chunks, which the interleaved
-    schedule prices as equal shares of their stage."""
-    layers, chunks, vpp = model.num_layers, par.pp * par.vpp, par.vpp
+    schedule prices as equal shares of their stage. Multi-token prediction modules take a
+    layer's slot each (:func:`predictor.workload.layers.stage_layers`)."""
+    layers, chunks, vpp = model.num_layers + par.mtp_layers, par.pp * par.vpp, par.vpp
     if layers % chunks == 0:
         return None
     stages = layers_per_stage(layers, par.pp, vpp)
-    head = f"model.num_layers={layers} do not divide over pp·vpp = {chunks} model chunks"
+    counted = f"model.num_layers={model.num_layers}" + (f" and parallel.mtp_layers={par.mtp_layers} (a slot each, "
+                                                         f"on the last stage)" if par.mtp_layers else "")
+    head = f"{counted} do not divide over pp·vpp = {chunks} model chunks"
     if (layers + 2) % chunks == 0:
         return (f"{head}: the embedding and the loss each take a layer's slot (Megatron-Core's --account-for-"
                 f"embedding-in-pipeline-split --account-for-loss-in-pipeline-split); layers per stage "

@@ -170,6 +170,10 @@ class ModelConfig:
     # --window-size and --window-attn-skip-freq, Hugging Face's sliding_window and layer_types.
     attention_window: int = 0
     global_attention_every: int = 0
+    # Multi-token prediction modules the architecture defines (DeepSeek-V3, arXiv 2412.19437 sec. 2.2:
+    # each one more transformer layer predicting a further token through the shared output head;
+    # config.json num_nextn_predict_layers). Trained only where parallel.mtp_layers says so.
+    mtp_layers: int = 0
     # Other names tables and frameworks give the model ("Llama-3.1-8B", "meta-llama/Meta-Llama-3-8B",
     # NeMo's recipe llama31_8b): predictor.core.profiles.match_model reads them.
     aliases: tuple[str, ...] = ()
@@ -187,7 +191,7 @@ class ModelConfig:
                                  field=f"model.{key}")
         for key in ("num_experts", "top_k", "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size",
                     "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
-                    "attention_window", "global_attention_every"):
+                    "attention_window", "global_attention_every", "mtp_layers"):
             check_number(f"model.{key}", getattr(self, key), integer=True, zero=True)
         check_number("model.moe_layer_freq", self.moe_layer_freq, integer=True)
         if self.num_experts:
@@ -474,6 +478,11 @@ class ParallelConfig:
     # layernorm mlp moe moe_act shared_experts mla_up_proj (predictor.core.layout.RECOMPUTE_MODULES);
     # empty: core_attn, the classic selective recompute (Korthikanti et al. 2022).
     recompute_modules: str = ""
+    # Megatron-Core --mtp-num-layers: multi-token prediction modules trained beside the model, on
+    # the last pipeline stage, each one more transformer layer and the output layer and loss again
+    # (megatron/core/transformer/multi_token_prediction.py); NeMo's and Megatron-Bridge's DeepSeek-V3
+    # recipes train the one the architecture defines (model.mtp_layers).
+    mtp_layers: int = 0
 
     @property
     def replica_gpus(self) -> int:

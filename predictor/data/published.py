@@ -771,7 +771,8 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute, sharding=sharding,
         overlap_grad_reduce=spec.overlap_grad_reduce, overlap_tp_comm=tp_overlap, loss_fusion=loss_fusion,
         cuda_graphs=graphs,
-        attention=attention, **_expert_settings(model, row, text, notes, own),
+        attention=attention, mtp_layers=_mtp_layers(model, text, notes),
+        **_expert_settings(model, row, text, notes, own),
         recompute_modules=_recompute_modules(cell(row, "recompute"), recompute, notes))
     try:
         validate_layout(model, par, gpus)
@@ -832,6 +833,29 @@ def _recompute_modules(text: str, recompute: str, notes: list[str]) -> str:
     if modules:
         notes.append(f"recompute_modules={modules} (Megatron-Core --recompute-modules the cell names)")
     return modules
+
+
+def _mtp_layers(model: ModelConfig, text: str, notes: list[str]) -> int:
+    """Multi-token prediction modules a row trains (``parallel.mtp_layers``): the count its text
+    gives ("MTP=2", "2 MTP layers"), the architecture's own (``model.mtp_layers``) where it names
+    MTP without one, none where it says so ("no MTP", "mtp_num_layers=0") or names none.
+
+    A row that names none takes none, though NeMo's and Megatron-Bridge's DeepSeek-V3 recipes
+    train the one module the architecture defines (NeMo's pretrain_recipe(use_mtp=True);
+    Bridge's cfg.model.mtp_num_layers = 1): their pipeline layouts give the module and the loss
+    slots of their own (``pipeline_model_parallel_layout``), which PRISM's even split cannot hold,
+    and with it the module priced the last stage of DeepSeek-V3 on pp=8 40% heavier than the rest."""
+    low = text.lower()
+    if not re.search(r"\bmtp|multi-token prediction", low):
+        return 0
+    if re.search(r"\b(no|without|disabled?|off)\b[^.;,]{0,20}\bmtp\b|\bmtp\b[^.;,]{0,12}\b(off|disabled?|none)\b"
+                 r"|mtp_num_layers\W{0,3}(0|none)\b", low):
+        notes.append("mtp_layers=0 (the text says no multi-token prediction)")
+        return 0
+    count = re.search(r"mtp(?:_num_layers)?\s*[=:]\s*(\d+)|(\d+)\s*mtp\b", low)
+    layers = int(next(g for g in count.groups() if g)) if count else (model.mtp_layers or 1)
+    notes.append(f"mtp_layers={layers} (the text names multi-token prediction)")
+    return layers
 
 
 def _expert_settings(model: ModelConfig, row: Mapping, text: str, notes: list[str], own: FrameworkSpec) -> dict:

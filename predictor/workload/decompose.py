@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from predictor.core.errors import PrismError
 from predictor.core.framework import FrameworkSpec, load_framework, reference_framework
-from predictor.core.layout import layers_per_stage, validate_layout, with_default_batch
+from predictor.core.layout import validate_layout, with_default_batch
 from predictor.core.mesh import Mesh
 from predictor.core.ops import DTYPE_BYTES, OPS, TP_FFN, Call
 from predictor.core.precision import LOW_PRECISION_OPS, OUTPUT_ROLE, call_dtype
@@ -58,12 +58,11 @@ from predictor.workload.layers import (
     dispatch_bytes,
     layer_ops,
     mlp_ops,
-    moe_layers_per_stage,
     moe_op_groups,
     parameter_tensors,
     routed_tokens,
     routing_imbalance,
-    windowed_layers_per_stage,
+    stage_layers,
 )
 from predictor.workload.memory import (
     WEIGHT_BYTES,
@@ -448,18 +447,29 @@ def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
            dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int, fp8_weights: int,
-           grad_bytes: int) -> StageWork:
+           grad_bytes: int, mtp: int = 0) -> StageWork:
     """``stage`` (its layers' calls given) with the ends of the model it holds (``loss``: the
     op of the loss, :func:`loss_op`), its pipeline send and its once-per-step calls: DP
-    gradient reduction, ZeRO gathers, optimizer step."""
+    gradient reduction, ZeRO gathers, optimizer step. The last stage's ``mtp`` multi-token
+    prediction modules (their transformer layers among the stage's) each look the shifted
+    tokens up in the embedding, norm them and the hidden states, project the two concatenated
+    back to the hidden width (``eh_proj``) and end in the final norm, the output layer and
+    the loss again (Megatron-Core's MultiTokenPredictionLayer)."""
+    h = model.hidden_size
+    sp_tokens = tokens // par.tp if par.sequence_parallel else tokens
+    head = [Call.of(model.norm, "fwd", {"tokens": sp_tokens, "hidden": h}),
+            Call.of("gemm", "fwd", {"m": tokens, "n": vocab, "k": h}, role=OUTPUT_ROLE),
+            Call.of(loss, "fwd", {"tokens": tokens, "vocab": vocab})]
+    lookup = Call.of("embedding", "fwd", {"tokens": tokens, "hidden": h, "vocab": vocab})
     ends = []
     if first:
-        ends.append(Call.of("embedding", "fwd", {"tokens": tokens, "hidden": model.hidden_size, "vocab": vocab}))
+        ends.append(lookup)
     if last:
-        sp_tokens = tokens // par.tp if par.sequence_parallel else tokens
-        ends += [Call.of(model.norm, "fwd", {"tokens": sp_tokens, "hidden": model.hidden_size}),
-                 Call.of("gemm", "fwd", {"m": tokens, "n": vocab, "k": model.hidden_size}, role=OUTPUT_ROLE),
-                 Call.of(loss, "fwd", {"tokens": tokens, "vocab": vocab})]
+        ends += head
+        if mtp:
+            ends += [c.scaled(mtp) for c in (lookup, Call.of(model.norm, "fwd", {"tokens": sp_tokens, "hidden": h}, 2),
+                                             Call.of("gemm", "fwd", {"m": tokens, "n": h // par.tp, "k": 2 * h}),
+                                             *head)]
     stage.forward += ends
     stage.backward += [c.scaled(1, "bwd") for c in ends]
     layers = stage.layers
@@ -666,8 +676,6 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     vocab = padded_vocab(model.vocab_size, shards, multiple) // shards
     params_per_stage = stage_parameters(model, par, multiple, shards)  # one GPU's TP shard of each stage
     family = host_family(framework, hw.host.asynchronous)
-    moe_per_stage = moe_layers_per_stage(model, par.pp, par.vpp)  # all 0 for a dense model
-    windowed_per_stage = windowed_layers_per_stage(model, par.pp, par.vpp)  # all 0 without a sliding window
     experts_per_stage = stage_expert_parameters(model, par)
     sm_margin = userbuffer_sms(par, framework, hw)
     others = neighbours(gpus, hw)
@@ -679,17 +687,17 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     layer_key = _layer_key(model, par, seq, tp_topo, cp_topo, sm_margin, act_bytes, early_stop)
     built: dict[tuple, StageWork] = {}  # stages alike in layers, position and parameters make the same calls
     stages = []
-    for i, layers in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
+    for i, st_layers in enumerate(stage_layers(model, par)):  # MoE and windowed counts 0 where the model has none
         first, last = i == 0, i == par.pp - 1
-        moe, windowed = moe_per_stage[i], windowed_per_stage[i]
-        key = (layers, first, last, params_per_stage[i], moe, windowed)
+        layers, moe, windowed = st_layers.layers, st_layers.moe, st_layers.windowed
+        key = (st_layers, first, last, params_per_stage[i])
         if key not in built:
             layer = _cached_layer_calls(layer_key, model, par, seq, tp_topo, cp_topo, layers, moe, mesh, sm_margin,
                                         act_bytes, early_stop, windowed)
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(spec, hw.host.asynchronous, par.loss_fusion),
-                        act_bytes, fp8_gathered_weights(bwd, spec, hw), spec.grad_bytes)
+                        act_bytes, fp8_gathered_weights(bwd, spec, hw), spec.grad_bytes, st_layers.mtp)
             if moe:
                 st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh, spec.grad_bytes)
             if spec.master_weights and hw.host.asynchronous and par.sharding not in ("zero3", "fsdp"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass, replace
 
 from predictor.core.layout import layers_per_stage
 from predictor.core.ops import FFN_ROLE, Call
@@ -107,6 +108,37 @@ def windowed_layers_per_stage(model: ModelConfig, pp: int, vpp: int = 1) -> list
     for n in layers_per_stage(model.num_layers, pp, vpp):
         out.append(sum(pattern[start:start + n]))
         start += n
+    return out
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    """The transformer layers one pipeline stage runs: how many, how many of them are MoE
+    layers and how many attend within a sliding window; the last stage's include the
+    multi-token prediction modules' (``mtp``), each one more layer of the model's last kind."""
+
+    layers: int
+    moe: int
+    windowed: int
+    mtp: int = 0
+
+
+def stage_layers(model: ModelConfig, par: ParallelConfig) -> list[StageLayers]:
+    """Each pipeline stage's :class:`StageLayers`. The ``parallel.mtp_layers`` multi-token
+    prediction modules follow the decoder's layers on the last stage, each taking a layer's
+    slot in the split (:func:`~predictor.core.layout.layers_per_stage`), as the recipes'
+    pipeline layouts place them (Megatron-Bridge's DeepSeek-V3 layouts: ``[... "decoder" * 5,
+    "mtp", "loss"]`` last); their transformer layer is built as the decoder's last
+    (Megatron-Core's MTP block spec: a MoE layer in DeepSeek-V3), without a window."""
+    mtp = par.mtp_layers
+    moe = moe_layers(model) + moe_layers(model)[-1:] * mtp
+    windowed = windowed_layers(model) + [False] * mtp
+    out, start = [], 0
+    for n in layers_per_stage(model.num_layers + mtp, par.pp, par.vpp):
+        out.append(StageLayers(n, sum(moe[start:start + n]), sum(windowed[start:start + n])))
+        start += n
+    if mtp:
+        out[-1] = replace(out[-1], mtp=mtp)
     return out
 
 

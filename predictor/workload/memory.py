@@ -32,11 +32,14 @@ Parameters per GPU: stage ``i`` holds ``layers_per_stage(L, pp, vpp)[i]`` layers
 parallel) input embedding sits on stage 0, the output head and the final norm on the last
 stage; with tied embeddings and pp > 1 Megatron keeps a copy of the embedding on the last
 stage (its gradient is all-reduced between the two), with pp == 1 the tied head is the same
-tensor. TP divides the attention and FFN weights (with fewer KV heads than tp, each rank keeps
-one replicated KV head, as ``workload.layer_ops`` assumes) and the vocabulary (padded, as
-Megatron does, to a multiple of 128·tp: ``_vocab_size_with_padding`` with the default
-``make_vocab_size_divisible_by=128``). Norm gains and learned position embeddings are
-replicated. Linear biases are not counted (as ``workload.parameter_count``).
+tensor. Multi-token prediction modules (``parallel.mtp_layers``) sit on the last stage: each a
+transformer layer of the decoder's last kind (:func:`~predictor.workload.layers.stage_layers`),
+an ``eh_proj`` (2h -> h) and three norms, with the embedding they read (a copy when pp > 1) and
+the output layer's activations once more. TP divides the attention and FFN weights (with fewer
+KV heads than tp, each rank keeps one replicated KV head, as ``workload.layer_ops`` assumes)
+and the vocabulary (padded, as Megatron does, to a multiple of 128·tp:
+``_vocab_size_with_padding`` with the default ``make_vocab_size_divisible_by=128``). Norm gains
+and learned position embeddings are replicated. Linear biases are not counted (as ``workload.parameter_count``).
 
 Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 Models", arXiv 2205.05198, Sec. 4 / Table 2, per layer and micro-batch, in bytes, with
@@ -112,15 +115,15 @@ from dataclasses import dataclass
 
 from predictor.core.choices import Recompute, Sharding, choice
 from predictor.core.errors import PrismError
-from predictor.core.layout import layers_per_stage, selective_modules, validate_layout
+from predictor.core.layout import selective_modules, validate_layout
 from predictor.core.specs import ModelConfig, ParallelConfig
 from predictor.workload.layers import (
     expert_parameters,
     layer_parameters,
     moe_ffn,
-    moe_layers_per_stage,
     routed_tokens,
     routing_imbalance,
+    stage_layers,
 )
 
 GiB = 1024 ** 3
@@ -179,21 +182,24 @@ def stage_parameters(model: ModelConfig, par: ParallelConfig,
     sharded, replicated = layer_parameters(model, tp)
     per_layer = sharded + replicated
     moe_layer = sum(layer_parameters(model, tp, moe=True)) if model.num_experts else 0
-    moe = moe_layers_per_stage(model, pp, par.vpp)
     shards = tp if vocab_shards is None else vocab_shards
     vocab = padded_vocab(model.vocab_size, shards, vocab_multiple) // shards
     embed = vocab * model.hidden_size
     positions = model.seq_length * model.hidden_size if model.position == "learned" else 0
     final_norm = model.hidden_size * (2 if model.norm == "layernorm" else 1)
     out = []
-    for i, n in enumerate(layers_per_stage(model.num_layers, pp, par.vpp)):
-        p = n * per_layer if not moe[i] else (n - moe[i]) * per_layer + moe[i] * moe_layer
+    for i, st in enumerate(stage_layers(model, par)):
+        p = (st.layers - st.moe) * per_layer + st.moe * moe_layer
         if i == 0:
             p += embed + positions
         if i == pp - 1:
             p += final_norm
             if not (model.tied_embeddings and pp == 1):
                 p += embed  # output head (a copy of the tied embedding when pp > 1)
+            if st.mtp:  # each module's eh_proj (2h -> h, column-parallel) and three norms; the
+                # last stage holds the embedding it reads too (Megatron-Core's mtp_process)
+                p += st.mtp * (2 * model.hidden_size * model.hidden_size // tp + 3 * final_norm)
+                p += embed if pp > 1 else 0
         out.append(p)
     return out
 
@@ -202,7 +208,7 @@ def stage_expert_parameters(model: ModelConfig, par: ParallelConfig) -> list[int
     """Routed-expert parameters one GPU of each pipeline stage holds: num_experts/ep experts
     of each MoE layer, each split etp ways (before the expert-data-parallel sharding)."""
     per_layer = expert_parameters(model, par.ep, par.etp) if model.num_experts else 0
-    return [n * per_layer for n in moe_layers_per_stage(model, par.pp, par.vpp)]
+    return [st.moe * per_layer for st in stage_layers(model, par)]
 
 
 def moe_activation_bytes(model: ModelConfig, par: ParallelConfig, seq: int, micro_batch: int) -> float:
@@ -319,14 +325,15 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
     layer_weights = sum(layer_parameters(model, tp))
     out = []
     params = stage_parameters(model, par, vocab_multiple)
-    moe, experts = moe_layers_per_stage(model, par.pp, par.vpp), stage_expert_parameters(model, par)
+    stages, experts = stage_layers(model, par), stage_expert_parameters(model, par)
+    moe = [st.moe for st in stages]
     if model.num_experts:  # a MoE layer stores its router's, experts' and shared experts' instead of the FFN's
         mlp_recomputed = "mlp" in selective_modules(par.recompute, par.recompute_modules)
         dense_ffn = 0.0 if par.recompute == "full" or mlp_recomputed else \
             s * b * (6 if model.activation == "swiglu" else 4) * model.ffn_hidden_size / tp
         act_moe = act_layer - dense_ffn + moe_activation_bytes(model, par, seq, b)
         expert_dp = par.tp * par.cp * par.dp // (par.ep * par.etp)  # predictor.core.mesh.Mesh.expert_dp
-    for i, n in enumerate(layers_per_stage(model.num_layers, par.pp, par.vpp)):
+    for i, n in enumerate(st.layers for st in stages):
         weights, grads, optim = model_state_bytes(params[i], group, par.sharding, grad_bytes)
         if _SHARDED[par.sharding][0] and group > 1:  # gathered current + prefetched layer
             weights += min(n, 2) * layer_weights * WEIGHT_BYTES
@@ -339,8 +346,8 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
             per_mb = (n - moe[i]) * act_layer + moe[i] * act_moe
         if i == 0:
             per_mb += _embedding_bytes(model, s, b, tp, sp, drop)
-        if i == par.pp - 1:
-            per_mb += _output_layer_bytes(model, s, b, tp, sp, vocab)
+        if i == par.pp - 1:  # the output layer's, again for each multi-token prediction module
+            per_mb += (1 + stages[i].mtp) * _output_layer_bytes(model, s, b, tp, sp, vocab)
         flight = in_flight_microbatches(par, i)
         acts = flight * per_mb + (working if par.recompute == "full" else 0.0)
         out.append(MemoryBreakdown(stage=i, weights=weights, gradients=grads, optimizer=optim,

@@ -110,3 +110,17 @@ def test_a_header_in_a_frameworks_spelling_fills_the_column():
                               "ici_fsdp_parallelism", "--micro-batch-size", "pp"])
     assert spelled == {"tensor_model_parallel_size": "tp", "num_layers": "layers", "ici_fsdp_parallelism": "fsdp",
                        "--micro-batch-size": "mbs"}  # pp is there already: its spelling fills nothing
+
+
+MTP = [("", 0), ("No MTP layer in this benchmark.", 0), ("mtp_num_layers=0", 0), ("MTP disabled", 0),
+       ("with MTP", 1), ("multi-token prediction on", 1), ("MTP=2", 2), ("mtp_num_layers: 2", 2), ("2 MTP layers", 2)]
+
+
+@pytest.mark.parametrize("text, want", MTP)
+def test_multi_token_prediction_in_words(text, want):
+    """A row trains the modules its text names (DeepSeek-V3 defines one), none where it names none."""
+    from predictor.core.profiles import load_model
+    from predictor.data.published import _mtp_layers
+    notes = []
+    assert _mtp_layers(load_model("deepseek-v3"), text, notes) == want
+    assert bool(notes) == bool(text)

@@ -383,3 +383,45 @@ def test_gemma3_s_global_layer_is_every_sixth_and_the_unfused_path_keeps_its_sco
 def test_a_global_layer_rule_needs_a_window():
     with pytest.raises(PrismError, match="model.global_attention_every=2: .* give the window"):
         section(load_config(["model=gpt3-1.3b", "+model.global_attention_every=2"]), "model", ModelConfig)
+
+
+def test_multi_token_prediction_modules_run_on_the_last_stage():
+    """DeepSeek-V3's one module: a MoE layer in the last stage's slot count, the shifted
+    tokens' lookup, two norms, the eh_proj (2h -> h) and the output layer and loss again."""
+    from predictor.workload.layers import stage_layers
+    plain = _workload("parallel.pp=8", "parallel.dp=32", "parallel.ep=32", model="deepseek-v3", hardware="h100-sxm")
+    mtp = _workload("parallel.pp=8", "parallel.dp=32", "parallel.ep=32", "parallel.mtp_layers=1", model="deepseek-v3",
+                    hardware="h100-sxm")
+    stages = stage_layers(mtp.model, mtp.parallel)
+    assert sum(s.layers for s in stages) == 62 and sum(s.moe for s in stages) == 58 + 1
+    assert [s.mtp for s in stages] == [0] * 7 + [1]
+    h = mtp.model.hidden_size
+
+    def ends(stage):
+        return (sum(c.count for c in stage.forward if c.role == "output"),
+                sum(c.count for c in stage.forward if c.op == "gemm" and c.shape_dict["k"] == 2 * h),
+                sum(c.count for c in stage.forward if c.op == "embedding"))
+    assert ends(plain.stages[-1]) == (1, 0, 0) and ends(mtp.stages[-1]) == (2, 1, 1)
+    assert ends(mtp.stages[0]) == (0, 0, 1)
+    assert mtp.stages[-1].layers == stages[-1].layers
+
+
+def test_multi_token_prediction_parameters_sit_on_the_last_stage():
+    from predictor.workload.memory import stage_expert_parameters, stage_parameters
+    cfg = load_config(["model=deepseek-v3", "hardware=h100-sxm", "parallel.pp=8", "parallel.ep=8", "parallel.dp=8"])
+    m, p = section(cfg, "model", ModelConfig), section(cfg, "parallel", ParallelConfig)
+    with_mtp = replace(p, mtp_layers=1)
+    from predictor.workload.layers import expert_parameters
+    # one more MoE layer's routed experts in all (the split moves a layer off the last stage)
+    assert sum(stage_expert_parameters(m, with_mtp)) - sum(stage_expert_parameters(m, p)) == \
+        expert_parameters(m, p.ep, p.etp)
+    before, after = stage_parameters(m, p), stage_parameters(m, with_mtp)
+    eh_proj_and_norms = 2 * m.hidden_size ** 2 + 3 * m.hidden_size
+    assert after[-1] > before[-1] + eh_proj_and_norms
+
+
+@pytest.mark.parametrize("parallel, error", [("parallel.mtp_layers=-1", "parallel.mtp_layers"),
+                                             ("parallel.mtp_layers=100", "parallel.mtp_layers=100: more than")])
+def test_multi_token_prediction_counts_are_checked(parallel, error):
+    with pytest.raises(PrismError, match=error):
+        _workload(parallel, model="deepseek-v3", hardware="h100-sxm")
