@@ -88,8 +88,18 @@ USERBUFFER_SMS = 16
 #: A "ring_exchange" overlap (qkv and fc1 forward) runs its GEMM in tp pieces, one per rank's
 #: shard (``num_splits`` = tp_size).
 PIPELINE_SPLITS = 4
-#: Megatron's DDP bucket: 40 M parameters (``bucket_size`` default, megatron/core/distributed).
+#: Megatron's DDP bucket: 40 M parameters, or 1 M per data-parallel rank where more (its
+#: ``bucket_size`` default: ``max(40000000, 1000000 * dp_group.size())``, "larger DP sizes need
+#: larger buckets to ensure collectives do not become latency-bound",
+#: megatron/core/distributed/distributed_data_parallel.py and distributed_data_parallel_config.py;
+#: the dp·cp group's size in its training loop, megatron/training/models/dist_utils.py).
 BUCKET_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def bucket_params(group: int) -> int:
+    """Parameters of one DP bucket when ``group`` ranks reduce the gradients (:data:`BUCKET_PARAMS`)."""
+    return max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * group)
 
 
 @dataclass
@@ -477,11 +487,12 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
         sent = tokens * model.hidden_size * act_bytes // (par.tp if par.sequence_parallel else 1)
         stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
     tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
-    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors, fp8_weights, grad_bytes)
+    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors, fp8_weights, grad_bytes,
+                          bucket_params(dp_group))
 
 
 def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int,
-                   fp8_weights: int, grad_bytes: int) -> StageWork:
+                   fp8_weights: int, grad_bytes: int, bucket: int) -> StageWork:
     """``stage`` with the once-per-step calls of ``params`` parameters (in ``tensors``
     tensors, over ``layers`` layers) whose gradients are reduced over ``group`` ranks: the
     bucketed reduction, the sharded optimizer's gather of the updated weights (ZeRO-1/2 and
@@ -489,11 +500,12 @@ def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layer
     instead (their weights stay sharded after the step: the next forward gathers them), and
     the optimizer step, sharded over the group. ``fp8_weights`` of the parameters are gathered
     in one byte each (:func:`fp8_gathered_weights`), the rest in bf16; the gradients are reduced in
-    ``grad_bytes`` each (the framework's ``grad_reduce_in_fp32``)."""
+    ``grad_bytes`` each (the framework's ``grad_reduce_in_fp32``), in buckets of ``bucket``
+    parameters (:func:`bucket_params`)."""
     sharded = par.sharding != "none"
     per_layer = par.sharding in ("zero3", "fsdp")
     if group > 1:
-        buckets = max(1, math.ceil(params / BUCKET_PARAMS))
+        buckets = max(1, math.ceil(params / bucket))
         grad_op = "reduce_scatter" if sharded else "all_reduce"
         stage.step.append(_collective(grad_op, params / buckets * grad_bytes, group, buckets, "dp", topo))
         if sharded and not per_layer:  # updated bf16 weights gathered back after the sharded step
@@ -534,8 +546,9 @@ def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mes
     :func:`_data_parallel`): over the expert-data-parallel group (tp·cp·dp/(ep·etp) ranks,
     not the dense layers' dp·cp), fc1 and fc2 of each local expert as tensors."""
     tensors = 2 * model.num_experts // par.ep * moe
+    # one bucket size for the dense and the expert buffers: DDP sizes it by the dense dp·cp group
     return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors, 0,
-                          grad_bytes)
+                          grad_bytes, bucket_params(mesh.grad_group))
 
 
 def _master_weights(stage: StageWork, params: int, micro_batches: int) -> StageWork:

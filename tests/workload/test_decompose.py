@@ -101,6 +101,18 @@ def test_data_parallel_reduction_and_placement():
     assert w.stages[0].p2p.nodes == 2 and w.stages[-1].p2p is None
 
 
+@pytest.mark.parametrize("dp, bucket", [(4, 40_000_000), (40, 40_000_000), (256, 256_000_000)])
+def test_gradients_are_reduced_in_megatron_s_buckets(dp, bucket):
+    """40 M parameters a bucket, or 1 M per data-parallel rank where more (Megatron-Core's
+    bucket_size default): a large data-parallel group reduces in fewer, larger buckets."""
+    import math
+    w = _workload("parallel.tp=8", f"parallel.dp={dp}", "parallel.sharding=distributed_optimizer")
+    grads = next(c for c in w.stages[0].step if c.op == "reduce_scatter")
+    params = next(c for c in w.stages[0].step if c.op == "optimizer_step").shape_dict["params"] * dp
+    assert grads.count == math.ceil(params / bucket)
+    assert grads.shape_dict["message_bytes"] == pytest.approx(params / grads.count * 4, rel=1e-3)
+
+
 def test_group_topology_follows_megatron_rank_order():
     assert group_topology(8, 1, 8) == (8, 1)     # tp inside a node
     assert group_topology(4, 2, 8) == (4, 1)     # cp=4 after tp=2: one node
