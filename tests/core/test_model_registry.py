@@ -118,6 +118,12 @@ def test_match_model_finds_the_file(text, name):
     ("GPT 5B", "gpt3-5b"),
     ("NeMo GPT 20B", "gpt3-20b"),
     ("NeMo GPT 175B", "gpt3-175b"),
+    ("GLM-4.5", "glm-4.5"),
+    ("zai-org/GLM-4.5", "glm-4.5"),
+    ("GLM-4.5-Air", "glm-4.5-air"),
+    ("zai-org/GLM-4.5-Air", "glm-4.5-air"),
+    ("Mistral NeMo 12B", "mistral-nemo-12b"),
+    ("mistralai/Mistral-Nemo-Base-2407", "mistral-nemo-12b"),
 ])
 def test_published_table_names_find_their_entry(text, name):
     """Names published training tables give these models: match_model finds the file, and a table row's
@@ -143,3 +149,15 @@ def test_match_model_ambiguous_is_none(tmp_path, monkeypatch):
     assert profiles.match_model("A 8B") == "a-8b"
     monkeypatch.undo()
     assert profiles.match_model("A 8B") is None  # the shipped conf/ again
+
+
+@pytest.mark.parametrize("name, total, active", [("glm-4.5", 355e9, 32e9), ("glm-4.5-air", 106e9, 12e9),
+                                                 ("mistral-nemo-12b", 12e9, 12e9)])
+def test_new_entries_add_up_to_their_published_sizes(name, total, active):
+    """The dimensions transcribed give the parameter counts the model cards state (GLM-4.5's
+    355B-A32B and Air's 106B-A12B count the MTP layer, which the decoder's count leaves out;
+    PRISM's active count keeps the embeddings): within 3% and 15%."""
+    from predictor.workload.layers import active_parameters, parameter_count
+    model = load_model(name)
+    assert parameter_count(model) == pytest.approx(total, rel=0.03)
+    assert active_parameters(model) == pytest.approx(active, rel=0.15)
