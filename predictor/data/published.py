@@ -340,6 +340,10 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
         entry = registry_model(name)
         if entry is not None:
             return _registry_row(entry, row, notes)
+    if known is None and VISION_LANGUAGE.search(name):
+        raise PrismError(f"model={name!r}: a vision-language model, whose vision encoder and image tokens PRISM does "
+                         f"not model; to price its language model alone, name that (e.g. Qwen3-235B-A22B for "
+                         f"Qwen3-VL-235B-A22B) and say so in notes", field="model")
     if known is None and len(families) != 1:  # not guessed: the two families differ in every layer
         what = "both GPT and Llama; keep only its family's" if families else "neither GPT nor Llama; put the family"
         raise PrismError(f"model={name!r}: names {what} in the name ({BY_NAME['model'].meaning})", field="model")
@@ -380,6 +384,8 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
     return model
 
 
+#: A vision-language model's name: "Qwen3-VL-235B-A22B", "GLM-4.5V", "Llama 3.2 Vision 90B".
+VISION_LANGUAGE = re.compile(r"(^|[-_ .])vl($|[-_ .\d])|\d(\.\d+)?v($|[-_ ])|vision", re.IGNORECASE)
 #: The columns only a Mixture-of-Experts row reads (num_experts makes a row one).
 MOE_COLUMNS = ("top_k", "expert_ffn", "shared_experts", "moe_layer_freq")
 
