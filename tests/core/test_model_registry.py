@@ -120,6 +120,7 @@ def test_match_model_finds_the_file(text, name):
     ("NeMo GPT 175B", "gpt3-175b"),
     ("GLM-4.5", "glm-4.5"),
     ("zai-org/GLM-4.5", "glm-4.5"),
+    ("GLM-4.6", "glm-4.5"),
     ("GLM-4.5-Air", "glm-4.5-air"),
     ("zai-org/GLM-4.5-Air", "glm-4.5-air"),
     ("Mistral NeMo 12B", "mistral-nemo-12b"),
