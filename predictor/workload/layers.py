@@ -78,37 +78,16 @@ def _pattern(layers: int, first_dense: int, freq: int) -> tuple[bool, ...]:
     return tuple(i >= first_dense and i % freq == 0 for i in range(layers))
 
 
-def moe_layers_per_stage(model: ModelConfig, pp: int, vpp: int = 1) -> list[int]:
-    """MoE layers of each pipeline stage (:func:`~predictor.core.layout.layers_per_stage` split)."""
-    if not model.num_experts:
-        return [0] * pp
-    return list(_per_stage(model.num_layers, model.first_dense_layers, model.moe_layer_freq, pp, vpp))
-
-
-@functools.lru_cache(maxsize=1024)
-def _per_stage(layers: int, first_dense: int, freq: int, pp: int, vpp: int) -> tuple[int, ...]:
-    pattern, out, start = _pattern(layers, first_dense, freq), [], 0
-    for n in layers_per_stage(layers, pp, vpp):
-        out.append(sum(pattern[start:start + n]))
-        start += n
-    return tuple(out)
-
-
 def windowed_layers(model: ModelConfig) -> list[bool]:
     """Which layers attend within a sliding window (:attr:`ModelConfig.attention_window`):
     none without one; else every layer but each ``global_attention_every``-th (layer i
     where (i + 1) % N == 0: gpt-oss's odd layers, Gemma 3's sixth)."""
-    every = model.global_attention_every
-    return [bool(model.attention_window) and not (every and (i + 1) % every == 0) for i in range(model.num_layers)]
+    return list(_windowed_pattern(model.num_layers, bool(model.attention_window), model.global_attention_every))
 
 
-def windowed_layers_per_stage(model: ModelConfig, pp: int, vpp: int = 1) -> list[int]:
-    """Sliding-window layers of each pipeline stage (the split of :func:`moe_layers_per_stage`)."""
-    pattern, out, start = windowed_layers(model), [], 0
-    for n in layers_per_stage(model.num_layers, pp, vpp):
-        out.append(sum(pattern[start:start + n]))
-        start += n
-    return out
+@functools.lru_cache(maxsize=256)
+def _windowed_pattern(layers: int, window: bool, every: int) -> tuple[bool, ...]:
+    return tuple(window and not (every and (i + 1) % every == 0) for i in range(layers))
 
 
 @dataclass(frozen=True)
@@ -129,17 +108,26 @@ def stage_layers(model: ModelConfig, par: ParallelConfig) -> list[StageLayers]:
     slot in the split (:func:`~predictor.core.layout.layers_per_stage`), as the recipes'
     pipeline layouts place them (Megatron-Bridge's DeepSeek-V3 layouts: ``[... "decoder" * 5,
     "mtp", "loss"]`` last); their transformer layer is built as the decoder's last
-    (Megatron-Core's MTP block spec: a MoE layer in DeepSeek-V3), without a window."""
-    mtp = par.mtp_layers
-    moe = moe_layers(model) + moe_layers(model)[-1:] * mtp
-    windowed = windowed_layers(model) + [False] * mtp
+    (Megatron-Core's MTP block spec: a MoE layer in DeepSeek-V3), without a window. (A search
+    decomposes thousands of layouts: remembered by the values it reads.)"""
+    moe = (model.first_dense_layers, model.moe_layer_freq) if model.num_experts else None
+    return list(_stage_layers(model.num_layers, moe, bool(model.attention_window), model.global_attention_every,
+                              par.pp, par.vpp, par.mtp_layers))
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage_layers(layers: int, moe: tuple[int, int] | None, window: bool, every: int, pp: int, vpp: int,
+                  mtp: int) -> tuple[StageLayers, ...]:
+    kinds = _pattern(layers, *moe) if moe else (False,) * layers
+    kinds += kinds[-1:] * mtp
+    windowed = _windowed_pattern(layers, window, every) + (False,) * mtp
     out, start = [], 0
-    for n in layers_per_stage(model.num_layers + mtp, par.pp, par.vpp):
-        out.append(StageLayers(n, sum(moe[start:start + n]), sum(windowed[start:start + n])))
+    for n in layers_per_stage(layers + mtp, pp, vpp):
+        out.append(StageLayers(n, sum(kinds[start:start + n]), sum(windowed[start:start + n])))
         start += n
     if mtp:
         out[-1] = replace(out[-1], mtp=mtp)
-    return out
+    return tuple(out)
 
 
 def parameter_count(model: ModelConfig) -> int:

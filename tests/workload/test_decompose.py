@@ -356,11 +356,11 @@ def test_sliding_window_layers_attend_over_their_window_of_keys():
     """gpt-oss alternates a 128-key window with global layers (its config's layer_types):
     each stage's windowed layers price their attention over 128 keys, the others over the
     whole sequence; the selective recompute re-runs each as it ran."""
-    from predictor.workload.layers import windowed_layers, windowed_layers_per_stage
+    from predictor.workload.layers import stage_layers, windowed_layers
     w = _workload("parallel.pp=4", "parallel.dp=8", "parallel.ep=8", "parallel.recompute=selective",
                   model="gpt-oss-120b", hardware="h100-sxm")
     assert windowed_layers(w.model)[:4] == [True, False, True, False]
-    per_stage = windowed_layers_per_stage(w.model, 4)
+    per_stage = [s.windowed for s in stage_layers(w.model, w.parallel)]
     assert per_stage == [5, 4, 5, 4] and sum(per_stage) == 18  # 36 layers of 9 a stage
     for stage, windowed in zip(w.stages, per_stage):
         assert _attention(stage.forward) == {(128, False): windowed, (w.seq, True): stage.layers - windowed}

@@ -21,9 +21,9 @@ from predictor.workload.layers import (
     layer_ops,
     mlp_ops,
     moe_layers,
-    moe_layers_per_stage,
     parameter_count,
     routing_imbalance,
+    stage_layers,
 )
 from predictor.workload.memory import memory_per_gpu
 
@@ -75,7 +75,7 @@ def test_dense_paths_ignore_every_moe_setting():
         assert [(s.forward, s.backward, s.p2p, s.step) for s in other.stages] == \
                [(s.forward, s.backward, s.p2p, s.step) for s in base.stages]
     assert moe_layers(dense) == [False] * dense.num_layers
-    assert moe_layers_per_stage(dense, 4) == [0, 0, 0, 0]
+    assert [st.moe for st in stage_layers(dense, replace(par, pp=4))] == [0, 0, 0, 0]
     assert memory_per_gpu(decorated, par).total == memory_per_gpu(dense, par).total
     assert model_flops_per_step(decorated, 4096, 4096) == model_flops_per_step(dense, 4096, 4096)
 
@@ -147,8 +147,8 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
 
 def test_first_dense_layers_and_mla():
     dsv3 = load_model("deepseek-v3")
-    assert moe_layers_per_stage(dsv3, 8)[:2] == [5, 8]  # 61 layers: 8 on stage 0, its first 3 dense
     par = ParallelConfig(dp=32, pp=8, ep=32, global_batch_size=256, sharding="distributed_optimizer")
+    assert [st.moe for st in stage_layers(dsv3, par)][:2] == [5, 8]  # 61 layers: 8 on stage 0, its first 3 dense
     work = decompose(dsv3, par, HW)
     fwd0 = work.stages[0].forward
     dense_up = [c for c in fwd0 if c.op == "gemm" and c.shape_dict["n"] == 2 * 18432]
