@@ -32,7 +32,9 @@ def test_sample_stopped_anywhere_then_rerun_times_each_repeat_once(tmp_path):
 
 def test_measure_stopped_anywhere_leaves_the_file_whole_and_the_rerun_adds_the_layout_once(tmp_path):
     out = tmp_path / "m.parquet"
-    argv = [*PRISM, "measure", "model=tiny", "parallel.dp=2", "measure.steps=6", "measure.warmup=1", f"out={out}"]
+    # no steps timed again under steal: a loaded machine would add some and the count below would move
+    argv = [*PRISM, "measure", "model=tiny", "parallel.dp=2", "measure.steps=6", "measure.warmup=1",
+            "measure.steal_retakes=0", f"out={out}"]
     assert _run([*argv, "parallel.dp=1"]).returncode == 0  # a layout already in the file
     before = pd.read_parquet(out)
     for after, sig in _moments(5, 8.0, n=2):
