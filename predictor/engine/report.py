@@ -102,10 +102,9 @@ def one_run_draws(full: np.ndarray, persistent: np.ndarray) -> np.ndarray:
     (its slowest GPUs, the kernels' own residual) as well as what moves step to step (temporal,
     regime); the persistent twin (``hold=PER_STEP``) drew the same numbers with the per-step
     components held, so ``full / persistent`` is each draw's per-step factor. Scaled to the
-    full draws' median, they are the steps one run's log shows. Checked against the per-step
-    logs of 47 MLPerf Training runs (``benchmarks/bench_generalization.py``, within-run
-    section): these draws' p10-p90 spread is a median 1.07 times the log's (quartiles 0.29-2.0,
-    wider in 24 of 47), where the full draws' was wider in 42 (docs/uncertainty.md).
+    full draws' median, they are the steps one run's log shows; checked against the per-step
+    logs of 47 MLPerf Training runs by ``benchmarks/bench_generalization.py`` (its within-run
+    section; the figures: docs/uncertainty.md).
     """
     factor = full / persistent
     return factor * (np.median(full) / np.median(factor))

@@ -74,8 +74,8 @@ TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
 #: holds runs of :data:`ALIKE_SOURCES` sources or more is stated with the prediction.
 ALIKE = (("gpu", "tier", "framework", "fp8"), ("gpu", "tier", "framework"), ("gpu", "tier"), ("gpu",), ())
 ALIKE_SOURCES = 3
-#: The runs the model learned from, one line each (:meth:`DoubtModel.save`).
-RUNS_FILE = DOUBT_RUNS_FILE
+#: The columns of the runs the model learned from, one line each (:meth:`DoubtModel.save`,
+#: ``DOUBT_RUNS_FILE`` beside the model).
 RUN_COLUMNS = ("source", "gpu", "tier", "framework", "fp8", "log_error")
 #: Shallow trees and few rounds: a few hundred runs from a handful of sources.
 LEARNER = dict(n_estimators=60, max_depth=2, learning_rate=0.1, median_rounds=20, spread_estimators=30,
@@ -304,8 +304,8 @@ class DoubtModel:
             runs = "\n".join([",".join(RUN_COLUMNS)] + [
                 ",".join([str(src), *(f"{self.runs_[k][i]:g}" for k in RUN_COLUMNS[1:-1]),
                           f"{self.runs_['log_error'][i]:.5f}"]) for i, src in enumerate(self.runs_["source"])]) + "\n"
-            (tmp / RUNS_FILE).write_text(runs)
-            manifest["runs"] = {"name": RUNS_FILE, "sha256": hashlib.sha256(runs.encode()).hexdigest()}
+            (tmp / DOUBT_RUNS_FILE).write_text(runs)
+            manifest["runs"] = {"name": DOUBT_RUNS_FILE, "sha256": hashlib.sha256(runs.encode()).hexdigest()}
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
         return directory
 

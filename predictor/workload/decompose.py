@@ -457,7 +457,7 @@ def _modules(model, dense_calls, attn, groups, ep_calls, dense: int, tokens: int
 
 def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, tokens: int, vocab: int,
            dp_group: int, dp_topo, pp_topo, loss: str, act_bytes: int, fp8_weights: int,
-           grad_bytes: int, mtp: int = 0) -> StageWork:
+           grad_bytes: int, bucket: int, mtp: int = 0) -> StageWork:
     """``stage`` (its layers' calls given) with the ends of the model it holds (``loss``: the
     op of the loss, :func:`loss_op`), its pipeline send and its once-per-step calls: DP
     gradient reduction, ZeRO gathers, optimizer step. The last stage's ``mtp`` multi-token
@@ -487,8 +487,7 @@ def _stage(model, par, stage: StageWork, first: bool, last: bool, params: int, t
         sent = tokens * model.hidden_size * act_bytes // (par.tp if par.sequence_parallel else 1)
         stage.p2p = _collective("send_recv", sent, 2, 1, "pp", pp_topo)
     tensors = max(1, round(parameter_tensors(model) * layers / model.num_layers))
-    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors, fp8_weights, grad_bytes,
-                          bucket_params(dp_group))
+    return _data_parallel(par, stage, params, dp_group, dp_topo, layers, tensors, fp8_weights, grad_bytes, bucket)
 
 
 def _data_parallel(par, stage: StageWork, params: float, group: int, topo, layers: int, tensors: int,
@@ -541,14 +540,13 @@ def gemm_weights(calls: list[Call], pass_: str, keep) -> int:
 
 
 def _expert_step(model, par, stage: StageWork, moe: int, experts: int, mesh: Mesh,
-                 grad_bytes: int) -> StageWork:
+                 grad_bytes: int, bucket: int) -> StageWork:
     """``stage`` with its routed experts' once-per-step calls (Megatron-Core,
     :func:`_data_parallel`): over the expert-data-parallel group (tp·cp·dp/(ep·etp) ranks,
     not the dense layers' dp·cp), fc1 and fc2 of each local expert as tensors."""
     tensors = 2 * model.num_experts // par.ep * moe
-    # one bucket size for the dense and the expert buffers: DDP sizes it by the dense dp·cp group
     return _data_parallel(par, stage, experts, mesh.expert_dp, mesh.topology("expert_dp"), moe, tensors, 0,
-                          grad_bytes, bucket_params(mesh.grad_group))
+                          grad_bytes, bucket)
 
 
 def _master_weights(stage: StageWork, params: int, micro_batches: int) -> StageWork:
@@ -679,6 +677,7 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
     mesh = Mesh.of(par, per_node, hw.node.nvlink_domain)
     tp_topo, cp_topo, pp_topo = (mesh.topology(axis) for axis in ("tp", "cp", "pp"))
     dp_group, dp_topo = mesh.grad_group, mesh.grad_topology
+    bucket = bucket_params(dp_group)  # one size for the dense and the expert buffers: DDP sizes it by dp·cp
     micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
     tokens = par.micro_batch_size * seq // par.cp
     multiple = spec.vocab_multiple
@@ -710,9 +709,9 @@ def decompose(model: ModelConfig, par: ParallelConfig, hw: HardwareConfig, gpus:
             fwd, bwd = (list(calls) for calls in layer)  # copies: the ends are appended below
             st = _stage(model, par, StageWork(i, layers, fwd, bwd), first, last, params_per_stage[i],
                         tokens, vocab, dp_group, dp_topo, pp_topo, loss_op(spec, hw.host.asynchronous, par.loss_fusion),
-                        act_bytes, fp8_gathered_weights(bwd, spec, hw), spec.grad_bytes, st_layers.mtp)
+                        act_bytes, fp8_gathered_weights(bwd, spec, hw), spec.grad_bytes, bucket, st_layers.mtp)
             if moe:
-                st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh, spec.grad_bytes)
+                st = _expert_step(model, par, st, moe, experts_per_stage[i], mesh, spec.grad_bytes, bucket)
             if spec.master_weights and hw.host.asynchronous and par.sharding not in ("zero3", "fsdp"):
                 st = _master_weights(st, params_per_stage[i] + experts_per_stage[i], micro_batches)
             st.forward += _quantize_calls(st.forward, hw)

@@ -326,28 +326,28 @@ def memory_per_stage(model: ModelConfig, par: ParallelConfig, seq: int | None = 
     out = []
     params = stage_parameters(model, par, vocab_multiple)
     stages, experts = stage_layers(model, par), stage_expert_parameters(model, par)
-    moe = [st.moe for st in stages]
     if model.num_experts:  # a MoE layer stores its router's, experts' and shared experts' instead of the FFN's
         mlp_recomputed = "mlp" in selective_modules(par.recompute, par.recompute_modules)
         dense_ffn = 0.0 if par.recompute == "full" or mlp_recomputed else \
             s * b * (6 if model.activation == "swiglu" else 4) * model.ffn_hidden_size / tp
         act_moe = act_layer - dense_ffn + moe_activation_bytes(model, par, seq, b)
         expert_dp = par.tp * par.cp * par.dp // (par.ep * par.etp)  # predictor.core.mesh.Mesh.expert_dp
-    for i, n in enumerate(st.layers for st in stages):
+    for i, st in enumerate(stages):
+        n, moe = st.layers, st.moe
         weights, grads, optim = model_state_bytes(params[i], group, par.sharding, grad_bytes)
         if _SHARDED[par.sharding][0] and group > 1:  # gathered current + prefetched layer
             weights += min(n, 2) * layer_weights * WEIGHT_BYTES
         per_mb = n * act_layer
-        if moe[i]:  # routed experts' states sharded over the expert-data-parallel group
+        if moe:  # routed experts' states sharded over the expert-data-parallel group
             ew, eg, eo = model_state_bytes(experts[i], expert_dp, par.sharding, grad_bytes)
             if _SHARDED[par.sharding][0] and expert_dp > 1:
-                ew += min(moe[i], 2) * experts[i] / moe[i] * WEIGHT_BYTES
+                ew += min(moe, 2) * experts[i] / moe * WEIGHT_BYTES
             weights, grads, optim = weights + ew, grads + eg, optim + eo
-            per_mb = (n - moe[i]) * act_layer + moe[i] * act_moe
+            per_mb = (n - moe) * act_layer + moe * act_moe
         if i == 0:
             per_mb += _embedding_bytes(model, s, b, tp, sp, drop)
         if i == par.pp - 1:  # the output layer's, again for each multi-token prediction module
-            per_mb += (1 + stages[i].mtp) * _output_layer_bytes(model, s, b, tp, sp, vocab)
+            per_mb += (1 + st.mtp) * _output_layer_bytes(model, s, b, tp, sp, vocab)
         flight = in_flight_microbatches(par, i)
         acts = flight * per_mb + (working if par.recompute == "full" else 0.0)
         out.append(MemoryBreakdown(stage=i, weights=weights, gradients=grads, optimizer=optim,
