@@ -103,7 +103,6 @@ def predicted_rows(runs: pd.DataFrame, draws: int):
     """Each row of ``runs`` predicted as ``prism predict`` does (predict_runs' path), its
     index kept: a table (``row``, ``source``, ``predicted_s``, ``measured_s``, the composed
     step distribution's ``p5_s`` .. ``p95_s``) and the doubt features, one row each."""
-    from dataclasses import replace
 
     from predictor.analyses.doubt import family
     from predictor.analyses.rows import RowLookups, row_job
@@ -116,7 +115,7 @@ def predicted_rows(runs: pd.DataFrame, draws: int):
     for i, row in runs.iterrows():
         try:
             fam = family(row.get("framework", ""))
-            job = replace(row_job(lookups.job(row)), framework=fam)
+            job = row_job(lookups.job(row))
             tier = predictor.tier(job)
             work = predictor.workload(job)
             dist = predictor.step(job, draws, 0)

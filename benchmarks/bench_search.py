@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.analyses.batch import predict_table
-from predictor.analyses.doubt import family
 from predictor.analyses.search import rank_layouts
 from predictor.core.errors import PrismError
+from predictor.core.framework import row_framework
 from predictor.core.profiles import DATA_DIR
 from predictor.data.published import published_runs, row_workload
 from predictor.latency.artifacts import trained_models
@@ -68,7 +68,8 @@ def search_ranking(rows: pd.DataFrame) -> pd.DataFrame:
     for i, row in rows.iterrows():
         try:
             job = row_workload(row, profiles)
-            works.append(decompose(job.model, job.parallel, job.hardware, job.gpus, framework=family(job.framework)))
+            works.append(decompose(job.model, job.parallel, job.hardware, job.gpus,
+                                   framework=row_framework(job.framework)))
             index.append(i)
         except PrismError:
             continue

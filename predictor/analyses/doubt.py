@@ -12,7 +12,7 @@ on the other sources only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,7 +104,7 @@ def predict_runs(rows: pd.DataFrame, draws: int = 300, seed: int = 0) -> Errors:
     for _, row in rows.iterrows():
         try:
             fam = family(row.get("framework", ""))
-            job = replace(row_job(lookups.job(row)), framework=fam)
+            job = row_job(lookups.job(row))
             model, tier = job.model, predictor.tier(job)
             work = predictor.workload(job)
             dist = predictor.step(job, draws, seed)

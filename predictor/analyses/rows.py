@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from predictor.core.framework import row_framework
 from predictor.core.job import Job
 from predictor.data.published import RowJob, row_workload
-from predictor.engine.doubt import family
 from predictor.engine.predictor import Predictor, QuantileCache
 
 
 def row_job(job: RowJob) -> Job:
     """A row's specs as a :class:`Job`: its hardware the row's variant of a profile, priced
-    by that profile's models; its framework the family of the row's framework cell."""
-    return Job(job.model, job.hardware, job.parallel, job.gpus, family(job.framework),
+    by that profile's models; its framework the one whose file prices the row's framework cell
+    (:func:`~predictor.core.framework.row_framework`)."""
+    return Job(job.model, job.hardware, job.parallel, job.gpus, row_framework(job.framework),
                hardware_key=job.hardware_key, models_from=job.hardware_key[0])
 
 

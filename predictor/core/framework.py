@@ -452,6 +452,17 @@ def uncertainty_framework(text) -> str:
     return (spec or unrecognised_framework()).uncertainty_feature
 
 
+def row_framework(text) -> str:
+    """The framework whose file prices a published table's row, by its framework cell: the
+    file the cell names (:func:`table_framework`) where that file is of the row's family
+    (:func:`uncertainty_framework`), so a NeMo or Megatron-Bridge row runs its recipes' settings
+    (fp8 weight gathers, the gradients' dtype) as ``prism predict framework=nemo`` does; else
+    the family (a Megatron-DeepSpeed row is DeepSpeed's, whose table defaults are Megatron-LM's)."""
+    fam = uncertainty_framework(text)
+    own = table_framework(text) if str(text or "").strip() else None
+    return own.name if own is not None and own.family == fam else fam
+
+
 def blank_default(column: str, spec: FrameworkSpec | None) -> BlankDefault:
     """What a blank ``column`` of a published run takes under ``spec`` (None: unrecognised):
     its own entry, else the fallback file's (``runs_table.fallback: true``)."""

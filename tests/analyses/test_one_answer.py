@@ -27,7 +27,9 @@ MODELS = ("llama3-8b", "llama2-7b", "gpt3-1.3b", "gpt3-2.7b")
 #: the runs table's GPU cell of each profile
 HARDWARE = {"a100-sxm4-80gb": "A100-SXM4-80GB", "h100-sxm": "H100-SXM", "b200": "B200"}
 #: a framework cell and the framework ``prism predict`` is given for it (blank: none, the default)
-FRAMEWORKS = {"": None, "Megatron-Core": "megatron-core", "Megatron-LM": "megatron-lm"}
+#: (NeMo's and Megatron-Bridge's rows run their own files' settings, not their family's)
+FRAMEWORKS = {"": None, "Megatron-Core": "megatron-core", "Megatron-LM": "megatron-lm", "NeMo 25.09": "nemo",
+              "Megatron-Bridge": "megatron-bridge"}
 DRAWN = 400
 SEED = 3
 

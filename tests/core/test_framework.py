@@ -100,12 +100,18 @@ def _calls(work, op):
 
 
 def test_a_spec_field_drives_the_workload_exactly_where_specs_differ(monkeypatch):
-    """megatron-core and nemo differ only in their loss fusion default, which the workload
-    does not read: they decompose alike. A copy of megatron-core whose one field differs
-    (its vocabulary padding) decomposes otherwise exactly there."""
+    """megatron-core and nemo differ in a bf16 job's workload by the gradients' dtype alone
+    (nemo's grad_reduce_in_fp32: false; its fp8 weight gathers need fp8 GEMMs, its loss fusion
+    default is the layout's): the DP reduction moves half the bytes and nothing else changes. A
+    copy of megatron-core whose one field differs (its vocabulary padding) decomposes otherwise
+    exactly there."""
     par = ParallelConfig(dp=4, tp=2, global_batch_size=8)
     core = decompose(GPT, par, H100, 8, framework="megatron-core")
-    assert decompose(GPT, par, H100, 8, framework="nemo") == core
+    nemo = decompose(GPT, par, H100, 8, framework="nemo")
+    steps = [(a, b) for sa, sb in zip(core.stages, nemo.stages) for a, b in zip(sa.step, sb.step) if a != b]
+    assert [a.op for a, _ in steps] == ["all_reduce"] * len(core.stages)
+    assert all(abs(b.shape_dict["message_bytes"] * 2 - a.shape_dict["message_bytes"]) <= 2 for a, b in steps)
+    assert [(s.forward, s.backward) for s in core.stages] == [(s.forward, s.backward) for s in nemo.stages]
     unpadded = replace(load_framework("megatron-core"), name="unpadded", vocab_multiple=1)
     real = fw.load_framework
 
@@ -209,3 +215,16 @@ def test_no_module_but_the_loader_names_a_framework():
             for hit in _names_in_code(path, names)]
     assert hits == [], "framework names outside predictor/core/framework.py (read a FrameworkSpec field):\n" + \
         "\n".join(hits)
+
+
+@pytest.mark.parametrize("cell, framework", [
+    ("NVIDIA NeMo Framework Release 24.09 (MLPerf gpt3 implementation)", "nemo"),
+    ("Megatron-Bridge 0.2", "megatron-bridge"),
+    ("Megatron-Core r0.8.0", "megatron-core"),
+    ("Megatron-DeepSpeed (vTrain data/README.md)", "deepspeed"),  # DeepSpeed's, read with Megatron-LM's defaults
+    ("torchtitan (FSDP+compile)", "torchtitan"),
+    ("", fw.default_framework().name),
+])
+def test_a_row_is_priced_by_the_framework_its_cell_names_within_its_family(cell, framework):
+    from predictor.core.framework import row_framework
+    assert load_framework(row_framework(cell)).name == framework
