@@ -395,6 +395,11 @@ MOE_COLUMNS = ("top_k", "expert_ffn", "shared_experts", "moe_layer_freq")
 UNMODELLED = {
     "qwen3next": "Qwen3-Next's layers are 3 of 4 Gated DeltaNet linear attention (not modelled)",
     "nemotronh": "Nemotron-H is a hybrid of Mamba-2 state-space layers and attention (Mamba layers are not modelled)",
+    # NVIDIA-Nemotron-Nano-9B-v2 and 12B-v2 are Nemotron-H hybrids (arXiv 2508.14444); the v1 Nano 8B is a Llama
+    "nemotronnano9bv2": "Nemotron Nano 2 is a Nemotron-H hybrid of Mamba-2 layers and attention (Mamba layers are not "
+                        "modelled)",
+    "nemotronnano12bv2": "Nemotron Nano 2 is a Nemotron-H hybrid of Mamba-2 layers and attention (Mamba layers are not "
+                         "modelled)",
     "nemotron3nano": "Nemotron 3 Nano mixes Mamba-2 layers, attention and MoE (Mamba layers are not modelled)",
     "nemotron3super": "Nemotron 3 Super mixes Mamba-2 layers, attention and MoE (Mamba layers are not modelled)",
     "nemotron3ultra": "Nemotron 3 Ultra mixes Mamba-2 layers, attention and MoE (Mamba layers are not modelled)",

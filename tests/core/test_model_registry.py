@@ -125,6 +125,11 @@ def test_match_model_finds_the_file(text, name):
     ("zai-org/GLM-4.5-Air", "glm-4.5-air"),
     ("Mistral NeMo 12B", "mistral-nemo-12b"),
     ("mistralai/Mistral-Nemo-Base-2407", "mistral-nemo-12b"),
+    ("Llama 3.2 1B", "llama3.2-1b"),
+    ("meta-llama/Llama-3.2-3B", "llama3.2-3b"),
+    ("llama32_3b", "llama3.2-3b"),
+    ("Qwen2 72B", "qwen2.5-72b"),
+    ("Qwen/Qwen2-72B", "qwen2.5-72b"),
 ])
 def test_published_table_names_find_their_entry(text, name):
     """Names published training tables give these models: match_model finds the file, and a table row's
@@ -153,7 +158,8 @@ def test_match_model_ambiguous_is_none(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name, total, active", [("glm-4.5", 355e9, 32e9), ("glm-4.5-air", 106e9, 12e9),
-                                                 ("mistral-nemo-12b", 12e9, 12e9)])
+                                                 ("mistral-nemo-12b", 12e9, 12e9),
+                                                 ("llama3.2-1b", 1.24e9, 1.24e9), ("llama3.2-3b", 3.21e9, 3.21e9)])
 def test_new_entries_add_up_to_their_published_sizes(name, total, active):
     """The dimensions transcribed give the parameter counts the model cards state (GLM-4.5's
     355B-A32B and Air's 106B-A12B count the MTP layer, which the decoder's count leaves out;
