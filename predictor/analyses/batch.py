@@ -63,7 +63,16 @@ from predictor.core.files import MANIFEST, held_lock, write_atomically
 from predictor.core.profiles import load_hardware
 from predictor.core.specs import check_draws, check_number
 from predictor.data.published import RowJob, in_table_terms, row_hardware
-from predictor.data.runs_table import BY_NAME, REQUIRED, Table, cell, check_output, header_columns, read_table
+from predictor.data.runs_table import (
+    BY_NAME,
+    REQUIRED,
+    Table,
+    cell,
+    check_output,
+    header_columns,
+    missing_columns,
+    read_table,
+)
 from predictor.engine.doubt import alike_words
 from predictor.engine.predictor import DEFAULT_QUANTILES
 from predictor.latency.artifacts import held_sets, holds_models, models_dir, unsigned_text
@@ -237,7 +246,7 @@ def predict_table(table: pd.DataFrame, draws: int = DRAWS, models_root=None, see
     check_number("seed", seed, integer=True, zero=True)
     models_dir(models_root)  # a folder named must exist
     names = {str(c).strip().lower() for c in table.columns}
-    missing = [c for c in REQUIRED if c not in names and c not in header_columns(names).values()]
+    missing = missing_columns(names)
     if missing and len(table):
         raise PrismError(f"table: no column {', '.join(missing)} (required: {', '.join(REQUIRED)})", field="table")
     rows = [{str(name).strip().lower(): value for name, value in r.items()} for r in table.to_dict("records")]

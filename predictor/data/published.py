@@ -44,6 +44,7 @@ from predictor.core.specs import HardwareConfig, ModelConfig, ParallelConfig
 from predictor.data import cells as plain
 from predictor.data.runs_table import (
     BY_NAME,
+    INSTEAD,
     MISSING_WORDS,
     OFF_WORDS,
     ON_WORDS,
@@ -699,6 +700,43 @@ def _data_parallel(row: Mapping, dp: int, model_parallel: int, gpus: int, notes:
     return dp, fsdp
 
 
+def _global_batch(row: Mapping, dp: int, seq: int, notes: list[str]) -> int:
+    """The row's global batch in sequences: its gbs cell, else worked out from the sequences
+    each data-parallel rank takes (``batch_per_dp`` x ``dp``) or the tokens a step takes
+    (``tokens_per_step`` / ``seq``, a suffix M or k binary where that makes whole sequences,
+    else decimal: "16M" tokens of 8,192 are 2,048 sequences)."""
+    given = [c for c in ("gbs", *INSTEAD["gbs"]) if cell(row, c) and cell(row, c).lower() not in MISSING_WORDS]
+    if not given or given[0] == "gbs":
+        return count(row, "gbs")  # blank: refused naming gbs, the column a table most often gives
+    if given[0] == "batch_per_dp":
+        gbs = count(row, "batch_per_dp") * dp
+        notes.append(f"gbs={gbs} (blank: batch_per_dp={count(row, 'batch_per_dp')} x dp={dp})")
+        return _checked_gbs(gbs, "batch_per_dp", row)
+    text = cell(row, "tokens_per_step")
+    found = re.fullmatch(r"\s*([\d.,]+)\s*([kKmMbB]?)\s*(?:tokens?)?\s*", text)
+    try:
+        value = float(found.group(1).replace(",", "")) if found else math.nan
+    except ValueError:
+        value = math.nan
+    unit = found.group(2).lower() if found else ""
+    scales = {"": (1,), "k": (1 << 10, 1e3), "m": (1 << 20, 1e6), "b": (1 << 30, 1e9)}[unit] if found else ()
+    whole = [value * f / seq for f in scales if math.isfinite(value) and (value * f / seq).is_integer()]
+    if not whole:
+        raise PrismError(f"tokens_per_step={text!r}: not a whole number of {seq}-token sequences; give the token "
+                         f"count ('4194304', '4M') or the gbs column (global batch, sequences)",
+                         field="tokens_per_step")
+    notes.append(f"gbs={int(whole[0])} (blank: tokens_per_step {text!r} / seq_len {seq})")
+    return _checked_gbs(int(whole[0]), "tokens_per_step", row)
+
+
+def _checked_gbs(gbs: int, column: str, row: Mapping) -> int:
+    """``gbs`` worked out from ``column``, held to the gbs column's limit."""
+    if gbs > BY_NAME["gbs"].limit:
+        raise PrismError(f"{column}={cell(row, column)!r}: makes a global batch of {gbs:,} sequences, more than "
+                         f"{BY_NAME['gbs'].limit:,}; check the value", field=column)
+    return gbs
+
+
 def row_workload(row: Mapping, hardware: dict) -> RowJob:
     """The model, layout, hardware and GPU count of a table row (a pandas Series or a
     mapping of column to cell), read by :mod:`predictor.data.runs_table`; ``hardware``
@@ -723,7 +761,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     spec = _spec(family)
     # the framework the cell names (Megatron-Bridge, not its family Megatron-Core): its recipes' defaults
     own = (table_framework(framework) if framework else None) or spec
-    tp, pp, gbs, gpus = (count(row, c) for c in ("tp", "pp", "gbs", "num_gpus"))
+    tp, pp, gpus = (count(row, c) for c in ("tp", "pp", "num_gpus"))
     mbs, cp, ep = (count(row, c) or 1 for c in ("mbs", "cp", "ep"))
     dp = _auto_degree(row, "dp", gpus, tp * pp * cp, notes, fill_blank=True)
     vp = _virtual_stages(row, family, notes)
@@ -731,6 +769,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
     if ones:
         notes.append(", ".join(f"{c}=1" for c in ones) + " (blank)")
     dp, fsdp = _data_parallel(row, dp, tp * pp * cp, gpus, notes)
+    gbs = _global_batch(row, dp, model.seq_length, notes)
     sp = switch(row, "seq_parallel")
     if sp is None:
         layout = types.SimpleNamespace(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)

@@ -87,7 +87,13 @@ COLUMNS = (
     Column("seq_len", "count", False, "sequence length, tokens",
            "a recipe name's context ('llama3_8b_16k': 16,384), else the registry's pre-training length "
            "(conf/model) where the model cell names a published architecture", limit=1 << 22),
-    Column("gbs", "count", True, "global batch, sequences per step", limit=1 << 22),
+    Column("gbs", "count", True, "global batch, sequences per step (or given as batch_per_dp or tokens_per_step)",
+           limit=1 << 22),
+    Column("batch_per_dp", "count", False, "sequences per data-parallel rank a step, where the table gives no gbs "
+           "('Batch size/DP'): gbs = batch_per_dp x dp", limit=1 << 22),
+    Column("tokens_per_step", "text", False, "tokens a step, where the table gives no gbs ('Tokens/Batch', 'Global "
+           "batch (tokens)'): gbs = tokens_per_step / seq_len", "",
+           "'4194304', '4M', '16M tokens' (M and k binary where that makes whole sequences, else decimal)"),
     Column("mbs", "count", False, "micro-batch, sequences", "1", limit=1 << 16),
     Column("tp", "count", True, "tensor-parallel degree", limit=1024),
     Column("pp", "count", True, "pipeline-parallel degree", limit=512),
@@ -144,6 +150,9 @@ COLUMNS = (
 )
 BY_NAME = {c.name: c for c in COLUMNS}
 REQUIRED = tuple(c.name for c in COLUMNS if c.required)
+#: Columns a required one may be worked out from instead (the global batch from a per-rank
+#: batch or a token count, as papers' tables give it).
+INSTEAD = {"gbs": ("batch_per_dp", "tokens_per_step")}
 
 #: The column that each framework setting of ``conf/framework``'s ``spellings:`` fills, so that a
 #: table whose header spells a column as a framework's configuration does
@@ -159,7 +168,7 @@ SETTING_COLUMNS = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp": "dp", "
 #: Column headers in plain words ("Global Batch Size", "SeqLen (T)", "# GPUs"), letters and
 #: digits only, a parenthesis dropped, and the column each names.
 HEADER_WORDS = {
-    "gbs": ("globalbatchsize", "globalbatch", "gbsz"), "mbs": ("microbatchsize", "microbatch", "mbsz"),
+    "gbs": ("globalbatchsize", "globalbatch", "gbsz", "batchsize"), "mbs": ("microbatchsize", "microbatch", "mbsz"),
     "seq_len": ("seqlen", "seqlength", "sequencelength", "sequencelen", "contextlength", "maxseqlen"),
     "num_gpus": ("gpus", "numgpus", "ngpus", "gpucount", "numberofgpus"),
     "layers": ("numlayers", "nlayers", "numberoflayers", "archnlayers"),
@@ -185,12 +194,26 @@ HEADER_WORDS = {
                              "tokensspergpu", "throughputtokenssecgpu"),
     "tflops_per_gpu": ("modeltflopsecgpu", "modeltflopssecgpu", "tflopssecgpu", "tflopspergpu", "tflopsgpu"),
     "num_experts": ("experts", "numexperts", "routedexperts"), "top_k": ("topk", "moeroutertopk"),
+    "batch_per_dp": ("batchsizedp", "batchsizeperdp", "batchperdp", "batchdp", "batchsizeperdatarank",
+                     "batchsizeperreplica", "perreplicabatchsize", "localbatchsize"),
+    "tokens_per_step": ("tokensbatch", "tokensperbatch", "tokensperstep", "tokensperiteration", "batchtokens",
+                        "batchsizetokens", "globalbatchtokens", "globalbatchsizetokens", "tokensperglobalbatch"),
 }
 _HEADER_WORDS = {word: column for column, words in HEADER_WORDS.items() for word in words}
 
 
 def _header_words(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
+    """A header's letters and digits, a parenthesis dropped unless it gives the unit tokens
+    ("Global batch size (tokens)" is a token count, not sequences)."""
+    low = name.lower()
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"\((?!\s*tokens?\s*\)).*?\)", "", low))
+
+
+def missing_columns(names) -> list[str]:
+    """The required columns that neither ``names`` (lower case) nor the columns its spellings
+    fill (:func:`header_columns`) give, directly or by a column that works one out (:data:`INSTEAD`)."""
+    have = set(names) | set(header_columns(names).values())
+    return [c for c in REQUIRED if c not in have and not have & set(INSTEAD.get(c, ()))]
 
 
 def _spelling_key(text: str) -> str:
@@ -305,7 +328,7 @@ def read_table(path) -> Table:
     twice = sorted({n for n in names if n and names.count(n) > 1})
     if twice:
         raise PrismError(f"{p}: column {twice[0]!r} appears twice in the header; keep one", field=twice[0])
-    missing = [c for c in REQUIRED if c not in names and c not in header_columns(names).values()]
+    missing = missing_columns(names)
     if missing:
         raise PrismError(f"{p}: no column {', '.join(missing)} (required: {', '.join(REQUIRED)}); add "
                          f"{'it' if len(missing) == 1 else 'them'} to the header (prism predict-batch --help)",
