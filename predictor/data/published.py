@@ -706,8 +706,11 @@ def _global_batch(row: Mapping, dp: int, seq: int, notes: list[str]) -> int:
     (``tokens_per_step`` / ``seq``, a suffix M or k binary where that makes whole sequences,
     else decimal: "16M" tokens of 8,192 are 2,048 sequences)."""
     given = [c for c in ("gbs", *INSTEAD["gbs"]) if cell(row, c) and cell(row, c).lower() not in MISSING_WORDS]
-    if not given or given[0] == "gbs":
-        return count(row, "gbs")  # blank: refused naming gbs, the column a table most often gives
+    if not given:
+        raise PrismError("gbs: blank; fill it in (global batch, sequences per step), or give batch_per_dp "
+                         "(sequences per data-parallel rank) or tokens_per_step", field="gbs")
+    if given[0] == "gbs":
+        return count(row, "gbs")
     if given[0] == "batch_per_dp":
         gbs = count(row, "batch_per_dp") * dp
         notes.append(f"gbs={gbs} (blank: batch_per_dp={count(row, 'batch_per_dp')} x dp={dp})")

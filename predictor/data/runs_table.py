@@ -87,8 +87,8 @@ COLUMNS = (
     Column("seq_len", "count", False, "sequence length, tokens",
            "a recipe name's context ('llama3_8b_16k': 16,384), else the registry's pre-training length "
            "(conf/model) where the model cell names a published architecture", limit=1 << 22),
-    Column("gbs", "count", True, "global batch, sequences per step (or given as batch_per_dp or tokens_per_step)",
-           limit=1 << 22),
+    Column("gbs", "count", True, "global batch, sequences per step", "batch_per_dp x dp, or tokens_per_step / "
+           "seq_len, where the table gives one of them", limit=1 << 22),
     Column("batch_per_dp", "count", False, "sequences per data-parallel rank a step, where the table gives no gbs "
            "('Batch size/DP'): gbs = batch_per_dp x dp", limit=1 << 22),
     Column("tokens_per_step", "text", False, "tokens a step, where the table gives no gbs ('Tokens/Batch', 'Global "
