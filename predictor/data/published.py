@@ -723,7 +723,7 @@ def _global_batch(row: Mapping, dp: int, seq: int, notes: list[str]) -> int:
         value = math.nan
     unit = found.group(2).lower() if found else ""
     scales = {"": (1,), "k": (1 << 10, 1e3), "m": (1 << 20, 1e6), "b": (1 << 30, 1e9)}[unit] if found else ()
-    whole = [value * f / seq for f in scales if math.isfinite(value) and (value * f / seq).is_integer()]
+    whole = [value * f / seq for f in scales if math.isfinite(value) and value > 0 and (value * f / seq).is_integer()]
     if not whole:
         raise PrismError(f"tokens_per_step={text!r}: not a whole number of {seq}-token sequences; give the token "
                          f"count ('4194304', '4M') or the gbs column (global batch, sequences)",

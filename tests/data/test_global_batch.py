@@ -44,9 +44,11 @@ def test_tokens_per_step_over_the_sequence_length(tokens, seq, gbs):
     assert any(f"gbs={gbs} (blank: tokens_per_step" in n for n in job.assumed)
 
 
-def test_a_token_count_that_is_no_whole_number_of_sequences_is_refused_naming_it():
+@pytest.mark.parametrize("tokens", ["1000", "0", "-4M", "many", "4M sequences", "1e6"])
+def test_a_token_count_that_is_no_whole_number_of_sequences_is_refused_naming_it(tokens):
+    """Not a count of tokens, or none that makes whole sequences (0 is no batch, not the default)."""
     with pytest.raises(PrismError) as err:
-        _job(**{"Tokens/Batch": "1000", "Seq. Len.": "4096"})
+        _job(**{"Tokens/Batch": tokens, "Seq. Len.": "4096"})
     assert err.value.field == "tokens_per_step" and "4096-token sequences" in str(err.value)
 
 
