@@ -655,7 +655,8 @@ def _auto_degree(row: Mapping, column: str, gpus: int, others: int, notes: list[
     or is blank (or absent) and ``fill_blank`` (dp), the only degree that makes the row's GPUs:
     ``gpus`` over the product of the ``others``."""
     text = cell(row, column)
-    blank = (not text or text.lower() in MISSING_WORDS) and fill_blank  # another blank degree stays blank
+    # another blank degree stays blank; a dash ("-", "—") is a blank, as count() reads it
+    blank = (not text or text.lower() in MISSING_WORDS or text in plain.DASHES) and fill_blank
     if not blank and text.lower() not in AUTO_WORDS:
         return count(row, column)
     degree, left = divmod(gpus, others)
@@ -705,7 +706,8 @@ def _global_batch(row: Mapping, dp: int, seq: int, notes: list[str]) -> int:
     each data-parallel rank takes (``batch_per_dp`` x ``dp``) or the tokens a step takes
     (``tokens_per_step`` / ``seq``, a suffix M or k binary where that makes whole sequences,
     else decimal: "16M" tokens of 8,192 are 2,048 sequences)."""
-    given = [c for c in ("gbs", *INSTEAD["gbs"]) if cell(row, c) and cell(row, c).lower() not in MISSING_WORDS]
+    given = [c for c in ("gbs", *INSTEAD["gbs"])
+             if cell(row, c) and cell(row, c).lower() not in MISSING_WORDS and cell(row, c) not in plain.DASHES]
     if not given:
         raise PrismError("gbs: blank; fill it in (global batch, sequences per step), or give batch_per_dp "
                          "(sequences per data-parallel rank) or tokens_per_step", field="gbs")

@@ -12,10 +12,12 @@ def _vtrain_row(reference_data, **cells) -> dict:
     return runs[runs.set_id == "vtrain_multi"].iloc[-1].to_dict() | cells
 
 
-def test_a_blank_dp_is_num_gpus_over_the_model_parallel_degrees(reference_data):
+@pytest.mark.parametrize("cell", ["", "-", "\u2014", "n/a"])
+def test_a_blank_dp_is_num_gpus_over_the_model_parallel_degrees(reference_data, cell):
+    """Blank, a dash or n/a alike (a dash once left dp unset and the reader failed)."""
     row = _vtrain_row(reference_data)
     stated = row_workload(row, {})
-    blank = row_workload(row | {"dp": ""}, {})
+    blank = row_workload(row | {"dp": cell}, {})
     gpus, tp, pp = (int(float(row[c])) for c in ("num_gpus", "tp", "pp"))
     assert blank.parallel.dp == stated.parallel.dp == gpus // (tp * pp)
     read = f"dp: blank, read as {blank.parallel.dp} (num_gpus / tp·pp·cp"

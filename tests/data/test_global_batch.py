@@ -57,7 +57,8 @@ def test_the_gbs_column_rules_where_both_are_given():
     assert job.parallel.global_batch_size == 128
 
 
-def test_no_batch_at_all_is_refused_naming_gbs():
+@pytest.mark.parametrize("cells", [{}, {"Batch size/DP": "\u2014"}, {"GBS": "-", "Tokens/Batch": "n/a"}])
+def test_no_batch_at_all_is_refused_naming_gbs(cells):
     with pytest.raises(PrismError) as err:
-        _job()
-    assert err.value.field == "gbs"
+        _job(**cells)
+    assert err.value.field == "gbs" and "batch_per_dp" in str(err.value)
