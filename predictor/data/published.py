@@ -257,6 +257,13 @@ def _named_profile(gpu: str) -> str | None:
     return None
 
 
+#: A PCIe form factor in a GPU cell: "A100 PCIe", "H100 PCIe", and "H100 NVL" / "H200 NVL" (PCIe
+#: cards bridged in pairs; NVIDIA's H100 NVL product brief), not a rack's "NVL72".
+_PCIE_CARD = re.compile(r"pcie|(?<![a-z0-9])nvl", re.IGNORECASE)
+#: An NVLink domain's size after NVL ("GB200 NVL72", "NVL 36"), not a memory size ("H200 NVL 141GB").
+_NVL_DOMAIN = re.compile(r"nvl\s*-?\s*(\d+)(?![\d.]*\s*gi?b)", re.IGNORECASE)
+
+
 def row_hardware(gpu: str) -> str:
     """The hardware profile a GPU cell names (longest ``device.match`` name it contains, else
     a system of :data:`NAMED_PROFILES` whose file is there)."""
@@ -269,7 +276,13 @@ def row_hardware(gpu: str) -> str:
     if others:
         raise PrismError(f"gpu={gpu!r}: names more than one GPU ({', '.join([name, *others])}); write the one the "
                          f"run used", field="gpu")
-    named = re.search(r"nvl\s*-?\s*(\d+)", gpu, re.IGNORECASE)  # GB200 NVL36 or NVL4: a smaller NVLink domain
+    named = _NVL_DOMAIN.search(gpu)  # GB200 NVL36 or NVL4: a smaller NVLink domain
+    card = _PCIE_CARD.search(gpu) if not named else re.search("pcie", gpu, re.IGNORECASE)
+    if card and not any(_PCIE_CARD.search(m) for m in load_hardware(name).device.match):
+        raise PrismError(f"gpu={gpu!r}: a PCIe card ({card.group(0)}: fewer SMs or a lower power limit than the "
+                         f"SXM part, its GPUs joined by PCIe or NVLink bridges in pairs, no NVSwitch), and {name} is "
+                         f"the SXM part; no profile describes it: add one to conf/hardware or write the GPU the run "
+                         f"used", field="gpu")
     domain = load_hardware(name).nvlink_domain if named else None
     if named and int(named[1]) != domain:
         raise PrismError(f"gpu={gpu!r}: an NVLink domain of {named[1]} GPUs, and {name} is one of {domain}; no "

@@ -196,6 +196,8 @@ def test_a_layout_error_names_the_column(runs):
     ({"num_experts": "8", "top_k": "9"}, "top_k=9: must be 1..num_experts=8 (each token", "model."),
     ({"model": "llama-gpt"}, "model='llama-gpt': names both GPT and Llama", "ok"),  # was read as a Llama
     ({"gpu": "GB200 NVL36"}, "gpu='GB200 NVL36': an NVLink domain of 36 GPUs", "ok"),  # was priced as NVL72
+    ({"gpu": "A100 PCIe"}, "gpu='A100 PCIe': a PCIe card", "ok"),  # was priced as the SXM part
+    ({"gpu": "H200 NVL 141GB"}, "gpu='H200 NVL 141GB': a PCIe card", "NVLink domain of 141"),
 ])
 def test_a_row_s_status_names_the_table_s_columns_not_prism_s_settings(runs, cells, says, not_says):
     """A status is read beside the CSV: it quotes its columns (tp=3, num_gpus=64), not the
