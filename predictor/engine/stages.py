@@ -35,8 +35,11 @@ runs it for one layout and walks the pipeline schedule exactly; the search's
    its ``ScheduleGPipe`` waits on its sends only after the last forward (backward), so
    under GPipe on a GPU a transfer delays its receiver alone (:data:`DEFERRED_SENDS`);
    the DP gradient reduction runs under the last micro-batch's backward but its last
-   bucket, the sharded optimizer's parameter gather under the next step's forwards but
-   its first bucket (Megatron ``overlap_grad_reduce`` / ``overlap_param_gather``); the
+   bucket, the sharded optimizer's parameter gather under the next step's first forward but
+   its first bucket (Megatron ``overlap_grad_reduce`` / ``overlap_param_gather``: Megatron-Core's
+   forward pre-hook waits on a bucket's gather and dispatches the next one, so the gathers run
+   one bucket ahead of the first micro-batch and are done before the second;
+   ``DistributedDataParallel._make_forward_pre_hook``, ``finish_param_sync``); the
    optimizer step is compute after both. The host's framework calls of each pass
    (:mod:`predictor.workload.host`) form a second timeline beside the device's
    (:func:`_host_wait`): the longer one sets the pass on CUDA, the two add on a CPU.
@@ -451,7 +454,7 @@ def stage_times(plan: StagePlan, sums: np.ndarray, buckets: np.ndarray, rows: sl
     reduce = np.where(plan.overlap_grad_reduce[layout, None],
                       np.maximum(reduce / bucket, reduce - (bc + bm)), reduce)
     gather = np.where(plan.overlap_param_gather[layout, None],
-                      np.maximum(gather / bucket, gather - plan.micro_batches[layout, None] * fc), gather)
+                      np.maximum(gather / bucket, gather - fc), gather)
     first = (plan.position[rows] == 0)[:, None]
     send_back = np.where(first, 0.0, np.roll(send, 1, axis=0))  # over the previous stage's link
     fh, bh = _host_wait(plan.host_async[layout, None], part[Part.FORWARD_HOST], part[Part.BACKWARD_HOST],
