@@ -154,21 +154,25 @@ def test_bad_cells_fail_their_row_alone(runs, tmp_path, capsys):
 
 def test_a_job_that_does_not_fit_is_flagged_and_the_profile_named():
     """Predicted as prism predict predicts it, but pred_fits says false; a GPU cell that is
-    a variant of the profile (40 GB, PCIe) is noted as read, and pred_hardware names it; a
-    cell naming two GPUs is refused."""
+    a variant of the profile (another memory size: Leonardo's A100 64GB) is noted as read, and
+    pred_hardware names it; a cell naming two GPUs is refused."""
     job = dict(model="Llama 3 8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
                seq_len=8192, gbs=8, pp=1, num_gpus=8)
     out = predict_table(pd.DataFrame([dict(job, tp=1, dp=8, gpu="H100"), dict(job, tp=8, dp=1, gpu="H100"),
-                                      dict(job, tp=8, dp=1, gpu="A100 40GB")]), draws=DRAWS)
+                                      dict(job, tp=8, dp=1, gpu="A100 64GB")]), draws=DRAWS)
     assert out.pred_status.tolist() == ["ok"] * 3
     assert out.pred_fits.tolist() == [False, True, True] and out.pred_mem_gib[0] > 80
     assert out.pred_hardware.tolist() == ["h100-sxm", "h100-sxm", "a100-sxm4-80gb"]
-    assert "gpu 'A100 40GB' read as a100-sxm4-80gb" in out.pred_assumed[2]
+    assert "gpu 'A100 64GB' read as a100-sxm4-80gb (NVIDIA A100-SXM4-80GB, its memory 64 GiB as the name says" \
+        in out.pred_assumed[2]
     assert not any(note.startswith("gpu ") for note in out.pred_assumed[0].split("; "))
-    # the memory a variant's name states is the card's: 51 GiB fits an 80 GB A100, not a 40 GB one
-    sizes = predict_table(pd.DataFrame([dict(job, tp=4, dp=2, gpu=g) for g in ("A100 40GB", "A100")]), draws=DRAWS)
-    assert sizes.pred_fits.tolist() == [False, True] and 40 < sizes.pred_mem_gib[0] < 80
-    assert "its memory 40 GiB as the name says" in sizes.pred_assumed[0]
+    # the memory of the card named is the one checked: 51 GiB fits an 80 GB A100, not a 40 GB one (its
+    # own profile) nor the 48 GiB a variant's name states
+    sizes = predict_table(pd.DataFrame([dict(job, tp=4, dp=2, gpu=g) for g in ("A100 40GB", "A100 48GB", "A100")]),
+                          draws=DRAWS)
+    assert sizes.pred_fits.tolist() == [False, False, True] and 40 < sizes.pred_mem_gib[0] < 80
+    assert sizes.pred_hardware.tolist() == ["a100-sxm4-40gb", "a100-sxm4-80gb", "a100-sxm4-80gb"]
+    assert "its memory 48 GiB as the name says" in sizes.pred_assumed[1]
     # what each band rests on: the runs like it (an H100 row: the microbenchmarks tier's)
     assert all(b.startswith("runs like this (compute capability ") and "against PRISM's median" in b
                for b in out.pred_band_basis)
