@@ -61,6 +61,24 @@ def plain_number(text: str, suffix: bool = True) -> str:
     return text
 
 
+_TOKENS = re.compile(r"\s*((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*([kmb]?)\s*(?:tokens?)?\s*", re.IGNORECASE)
+#: A token count's suffixes: binary first, then decimal ("16M" tokens of 8,192-token sequences
+#: are 2,048 of them; "2.048M" of 2,000 are 1,024).
+_TOKEN_SCALES = {"": (1,), "k": (1 << 10, 1e3), "m": (1 << 20, 1e6), "b": (1 << 30, 1e9)}
+
+
+def whole_sequences(text: str, seq: int) -> int | None:
+    """The sequences of ``seq`` tokens that a token count ("4194304", "4M", "16M tokens") makes,
+    a suffix read binary where that makes whole sequences, else decimal; None where the text is
+    no positive token count or none of its readings is a whole number of sequences."""
+    found = _TOKENS.fullmatch(text)
+    if not found:
+        return None
+    value = float(found.group(1).replace(",", ""))
+    counts = [value * scale / seq for scale in _TOKEN_SCALES[found.group(2).lower()]]
+    return next((int(c) for c in counts if c > 0 and c.is_integer()), None)
+
+
 def strip_flag(text: str, flags) -> tuple[str, bool]:
     """``text`` without a leading configuration key of ``flags`` ("--sequence-parallel",
     "sequence_parallel: true", "model.sequence_parallel=False": the rest after ``=`` or

@@ -53,6 +53,7 @@ from predictor.data.runs_table import (
     SHARDINGS,
     asks_default,
     bandwidth,
+    blank_cell,
     cell,
     choice,
     count,
@@ -439,7 +440,7 @@ REGISTRY_COLUMNS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "n
 def _given(row: Mapping, column: str) -> int | None:
     """A count cell, None where blank (a required column's blank too: the registry may fill it)."""
     text = cell(row, column)
-    return None if not text or text.lower() in MISSING_WORDS else count(row, column)
+    return None if blank_cell(text) else count(row, column)
 
 
 #: A checkpoint's variant after an architecture's name ("-Base", " Instruct", "-hf"), or the benchmark
@@ -668,8 +669,7 @@ def _auto_degree(row: Mapping, column: str, gpus: int, others: int, notes: list[
     or is blank (or absent) and ``fill_blank`` (dp), the only degree that makes the row's GPUs:
     ``gpus`` over the product of the ``others``."""
     text = cell(row, column)
-    # another blank degree stays blank; a dash ("-", "—") is a blank, as count() reads it
-    blank = (not text or text.lower() in MISSING_WORDS or text in plain.DASHES) and fill_blank
+    blank = blank_cell(text) and fill_blank  # another blank degree stays blank
     if not blank and text.lower() not in AUTO_WORDS:
         return count(row, column)
     degree, left = divmod(gpus, others)
@@ -719,8 +719,7 @@ def _global_batch(row: Mapping, dp: int, seq: int, notes: list[str]) -> int:
     each data-parallel rank takes (``batch_per_dp`` x ``dp``) or the tokens a step takes
     (``tokens_per_step`` / ``seq``, a suffix M or k binary where that makes whole sequences,
     else decimal: "16M" tokens of 8,192 are 2,048 sequences)."""
-    given = [c for c in ("gbs", *INSTEAD["gbs"])
-             if cell(row, c) and cell(row, c).lower() not in MISSING_WORDS and cell(row, c) not in plain.DASHES]
+    given = [c for c in ("gbs", *INSTEAD["gbs"]) if not blank_cell(cell(row, c))]
     if not given:
         raise PrismError("gbs: blank; fill it in (global batch, sequences per step), or give batch_per_dp "
                          "(sequences per data-parallel rank) or tokens_per_step", field="gbs")
@@ -731,20 +730,13 @@ def _global_batch(row: Mapping, dp: int, seq: int, notes: list[str]) -> int:
         notes.append(f"gbs={gbs} (blank: batch_per_dp={count(row, 'batch_per_dp')} x dp={dp})")
         return _checked_gbs(gbs, "batch_per_dp", row)
     text = cell(row, "tokens_per_step")
-    found = re.fullmatch(r"\s*([\d.,]+)\s*([kKmMbB]?)\s*(?:tokens?)?\s*", text)
-    try:
-        value = float(found.group(1).replace(",", "")) if found else math.nan
-    except ValueError:
-        value = math.nan
-    unit = found.group(2).lower() if found else ""
-    scales = {"": (1,), "k": (1 << 10, 1e3), "m": (1 << 20, 1e6), "b": (1 << 30, 1e9)}[unit] if found else ()
-    whole = [value * f / seq for f in scales if math.isfinite(value) and value > 0 and (value * f / seq).is_integer()]
-    if not whole:
+    gbs = plain.whole_sequences(text, seq)
+    if gbs is None:
         raise PrismError(f"tokens_per_step={text!r}: not a whole number of {seq}-token sequences; give the token "
                          f"count ('4194304', '4M') or the gbs column (global batch, sequences)",
                          field="tokens_per_step")
-    notes.append(f"gbs={int(whole[0])} (blank: tokens_per_step {text!r} / seq_len {seq})")
-    return _checked_gbs(int(whole[0]), "tokens_per_step", row)
+    notes.append(f"gbs={gbs} (blank: tokens_per_step {text!r} / seq_len {seq})")
+    return _checked_gbs(gbs, "tokens_per_step", row)
 
 
 def _checked_gbs(gbs: int, column: str, row: Mapping) -> int:

@@ -385,19 +385,21 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
+def blank_cell(text: str) -> bool:
+    """Whether a cell (stripped, :func:`cell`) says nothing: empty, a word some tools write for a
+    missing value (:data:`MISSING_WORDS`) or a dash, "not applicable" (``cells.DASHES``)."""
+    return not text or text.lower() in MISSING_WORDS or text in cells.DASHES
+
+
 def count(row: Mapping, column: str) -> int | None:
     """A count cell as an int, None where blank; a :class:`PrismError` naming the column
     where it is not a whole number from 1 to the column's limit."""
     spec = BY_NAME[column]
     text = cell(row, column)
-    if text.lower() in MISSING_WORDS:
-        text = ""
-    if not text:
+    if blank_cell(text):
         if spec.required:
             raise PrismError(f"{column}: blank; fill it in ({spec.meaning})", field=column)
         return None
-    if text in cells.DASHES:  # "-": not applicable, as blank
-        return count({}, column)
     labelled = cells.labelled_number(text)  # "TP=8", "4096 tokens", "5 (interleaved)"
     number = cells.plain_number(labelled or text, suffix=column not in NO_SUFFIX)
     try:
