@@ -265,6 +265,11 @@ _PCIE_CARD = re.compile(r"pcie|(?<![a-z0-9])nvl", re.IGNORECASE)
 _NVL_DOMAIN = re.compile(r"nvl\s*-?\s*(\d+)(?![\d.]*\s*gi?b)", re.IGNORECASE)
 
 
+def _pcie_card(text: str) -> re.Match | None:
+    """The PCIe form factor ``text`` names (:data:`_PCIE_CARD`), a rack's "NVL72" aside."""
+    return _PCIE_CARD.search(_NVL_DOMAIN.sub("", text))
+
+
 def row_hardware(gpu: str) -> str:
     """The hardware profile a GPU cell names (longest ``device.match`` name it contains, else
     a system of :data:`NAMED_PROFILES` whose file is there)."""
@@ -278,8 +283,8 @@ def row_hardware(gpu: str) -> str:
         raise PrismError(f"gpu={gpu!r}: names more than one GPU ({', '.join([name, *others])}); write the one the "
                          f"run used", field="gpu")
     named = _NVL_DOMAIN.search(gpu)  # GB200 NVL36 or NVL4: a smaller NVLink domain
-    card = _PCIE_CARD.search(gpu) if not named else re.search("pcie", gpu, re.IGNORECASE)
-    if card and not any(_PCIE_CARD.search(m) for m in load_hardware(name).device.match):
+    card = _pcie_card(gpu)
+    if card and not any(_pcie_card(m) for m in load_hardware(name).device.match):
         raise PrismError(f"gpu={gpu!r}: a PCIe card ({card.group(0)}: fewer SMs or a lower power limit than the "
                          f"SXM part, its GPUs joined by PCIe or NVLink bridges in pairs, no NVSwitch), and {name} is "
                          f"the SXM part; no profile describes it: add one to conf/hardware or write the GPU the run "
