@@ -625,8 +625,9 @@ def _default_note(column: str, value: str, family: str, text: str = "") -> str:
 CHOICE_SETTINGS = {"recompute": "recompute", "zero_or_distopt": "sharding"}
 
 
-def _chosen(row: Mapping, column: str, phrases, off, family: str, notes: list[str]) -> str:
-    """A choice cell's value, or the framework's default where blank or asked for (noted).
+def _chosen(row: Mapping, column: str, phrases, off, framework: str, notes: list[str]) -> str:
+    """A choice cell's value, or the default of ``framework`` (a conf/framework file or family
+    name) where blank or asked for (noted).
     The frameworks' own spellings of the values are read too (NeMo's ``distributed_fused_adam``,
     DeepSpeed's ``stage 2``); a recompute cell that only says it is on ("yes", "enabled")
     recomputes whole layers (activation checkpointing as DeepSpeed, HF and FSDP wrap it)."""
@@ -641,8 +642,8 @@ def _chosen(row: Mapping, column: str, phrases, off, family: str, notes: list[st
             raise
         value, note = "full", f"recompute {cell(row, column)!r} read as full (activation checkpointing of whole layers)"
     if value is None:
-        value, _ = framework_default(column, family)
-        notes.append(_default_note(column, value, family, cell(row, column)))
+        value, _ = framework_default(column, framework)
+        notes.append(_default_note(column, value, framework, cell(row, column)))
     elif note:
         notes.append(note)
     return value
@@ -798,7 +799,9 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
                          if own.sequence_parallel_default == spec.sequence_parallel_default else
                          f"seq_parallel={'on' if sp else 'off'} (blank: {own.display}'s recipes turn it on "
                          f"with tp > 1)")
-    recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", family, notes), family)
+    # a blank choice cell takes the defaults of the file the cell names (NeMo's sharded optimizer), else its family's
+    named = own.name if framework and own is not spec else family
+    recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", named, notes), family)
     if note:
         notes.append(note)
     partial = re.search(r"\bblock\b\D*(\d+)\s*layers?", cell(row, "recompute"), re.IGNORECASE)
@@ -809,7 +812,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
         sharding = "fsdp"
         notes.append("zero_or_distopt=fsdp (blank: the fsdp degree shards weights, gradients and optimizer states)")
     else:
-        sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", family, notes)
+        sharding = _chosen(row, "zero_or_distopt", SHARDINGS, "none", named, notes)
     # the spec's defaults.overlap_grad_reduce: Megatron-LM before Megatron-Core (2023) reduced DP
     # gradients after the backward (--overlap-grad-reduce came with Core) and ran attention
     # unfused (baddbmm, fused scale-mask-softmax, bmm) rather than FlashAttention (its attention).

@@ -106,6 +106,21 @@ def test_blank_cells_take_their_framework_defaults(reference_data):
     assert toml.parallel.recompute == "per_op"
 
 
+@pytest.mark.parametrize("framework, sharding, whose", [
+    ("NVIDIA NeMo 25.09", "distributed_optimizer", "NeMo"),  # its recipes' OptimizerConfig
+    ("Megatron-Bridge 0.2", "distributed_optimizer", "Megatron-Bridge"),  # its pretraining configs
+    ("Megatron-Core r0.8.0", "none", "Megatron"),  # --use-distributed-optimizer is opt-in
+])
+def test_a_blank_sharding_takes_the_named_framework_s_recipes(reference_data, framework, sharding, whose):
+    """NeMo and Megatron-Bridge are Megatron-Core's family, but their pretraining recipes shard the
+    optimizer where Megatron-LM's launcher does not: the file the cell names decides."""
+    job = row_workload(_row(reference_data, "vtrain_multi", framework=framework, zero_or_distopt=""), {})
+    assert job.parallel.sharding == sharding
+    assert f"zero_or_distopt={sharding} (blank: {whose}'s default)" in job.assumed
+    recompute = row_workload(_row(reference_data, "vtrain_multi", framework=framework, recompute=""), {})
+    assert recompute.parallel.recompute == "none" and "recompute=none (blank: Megatron's default)" in recompute.assumed
+
+
 def test_selective_recompute_is_the_frameworks_own(reference_data):
     """torchtitan's selective checkpointing in its Llama 3 configs is per-op; Megatron's
     recomputes the attention core; a cell naming the per-op policy reads as it anywhere."""
