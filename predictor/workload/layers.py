@@ -332,13 +332,12 @@ def moe_ops(model: ModelConfig, par: ParallelConfig, micro_batch: int, seq: int)
 def moe_op_groups(model: ModelConfig, par: ParallelConfig, micro_batch: int,
                   seq: int) -> dict[str, list[Call]]:
     """The compute ops of one MoE layer's FFN for one micro-batch on one GPU (Megatron-Core
-    ``MoELayer``), by part: ``router`` (gate GEMM, scores, top-k); ``dispatch``, the
-    permutation of the routed tokens by expert before the exchange and, with several local
-    experts, the sort of the received chunks by expert after it (``sort_chunks_by_idxs``);
+    ``MoELayer``), by part: ``router`` (gate GEMM, scores, top-k); ``dispatch``, the token
+    rearrangement around the exchange, as each dispatcher does it (:func:`_rearrangement`);
     ``experts``, two grouped GEMMs over num_experts/ep experts of tokens·top_k·etp/
     (num_experts/ep) tokens each, times :func:`routing_imbalance`, around ``moe_act``, their
-    activation; ``combine``, the reverse sort and the unpermutation (the weighted sum of the
-    top_k outputs); ``shared_experts``, a TP-split dense FFN over every token."""
+    activation; ``combine``, the dispatch's reverse; ``shared_experts``, a TP-split dense FFN
+    over every token."""
     h, k, ep, etp = model.hidden_size, model.top_k, par.ep, par.etp
     local = model.num_experts // ep
     t_r = routed_tokens(model, par, micro_batch, seq)
@@ -346,15 +345,33 @@ def moe_op_groups(model: ModelConfig, par: ParallelConfig, micro_batch: int,
     per_expert = max(1, math.ceil(assigned / local))
     width = moe_ffn(model) // etp
     up = 2 * width if model.activation == "swiglu" else width
-    sort = [Call.of("permute", "fwd", {"tokens": local * per_expert, "hidden": h, "top_k": 1})] \
-        if local > 1 and ep > 1 else []
+    dispatch, combine = _rearrangement(par, t_r, h, k, local, local * per_expert)
     shared = model.shared_expert_ffn_hidden_size
     return {
         "router": [Call.of("router", "fwd", {"tokens": t_r, "hidden": h, "experts": model.num_experts, "top_k": k})],
-        "dispatch": [Call.of("permute", "fwd", {"tokens": t_r, "hidden": h, "top_k": k}), *sort],
+        "dispatch": dispatch,
         "experts": [Call.of("grouped_gemm", "fwd", {"batch": local, "m": per_expert, "n": up, "k": h})],
         "moe_act": [Call.of(model.activation, "fwd", {"tokens": local * per_expert, "hidden": width})],
         "experts_down": [Call.of("grouped_gemm", "fwd", {"batch": local, "m": per_expert, "n": h, "k": width})],
-        "combine": [*sort, Call.of("unpermute", "fwd", {"tokens": t_r, "hidden": h, "top_k": k})],
+        "combine": combine,
         "shared_experts": mlp_ops(model, micro_batch * seq // par.cp, shared // par.tp) if shared else [],
     }
+
+
+def _rearrangement(par: ParallelConfig, tokens: int, hidden: int, top_k: int, local: int,
+                   rows: int) -> tuple[list[Call], list[Call]]:
+    """The token rearrangement of one MoE layer's dispatch and of its combine, as Megatron-Core's
+    dispatchers do it (megatron/core/transformer/moe/token_dispatcher.py): ``alltoall`` permutes
+    its ``tokens`` by expert, top_k copies each, before the exchange, sorts the received chunks
+    by local expert after it where a rank holds several (``sort_chunks_by_idxs``), and reverses
+    both in the combine, whose unpermutation sums the top_k outputs. ``flex`` (DeepEP, HybridEP)
+    hands the tokens to its fused dispatch unpermuted and permutes the ``rows`` that arrive
+    (``get_permuted_hidden_states_by_experts``), unpermuting them before its fused combine
+    (HybridEP does it inside its kernels, at the same bytes)."""
+    if par.moe_dispatcher == "flex" and par.ep > 1:
+        return ([Call.of("permute", "fwd", {"tokens": rows, "hidden": hidden, "top_k": 1})],
+                [Call.of("unpermute", "fwd", {"tokens": rows, "hidden": hidden, "top_k": 1})])
+    sort = [Call.of("permute", "fwd", {"tokens": rows, "hidden": hidden, "top_k": 1})] \
+        if local > 1 and par.ep > 1 and par.moe_dispatcher == "alltoall" else []
+    return ([Call.of("permute", "fwd", {"tokens": tokens, "hidden": hidden, "top_k": top_k}), *sort],
+            [*sort, Call.of("unpermute", "fwd", {"tokens": tokens, "hidden": hidden, "top_k": top_k})])

@@ -138,6 +138,25 @@ def test_moe_decomposition():
     assert {c.role for c in overlapped.stages[0].forward if c.op == "all_to_all"} == {OVERLAPPED_EP}
 
 
+@pytest.mark.parametrize("dispatcher", ["alltoall", "flex", "allgather"])
+def test_each_dispatcher_rearranges_the_tokens_as_megatron_core_does(dispatcher):
+    """megatron/core/transformer/moe/token_dispatcher.py: the all-to-all dispatcher permutes its
+    tokens (top_k copies each) before the exchange and sorts the received chunks by local expert
+    after it, then reverses both; DeepEP and HybridEP (flex) take the tokens unpermuted and permute
+    what arrives; the all-gather dispatcher permutes once, with no chunks to sort."""
+    par = replace(ZOO, moe_force_balance=True, moe_dispatcher=dispatcher)
+    fwd = decompose(QWEN, par, HW).stages[0].forward
+    shapes = [(c.op, c.shape_dict["tokens"], c.shape_dict["top_k"]) for c in fwd if c.op in ("permute", "unpermute")]
+    rows = next(c for c in fwd if c.op == "grouped_gemm").shape_dict
+    arrived = rows["batch"] * rows["m"]  # the rows this rank's experts take
+    tokens = 4096 // 2  # the sequence-parallel shard's tokens
+    expected = {"alltoall": [("permute", tokens, 8), ("permute", arrived, 1), ("permute", arrived, 1),
+                             ("unpermute", tokens, 8)],
+                "flex": [("permute", arrived, 1), ("unpermute", arrived, 1)],
+                "allgather": [("permute", tokens, 8), ("unpermute", tokens, 8)]}[dispatcher]
+    assert shapes == expected
+
+
 def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
     par = replace(ZOO, ep=8)  # expert_dp = 16·2/8 = 4
     step = decompose(QWEN, par, HW).stages[0].step
