@@ -17,7 +17,7 @@ from predictor.core.job import check_framework  # noqa: F401  (check_framework: 
 from predictor.engine.compose import StepDistribution
 from predictor.engine.draws import inverse_cdf
 from predictor.latency.artifacts import TIERS, models_dir
-from predictor.latency.doubt import FEATURES, DoubtModel
+from predictor.latency.doubt import FEATURES, GEMM_PRECISIONS, DoubtModel
 from predictor.latency.regressor import DEFAULT_QUANTILES
 from predictor.workload.decompose import Workload
 from predictor.workload.layers import parameter_count
@@ -59,18 +59,23 @@ def gpu_generation(hw) -> float:
     return float(math.floor(hw.device.compute_capability)) if hw.device.compute_capability else -1.0
 
 
+def gemm_precision(hw) -> float:
+    """The ``gemm_precision`` feature: the code (:data:`~predictor.latency.doubt.GEMM_PRECISIONS`)
+    of the linear layers' GEMM precision, 0 where they run in 16 or 32 bits."""
+    return float(GEMM_PRECISIONS.index(hw.gemm_dtype)) if hw.gemm_dtype in GEMM_PRECISIONS[1:] else 0.0
+
+
 def features(work: Workload, dist: StepDistribution, tier: str, framework: str) -> np.ndarray:
     """The :data:`~predictor.latency.doubt.FEATURES` of one prediction."""
     par, p50 = work.parallel, float(np.median(dist.draws))
-    low_precision = work.hardware.gemm_dtype not in (None, work.hardware.train_dtype)  # fp8, mxfp8, nvfp4
     values = {
         "tier": tier_code(tier), "prior_share": dist.prior_share, "comm_share": dist.exposed_comm_s / p50,
         "bubble_share": dist.bubble_s / p50, "log2_us_per_call": math.log2(p50 * 1e6 / calls_per_step(work)),
         "log2_gpus": math.log2(work.gpus), "log2_tp": math.log2(par.tp),
         "log2_pp": math.log2(par.pp), "log2_dp": math.log2(par.dp), "log2_cp": math.log2(par.cp),
         "log2_micro_batches": math.log2(work.micro_batches), "log10_params": math.log10(parameter_count(work.model)),
-        "log2_seq": math.log2(work.seq), "fp8": float(low_precision), "gpu": gpu_generation(work.hardware),
-        "framework": uncertainty_code(framework)}
+        "log2_seq": math.log2(work.seq), "gemm_precision": gemm_precision(work.hardware),
+        "gpu": gpu_generation(work.hardware), "framework": uncertainty_code(framework)}
     return np.array([values[f] for f in FEATURES], float)
 
 

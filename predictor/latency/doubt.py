@@ -61,22 +61,30 @@ from predictor.latency.regressor import DEFAULT_QUANTILES, QuantileXGBRegressor,
 
 #: Features of one prediction, in the order the model reads them.
 FEATURES = ("tier", "prior_share", "comm_share", "bubble_share", "log2_us_per_call", "log2_gpus", "log2_tp",
-            "log2_pp", "log2_dp", "log2_cp", "log2_micro_batches", "log10_params", "log2_seq", "fp8", "gpu",
+            "log2_pp", "log2_dp", "log2_cp", "log2_micro_batches", "log10_params", "log2_seq", "gemm_precision", "gpu",
             "framework")
-#: Extrapolating on these is a kind of run no source was (a framework, or a device of a
-#: generation none ran on: the ``gpu`` feature is the GPU generation, 0 a CPU): the learned
-#: lean says nothing of it (:func:`widen`).
-KIND = ("framework", "gpu")
+#: Extrapolating on these is a kind of run no source was (a framework, a device of a
+#: generation none ran on: the ``gpu`` feature is the GPU generation, 0 a CPU; or a GEMM
+#: precision none trained in, :data:`GEMM_PRECISIONS`): the learned lean says nothing of it
+#: (:func:`widen`).
+KIND = ("framework", "gpu", "gemm_precision")
+#: The ``gemm_precision`` feature's codes: the linear layers' GEMMs in the training dtype, or in
+#: one of the low precisions of :mod:`predictor.core.precision`, each its own recipe (scales,
+#: casts, tensor-core path), so that one no source ran is extrapolation, not an fp8 run.
+GEMM_PRECISIONS = ("train_dtype", "float8", "float8_blockwise", "mxfp8", "nvfp4")
+#: How a matched ``gemm_precision`` reads in words (:meth:`DoubtModel.alike`).
+GEMM_PRECISION_WORDS = ("16/32-bit GEMMs", "FP8 GEMMs (per-tensor scales)", "FP8 GEMMs (128-element block scales)",
+                        "MXFP8 GEMMs", "NVFP4 GEMMs")
 #: Evidence tiers (``predictor.latency.artifacts.TIERS``' order), the ``tier`` feature's codes.
 TIER_CODES = ("measured samples", "microbenchmarks", "spec-only prior")
 #: What "runs like this" match a query on (:meth:`DoubtModel.alike`), most alike first: the
 #: device kind, the evidence tier, the framework family, the low precision; the first that
 #: holds runs of :data:`ALIKE_SOURCES` sources or more is stated with the prediction.
-ALIKE = (("gpu", "tier", "framework", "fp8"), ("gpu", "tier", "framework"), ("gpu", "tier"), ("gpu",), ())
+ALIKE = (("gpu", "tier", "framework", "gemm_precision"), ("gpu", "tier", "framework"), ("gpu", "tier"), ("gpu",), ())
 ALIKE_SOURCES = 3
 #: The columns of the runs the model learned from, one line each (:meth:`DoubtModel.save`,
 #: ``DOUBT_RUNS_FILE`` beside the model).
-RUN_COLUMNS = ("source", "gpu", "tier", "framework", "fp8", "log_error")
+RUN_COLUMNS = ("source", "gpu", "tier", "framework", "gemm_precision", "log_error")
 #: Shallow trees and few rounds: a few hundred runs from a handful of sources.
 LEARNER = dict(n_estimators=60, max_depth=2, learning_rate=0.1, median_rounds=20, spread_estimators=30,
                spread_max_depth=2, min_child_weight=5.0, calibration_fraction=0.0)
@@ -369,4 +377,4 @@ def _described(feature: str, value: float) -> str:
         return TIER_CODES[int(value)]
     if feature == "framework":
         return _frameworks()[int(value)]
-    return "8-bit or narrower GEMMs" if value else "16/32-bit GEMMs"
+    return GEMM_PRECISION_WORDS[int(value)]

@@ -1,5 +1,7 @@
 """Predictive uncertainty: the doubt model (predictor.latency.doubt), its features and
 leave-one-source-out check (predictor.analyses.doubt), and its place in the reports."""
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -97,18 +99,18 @@ def test_runs_like_this_match_on_the_most_alike_features_that_several_sources_sh
     measured against PRISM, each source weighing the same; the same after a save and load,
     and a changed runs file refused, naming it."""
     X, y, sources = _synthetic(seed=3)
-    tier, fp8, gpu = (FEATURES.index(k) for k in ("tier", "fp8", "gpu"))
+    tier, fp8, gpu = (FEATURES.index(k) for k in ("tier", "gemm_precision", "gpu"))
     X[:, [tier, fp8, gpu]] = 0.0
     X[sources == "s1", fp8] = 1.0  # one source of fp8 runs only
     y[sources == "s1"] = 0.4  # measured 49% slower than predicted, every run
     model = DoubtModel().fit(X, y, sources)
     plain = model.alike(X[sources == "s2"][0])
     assert plain["matched_on"] == {"gpu": "a CPU", "tier": "measured samples", "framework": FRAMEWORKS[0],
-                                   "fp8": "16/32-bit GEMMs"}
+                                   "gemm_precision": "16/32-bit GEMMs"}
     assert (plain["sources"], plain["runs"]) == (4, 580)
     assert -0.5 < plain["off_by"][0] < 0 < plain["off_by"][1] < 0.5  # s1's +49% is not among them
     fp8_query = model.alike(X[sources == "s1"][0])  # one source has fp8 runs: the match drops precision
-    assert "fp8" not in fp8_query["matched_on"] and fp8_query["sources"] == 5
+    assert "gemm_precision" not in fp8_query["matched_on"] and fp8_query["sources"] == 5
     model.save(tmp_path / "doubt")
     loaded = DoubtModel.load(model.save(tmp_path / "doubt"))  # a refit replaces the set, its runs file too
     again = loaded.alike(X[sources == "s2"][0])  # the runs file keeps five decimals of each log error
@@ -226,3 +228,18 @@ def test_this_machines_suite_runs_are_sources_of_their_own(tmp_path):
     with pytest.raises(PrismError) as err:
         machine_errors(tmp_path)
     assert "x_tier" in str(err.value)
+
+
+def test_a_gemm_precision_no_source_trained_in_is_a_kind_of_run_and_widens():
+    """Issue 53: extrapolation to an unseen precision widens by the stated rule. The shipped
+    model's runs are bf16/fp16/fp32 and per-tensor fp8; blockwise fp8 on an H100, a GPU
+    generation it has seen, is extrapolating on ``gemm_precision`` and reaches as far as every
+    source's runs landed, where per-tensor fp8 on the same job keeps its learned band."""
+    hw = load_hardware("h100-sxm")
+    model, layout = load_model("llama3-8b"), ParallelConfig(dp=8, global_batch_size=64)
+    seen, unseen = (predict(model, replace(hw, gemm_dtype=dtype), layout, 8, draws=200).predictive
+                    for dtype in ("float8", "float8_blockwise"))
+    assert "gemm_precision" not in seen["extrapolating"] and "gemm_precision" in unseen["extrapolating"]
+    reach = shipped_model().reach_
+    low, high = (v / unseen["median_step_s"]["p50"] for v in unseen["interval_s"]["90%"])
+    assert np.log(high) >= reach[-1] - 1e-6 and np.log(low) <= reach[0] + 1e-6
