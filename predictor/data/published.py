@@ -801,7 +801,12 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
                          f"with tp > 1)")
     # a blank choice cell takes the defaults of the file the cell names (NeMo's sharded optimizer), else its family's
     named = own.name if framework and own is not spec else family
-    recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", named, notes), family)
+    if _names_modules_only(cell(row, "recompute")):
+        notes.append(f"recompute {cell(row, 'recompute')!r} read as selective (it names Megatron-Core's "
+                     f"--recompute-modules only)")
+        recompute, note = framework_recompute("selective", family)
+    else:
+        recompute, note = framework_recompute(_chosen(row, "recompute", RECOMPUTES, "none", named, notes), family)
     if note:
         notes.append(note)
     partial = re.search(r"\bblock\b\D*(\d+)\s*layers?", cell(row, "recompute"), re.IGNORECASE)
@@ -891,12 +896,26 @@ MODULE_WORDS = {"core_attn": "core_attn", "attn": "core_attn", "layernorm": "lay
                 "shared_experts": "shared_experts", "up_proj": "mla_up_proj", "mla_up_proj": "mla_up_proj"}
 
 
+def _module_words(text: str) -> tuple[list[str], list[str]]:
+    """The words of a recompute cell's text, and the Megatron-Core modules among them (:data:`MODULE_WORDS`)."""
+    words = re.findall(r"[a-z_]+", text.lower())
+    return words, [MODULE_WORDS[w] for w in words if w in MODULE_WORDS]
+
+
+def _names_modules_only(text: str) -> bool:
+    """Whether a recompute cell is a list of modules and nothing else ("mlp", "['core_attn', 'mlp']",
+    as Megatron-Bridge's recipes write ``recompute_modules``): selective recompute of those."""
+    words, modules = _module_words(text)
+    return bool(words) and len(modules) == len(words)
+
+
 def _recompute_modules(text: str, recompute: str, notes: list[str]) -> str:
-    """The modules a "selective: ..." recompute cell names (:data:`MODULE_WORDS`), as
-    ``parallel.recompute_modules``; empty where it names none (the attention core)."""
+    """The modules a selective recompute cell names (:data:`MODULE_WORDS`): after "selective:",
+    or the whole cell where it names modules only; as ``parallel.recompute_modules``, empty
+    where it names none (the attention core)."""
     if recompute != "selective":
         return ""
-    named = [MODULE_WORDS[w] for w in re.findall(r"[a-z_]+", text.lower().partition(":")[2]) if w in MODULE_WORDS]
+    _, named = _module_words(text if _names_modules_only(text) else text.partition(":")[2])
     modules = ",".join(dict.fromkeys(named))
     if modules:
         notes.append(f"recompute_modules={modules} (Megatron-Core --recompute-modules the cell names)")

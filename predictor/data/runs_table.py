@@ -57,7 +57,8 @@ PRECISIONS = {"float8": ("fp8", "float8", "e4m3", "mxfp8"), "bfloat16": ("bf16",
               "float16": ("fp16", "float16", "half"), "float32": ("fp32", "float32", "tf32")}
 #: Optimizer and weight sharding: phrases naming each scheme of ParallelConfig.sharding.
 SHARDINGS = {"none": ("ddp", "distributed data parallel"),
-             "distributed_optimizer": ("distributed optimizer", "distributed-optimizer", "distopt", "dist-opt"),
+             "distributed_optimizer": ("distributed optimizer", "distributed-optimizer", "distopt", "dist-opt",
+                                       "dist opt"),
              "zero1": ("zero-1", "zero1", "zero stage 1"), "zero2": ("zero-2", "zero2", "zero stage 2"),
              "zero3": ("zero-3", "zero3", "zero stage 3"), "fsdp": ("fsdp", "fsdp1", "fsdp2", "fully sharded")}
 RECOMPUTES = {"selective": ("selective", "sac"), "per_op": ("per-op", "per_op", "op-level", "op sac"),

@@ -106,6 +106,17 @@ def test_blank_cells_take_their_framework_defaults(reference_data):
     assert toml.parallel.recompute == "per_op"
 
 
+@pytest.mark.parametrize("text, modules", [("mlp", "mlp"), ("['core_attn', 'mlp']", "core_attn,mlp"),
+                                           ("moe_act,mlp", "moe_act,mlp"),
+                                           ("selective: norm, act", "layernorm,moe_act")])
+def test_a_recompute_cell_of_module_names_is_selective_recompute_of_them(reference_data, text, modules):
+    """Megatron-Bridge's recipes set ``recompute_modules = ["mlp"]``: a cell that names only
+    Megatron-Core's --recompute-modules is selective recompute of those modules."""
+    job = row_workload(_row(reference_data, "vtrain_multi", framework="Megatron-Bridge", recompute=text), {})
+    assert (job.parallel.recompute, job.parallel.recompute_modules) == ("selective", modules)
+    assert f"recompute_modules={modules}" in "; ".join(job.assumed)
+
+
 @pytest.mark.parametrize("framework, sharding, whose", [
     ("NVIDIA NeMo 25.09", "distributed_optimizer", "NeMo"),  # its recipes' OptimizerConfig
     ("Megatron-Bridge 0.2", "distributed_optimizer", "Megatron-Bridge"),  # its pretraining configs
