@@ -117,7 +117,8 @@ COLUMNS = (
     Column("recompute", "choice", False, "activation recomputation",
            "torchtitan: per_op (its selective mode's per-op policy); else none",
            "none, selective (SAC; torchtitan's reads as per_op), per_op (per-op), full; 'default': the framework's; "
-           "also the frameworks' own words (recompute_method uniform/block: full; yes/enabled: full)"),
+           "also the frameworks' own words (recompute_method uniform/block: full; yes/enabled: full; "
+           "Megatron-Core's --recompute-modules, 'mlp' or 'selective: core_attn, mlp': selective of those)"),
     Column("zero_or_distopt", "choice", False, "optimizer and weight sharding", "torchtitan: fsdp; else none",
            "none, DDP, distributed optimizer, ZeRO-1/2/3, FSDP (FSDP2); 'default': the framework's; also the "
            "frameworks' own words (NeMo distributed_fused_adam, DeepSpeed stage 2, FULL_SHARD)"),
