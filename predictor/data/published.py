@@ -308,9 +308,9 @@ def stated_memory_gib(gpu: str) -> float | None:
 #: "e4m3"; "NVFP4 (FP8 attention)" is nvfp4 linears (attention stays bf16 in PRISM).
 LOW_PRECISIONS = {
     "nvfp4": ("nvfp4", "nv-fp4", "fp4"),
-    "mxfp8": ("mxfp8", "mx-fp8", "mx fp8"),
+    "mxfp8": ("mxfp8", "mx-fp8", "mx fp8", "fp8 (mx)"),
     "float8_blockwise": ("fp8 blockwise", "blockwise fp8", "fp8 block-wise", "block-wise fp8", "fp8-blockwise",
-                         "blockwise", "block-wise"),
+                         "blockwise", "block-wise", "sub-channel"),
     "float8": ("fp8", "float8", "e4m3", "tensorwise", "tensor-wise"),
 }
 

@@ -68,10 +68,11 @@ def test_a_recipe_name_s_context_suffix_is_the_sequence_length_where_the_row_giv
 
 @pytest.mark.parametrize("cell, gemm", [("FP8-MX", "mxfp8"), ("fp8_mx", "mxfp8"), ("FP8-CS", "float8"),
                                         ("bf16_with_fp8_subchannel_scaling_mixed", "float8_blockwise"),
-                                        ("NVFP4", "nvfp4"), ("BF16", "bfloat16")])
+                                        ("FP8-SC", "float8_blockwise"), ("fp8_sc", "float8_blockwise"),
+                                        ("FP8 (MX)", "mxfp8"), ("NVFP4", "nvfp4"), ("BF16", "bfloat16")])
 def test_the_recipes_precision_names(cell, gemm):
     """Megatron-Bridge's scripts/performance name MXFP8 ``fp8_mx`` (its tables: FP8-MX), not an
-    fp8 with one scale per tensor."""
+    fp8 with one scale per tensor, and subchannel (128-block) FP8 ``fp8_sc``."""
     job = row_workload(_row("LLAMA3_70B", "DGX-GB200", "64", cell, "128", "1", "8192", "0", "2", "4", "1", "5",
                             "", "", ""), {})
     assert job.hardware.gemm_dtype in (gemm, None) and (job.hardware.gemm_dtype or "bfloat16") == gemm
