@@ -351,7 +351,7 @@ def row_model(row: Mapping, assumed: list[str] | None = None) -> ModelConfig:
         raise PrismError(f"model: blank; fill it in ({BY_NAME['model'].meaning})", field="model")
     plain = ("llama" in name.lower() or "gpt" in name.lower()) and not cell(row, "num_experts")
     known = None if plain else known_moe_model(name)  # a dense Llama or GPT row reads no conf/model entry
-    if known is None and any(w in _squeezed(name) for w in UNMODELLED):
+    if any(w in _squeezed(name) for w in UNMODELLED):  # before the entry it contains: DeepSeek-V3.2 is not V3
         word = next(w for w in UNMODELLED if w in _squeezed(name))
         raise PrismError(f"model={name!r}: {UNMODELLED[word]}; PRISM does not model it", field="model")
     families = [f for f in ("llama", "gpt") if f in name.lower()]
@@ -434,6 +434,12 @@ UNMODELLED = {
     "minimaxt": "MiniMax-Text-01's layers are mostly lightning (linear) attention (not modelled)",
     "minimaxm1": "MiniMax-M1's layers are mostly lightning (linear) attention (not modelled)",
     "xlstm": "xLSTM is a recurrent network (not modelled)",
+    # sparse attention that selects keys per query: its indexer and top-k attention are not the dense (or
+    # sliding-window) kernels PRISM prices; V3.1 and R1 keep V3's dense MLA (conf/model/deepseek-v3.yaml)
+    "deepseekv32": "DeepSeek-V3.2 attends through DeepSeek Sparse Attention, a lightning indexer choosing each "
+                   "query's keys (DeepSeek-V3.2-Exp report, 2025; not modelled)",
+    "glm5": "GLM-5 attends through DSA sparse-attention indexer layers (Megatron-Bridge models/glm_moe_dsa/"
+            "glm5_bridge.py: MoE + MLA + DSA; not modelled)",
 }
 
 

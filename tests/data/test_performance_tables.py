@@ -41,6 +41,7 @@ def test_fsdp_as_a_switch_and_the_etp_column():
 @pytest.mark.parametrize("model, says", [
     ("Nemotron 3 Nano 30B-A3B", "Mamba"), ("Nemotron-H 56B", "Mamba"), ("NVIDIA-Nemotron-Nano-9B-v2", "Mamba"),
     ("Qwen3-VL-235B-A22B", "vision-language"), ("Llama 3.2 Vision 90B", "vision-language"),
+    ("DeepSeek-V3.2", "Sparse Attention"), ("GLM-5", "DSA"),  # not the V3 or GLM-4.5 their names contain
     ("Some Model 7B", "names neither GPT nor Llama")])
 def test_a_model_it_cannot_price_is_refused_naming_the_column(model, says):
     with pytest.raises(PrismError) as err:
