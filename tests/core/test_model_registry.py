@@ -75,6 +75,7 @@ def test_no_name_names_two_models():
     ("Gemma 2 27B", "gemma2-27b"),
     ("google/gemma-3-12b-pt", "gemma3-12b"),
     ("OLMo-2-1124-13B", "olmo2-13b"),
+    ("OLMo-2-0325-32B", "olmo2-32b"),
     ("OLMo 7B", "olmo-7b"),
     ("Phi-3-mini", "phi3-mini"),
     ("Phi-4", "phi4"),
@@ -159,7 +160,8 @@ def test_match_model_ambiguous_is_none(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name, total, active", [("glm-4.5", 355e9, 32e9), ("glm-4.5-air", 106e9, 12e9),
                                                  ("mistral-nemo-12b", 12e9, 12e9),
-                                                 ("llama3.2-1b", 1.24e9, 1.24e9), ("llama3.2-3b", 3.21e9, 3.21e9)])
+                                                 ("llama3.2-1b", 1.24e9, 1.24e9), ("llama3.2-3b", 3.21e9, 3.21e9),
+                                                 ("olmo2-32b", 32e9, 32e9)])
 def test_new_entries_add_up_to_their_published_sizes(name, total, active):
     """The dimensions transcribed give the parameter counts the model cards state (GLM-4.5's
     355B-A32B and Air's 106B-A12B count the MTP layer, which the decoder's count leaves out;
