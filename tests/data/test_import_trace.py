@@ -116,7 +116,9 @@ def test_unknown_ops_are_counted_and_the_attributed_share_is_the_stored_one(impo
 @pytest.mark.slow
 def test_the_recorded_profiler_cost_comes_off_every_cpu_timing(traces, imported, tmp_path):
     report, rows, _ = imported
-    assert 0 < report.profiler_cost_us < 20  # measured by the recorder, stored in each trace
+    # measured by the recorder and stored in each trace; a timing, so only bounded here: on a busy
+    # CI machine the traced runs were once no slower than the untraced ones and it measured 0
+    assert report.profiler_cost_us is not None and 0 <= report.profiler_cost_us < 20
     raw = import_trace(traces, tmp_path, hardware="local-cpu", profiler_cost_us=0.0)
     raw_rows = pd.read_parquet(raw.run_file)
     key = ["op", "pass"]
