@@ -28,7 +28,8 @@ among the training sources, as one source), ``fitonly`` (score side only: the er
 fitted on the fit side's sources and the suite runs alone, split.yaml's caveat lifted) and
 ``band`` (no error model: the composed step distribution's own quantiles, the within-run
 variability around the composed median). ``--no-loso`` skips the leave-one-source-out
-refits and ``fitonly``. A last section sets PRISM's step-time spread
+refits and ``fitonly``; ``--table-only`` prints the first table alone (the README's figures).
+A last section sets PRISM's step-time spread
 (step_time_s p10/p50 and p90/p50, and one run's steps, ``one_run_s``) beside the MLPerf
 runs' pooled per-step p10/p50/p90 of data/e2e/e2e_mlperf_visible.csv's notes. ``--prototype`` adds a between-source
 random-effects / group-conformal error model (benchmarks only: log(measured/predicted) =
@@ -355,6 +356,9 @@ def main():
     ap.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
     ap.add_argument("--rows", action="store_true", help="print the reasons rows were not predicted")
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out refits")
+    ap.add_argument("--table-only", action="store_true",
+                    help="the per-side, per-source and per-class table alone (the README's accuracy figures): no "
+                         "proper scores, no within-run section (half the time)")
     ap.add_argument("--prototype", action="store_true", help="add the random-effects / group-conformal prototype")
     args = ap.parse_args()
     side_of = load_split()
@@ -386,7 +390,8 @@ def main():
             print(line(cls, f["classes"][cls]))
         report["sides"][side] = f
         print()
-    report["scores"] = proper_scores(runs, pred, side_of, args)
+    if not args.table_only:
+        report["scores"] = proper_scores(runs, pred, side_of, args)
     failed = pred[pred.pred_status != "ok"]
     reasons = Counter((r.source, str(r.pred_status)[:110]) for _, r in failed.iterrows())
     report["not_predicted"] = [{"source": s, "reason": why, "rows": n} for (s, why), n in reasons.most_common()]
