@@ -75,7 +75,8 @@ NOT_RUN = {
     "pip install -e .": "installs PRISM: these tests run in that installation",
     'pip install -e ".[sampling,test]"': "installs PRISM with its test extra: these tests run in that installation",
     "python -m pytest -q -n auto --dist loadfile": "the test suite, this file included",
-    'python -m pytest -q -m "not slow"': "the fast test suite, which leaves this file out",
+    'python -m pytest -q -n auto --dist loadfile -m "not slow"':
+        "the fast test suite, which leaves this file out",
     "python benchmarks/validation_suite.py": "samples, trains, measures 16 layouts in 3 passes: about 19 minutes",
 }
 
