@@ -806,7 +806,7 @@ def row_workload(row: Mapping, hardware: dict) -> RowJob:
                          f"seq_parallel={'on' if sp else 'off'} (blank: {own.display}'s recipes turn it on "
                          f"with tp > 1)")
     # a blank choice cell takes the defaults of the file the cell names (NeMo's sharded optimizer), else its family's
-    named = own.name if framework and own is not spec else family
+    named = own.name
     if _names_modules_only(cell(row, "recompute")):
         notes.append(f"recompute {cell(row, 'recompute')!r} read as selective (it names Megatron-Core's "
                      f"--recompute-modules only)")

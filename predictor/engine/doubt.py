@@ -14,6 +14,7 @@ import numpy as np
 
 from predictor.core.framework import uncertainty_code, uncertainty_framework
 from predictor.core.job import check_framework  # noqa: F401  (check_framework: its old home's name)
+from predictor.core.ops import DTYPE_BYTES
 from predictor.engine.compose import StepDistribution
 from predictor.engine.draws import inverse_cdf
 from predictor.latency.artifacts import TIERS, models_dir
@@ -61,8 +62,11 @@ def gpu_generation(hw) -> float:
 
 def gemm_precision(hw) -> float:
     """The ``gemm_precision`` feature: the code (:data:`~predictor.latency.doubt.GEMM_PRECISIONS`)
-    of the linear layers' GEMM precision, 0 where they run in 16 or 32 bits."""
-    return float(GEMM_PRECISIONS.index(hw.gemm_dtype)) if hw.gemm_dtype in GEMM_PRECISIONS[1:] else 0.0
+    of the linear layers' GEMM precision, 0 where they run in 16 or 32 bits. A precision of
+    under two bytes an element without a code is a bug, never read as 16-bit
+    (tests/latency/test_doubt.py checks that every one has its code)."""
+    dtype = hw.gemm_dtype
+    return 0.0 if dtype is None or DTYPE_BYTES[dtype] >= 2 else float(GEMM_PRECISIONS.index(dtype))
 
 
 def features(work: Workload, dist: StepDistribution, tier: str, framework: str) -> np.ndarray:

@@ -243,3 +243,18 @@ def test_a_gemm_precision_no_source_trained_in_is_a_kind_of_run_and_widens():
     reach = shipped_model().reach_
     low, high = (v / unseen["median_step_s"]["p50"] for v in unseen["interval_s"]["90%"])
     assert np.log(high) >= reach[-1] - 1e-6 and np.log(low) <= reach[0] + 1e-6
+
+
+def test_every_low_gemm_precision_has_its_own_code():
+    """A GEMM precision under two bytes an element that the error model's feature has no code for
+    would fail loudly (gemm_precision), never be read as a 16-bit run."""
+    from predictor.core.ops import DTYPE_BYTES
+    from predictor.core.precision import GEMM_DTYPES
+    from predictor.engine.doubt import gemm_precision
+    from predictor.latency.doubt import GEMM_PRECISION_WORDS, GEMM_PRECISIONS
+
+    hw = load_hardware("b200")
+    low = [d for d in GEMM_DTYPES if DTYPE_BYTES[d] < 2]
+    assert set(low) == set(GEMM_PRECISIONS[1:]) and len(GEMM_PRECISION_WORDS) == len(GEMM_PRECISIONS)
+    assert [gemm_precision(replace(hw, gemm_dtype=d)) for d in low] == [GEMM_PRECISIONS.index(d) for d in low]
+    assert gemm_precision(replace(hw, gemm_dtype=None)) == gemm_precision(replace(hw, gemm_dtype="bfloat16")) == 0
